@@ -1,0 +1,103 @@
+#include "device_models/Card.h"
+
+#include <cmath>
+#include <string>
+
+namespace cardsim::model {
+
+const char* copyKindName(CopyKind k) {
+  switch (k) {
+    case CopyKind::HostToDevice: return "memcpy HtoD";
+    case CopyKind::DeviceToHost: return "memcpy DtoH";
+    case CopyKind::DeviceToDevice: return "memcpy DtoD";
+    case CopyKind::PeerToPeer: return "memcpy peer";
+    case CopyKind::Memset: return "memset";
+  }
+  return "?";
+}
+
+const char* commandKindName(CommandKind k) {
+  switch (k) {
+    case CommandKind::Kernel: return "kernel";
+    case CommandKind::Copy: return "copy";
+    case CommandKind::EventRecord: return "event record";
+    case CommandKind::EventWait: return "event wait";
+  }
+  return "?";
+}
+
+Card::Card(sc_core::sc_module_name name, DeviceId id, const DeviceParams& params,
+           ICompletionSink& sink, const std::vector<std::unique_ptr<Card>>& all_cards)
+    : sc_module(name),
+      id_(id),
+      params_(params),
+      sink_(sink),
+      all_cards_(all_cards),
+      memory_("memory", params.memory),
+      link_("host_link", params.host_link),
+      clusters_("clusters", params.compute, memory_),
+      events_("event_unit", [this](DeviceId d, QueueId q) -> StreamQueue* {
+        if (index(d) >= all_cards_.size() || !all_cards_[index(d)]) return nullptr;
+        Card& c = *all_cards_[index(d)];
+        return index(q) < c.queueCount() ? &c.queue(q) : nullptr;
+      }) {
+  for (uint32_t i = 0; i < params.dma.engines; ++i)
+    dma_.push_back(std::make_unique<DmaEngine>(("dma_" + std::to_string(i)).c_str(), params.dma,
+                                               link_, memory_));
+  for (uint32_t i = 0; i < params.queues.hardware_queues; ++i)
+    queues_.push_back(
+        std::make_unique<StreamQueue>(("queue_" + std::to_string(i)).c_str(), *this, QueueId{i}));
+}
+
+DmaEngine& Card::acquireEngine() {
+  for (;;) {
+    for (auto& e : dma_) {
+      if (!e->busy()) {
+        e->setBusy(true);
+        return *e;
+      }
+    }
+    sc_core::wait(engine_freed_);
+  }
+}
+
+void Card::releaseEngine(DmaEngine& e) {
+  e.setBusy(false);
+  engine_freed_.notify(sc_core::SC_ZERO_TIME);
+}
+
+void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
+  switch (cmd.kind) {
+    case CommandKind::Kernel: {
+      const double dispatch = cmd.in_graph ? params_.compute.graph_dispatch_latency_s
+                                           : params_.compute.dispatch_latency_s;
+      if (dispatch > 0)
+        sc_core::wait(sc_core::sc_time(std::ceil(dispatch * 1e12 - 1e-6), sc_core::SC_PS));
+      clusters_.execute(cmd.kernel, cmd.priority_rank, waiter);
+      break;
+    }
+    case CommandKind::Copy: {
+      PeerPath peer;
+      if (cmd.copy_kind == CopyKind::PeerToPeer) {
+        Card& other = *all_cards_.at(index(cmd.peer));
+        peer = {&other.hostLink(), &other.memory(), cmd.peer_is_source};
+      }
+      DmaEngine& engine = acquireEngine();
+      engine.transfer(cmd.copy_kind, cmd.bytes, cmd.pageable, peer, waiter);
+      releaseEngine(engine);
+      break;
+    }
+    case CommandKind::EventRecord:
+      if (cmd.event) events_.record(*cmd.event);
+      break;
+    case CommandKind::EventWait:
+      events_.waitFor(cmd.wait_for);
+      break;
+  }
+}
+
+void Card::completed(StreamQueue& queue, const Command& cmd, TimePs start, TimePs end) {
+  sink_.onComplete(id_, queue.id(), cmd, start, end);
+}
+
+}  // namespace cardsim::model

@@ -1,0 +1,80 @@
+// What host threads ask of a card: plain data, no SystemC. A Command is queued on one
+// hardware queue of one device and runs in queue order.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "device_models/DeviceParams.h"
+
+namespace cardsim::model {
+
+// Simulated time in picoseconds (SystemC's default resolution).
+using TimePs = uint64_t;
+
+inline TimePs secondsToPs(double s) { return static_cast<TimePs>(s * 1e12 + 0.5); }
+inline double psToSeconds(TimePs t) { return static_cast<double>(t) * 1e-12; }
+
+enum class DeviceId : uint32_t {};
+enum class QueueId : uint32_t {};   // hardware queue within one device
+
+inline uint32_t index(DeviceId d) { return static_cast<uint32_t>(d); }
+inline uint32_t index(QueueId q) { return static_cast<uint32_t>(q); }
+
+// A point in one hardware queue: "after command `seq` of (device, queue)". seq counts from 1.
+struct QueuePoint {
+  DeviceId device{};
+  QueueId queue{};
+  uint64_t seq = 0;
+};
+
+// What the model needs to time a kernel: work and traffic, not the computation itself.
+struct KernelCost {
+  KernelClass kernel_class = KernelClass::Other;
+  DType dtype = DType::FP32;
+  double flops = 0;          // operations (FLOPs or integer ops)
+  double bytes_read = 0;
+  double bytes_written = 0;
+  uint32_t tiles = 0;        // 0: derived from the traffic and work
+};
+
+enum class CopyKind : uint8_t { HostToDevice, DeviceToHost, DeviceToDevice, PeerToPeer, Memset };
+const char* copyKindName(CopyKind k);
+
+enum class CommandKind : uint8_t { Kernel, Copy, EventRecord, EventWait };
+const char* commandKindName(CommandKind k);
+
+// Written by the simulation thread when an event's record point completes.
+struct EventSlot {
+  std::atomic<bool> done{false};
+  std::atomic<TimePs> time_ps{0};
+};
+
+struct Command {
+  CommandKind kind = CommandKind::Kernel;
+  uint64_t seq = 0;            // position in its hardware queue, from 1
+  TimePs ready_ps = 0;         // host time the command reached the device
+  int priority_rank = 0;       // smaller runs first when clusters are contended
+  uint32_t stream_tag = 0;     // the runtime's stream id, for timelines
+  uint32_t name_id = 0;        // interned name, for timelines
+  KernelCost kernel;
+  CopyKind copy_kind = CopyKind::HostToDevice;
+  uint64_t bytes = 0;
+  DeviceId peer{};             // the other device of a peer copy
+  bool peer_is_source = false; // peer copy into this device rather than out of it
+  bool pageable = false;       // host side of the copy is not pinned
+  bool in_graph = false;       // launched as part of a graph: lower dispatch cost
+  std::shared_ptr<EventSlot> event;  // EventRecord
+  QueuePoint wait_for;               // EventWait
+};
+
+// Receives every completed command, in the simulation thread.
+class ICompletionSink {
+ public:
+  virtual ~ICompletionSink() = default;
+  virtual void onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
+                          TimePs end) = 0;
+};
+
+}  // namespace cardsim::model

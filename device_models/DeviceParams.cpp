@@ -1,0 +1,29 @@
+#include "device_models/DeviceParams.h"
+
+namespace cardsim::model {
+
+const char* dtypeName(DType t) {
+  static const char* names[] = {"fp64", "fp32", "tf32", "fp16", "bf16", "int8"};
+  return names[static_cast<size_t>(t)];
+}
+
+const char* kernelClassName(KernelClass k) {
+  static const char* names[] = {"gemm", "elementwise", "reduction", "other"};
+  return names[static_cast<size_t>(k)];
+}
+
+double pcieLaneBytesPerSecond(uint32_t generation) {
+  // Transfer rate per lane and line encoding: Gen1/2 use 8b/10b, Gen3-5 128b/130b,
+  // Gen6 FLIT mode about 242/256.
+  switch (generation) {
+    case 1: return 2.5e9 * 8.0 / 10.0 / 8.0;
+    case 2: return 5.0e9 * 8.0 / 10.0 / 8.0;
+    case 3: return 8.0e9 * 128.0 / 130.0 / 8.0;
+    case 4: return 16.0e9 * 128.0 / 130.0 / 8.0;
+    case 5: return 32.0e9 * 128.0 / 130.0 / 8.0;
+    case 6: return 64.0e9 * 242.0 / 256.0 / 8.0;
+    default: return 0;
+  }
+}
+
+}  // namespace cardsim::model

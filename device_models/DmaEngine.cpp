@@ -1,0 +1,64 @@
+#include "device_models/DmaEngine.h"
+
+#include <cmath>
+
+namespace cardsim::model {
+
+DmaEngine::DmaEngine(sc_core::sc_module_name name, const DmaParams& params, HostLink& link,
+                     MemoryChannel& memory)
+    : sc_module(name), params_(params), link_(link), memory_(memory) {}
+
+void DmaEngine::transfer(CopyKind kind, uint64_t bytes, bool pageable, const PeerPath& peer,
+                         Waiter& waiter) {
+  const double b = static_cast<double>(bytes);
+  double latency = 0;
+  switch (kind) {
+    case CopyKind::HostToDevice:
+    case CopyKind::DeviceToHost:
+    case CopyKind::PeerToPeer:
+      latency = link_.params().latency_s;
+      break;
+    case CopyKind::DeviceToDevice:
+    case CopyKind::Memset:
+      latency = params_.d2d_latency_s;
+      break;
+  }
+  if (latency > 0) sc_core::wait(sc_core::sc_time(std::ceil(latency * 1e12 - 1e-6), sc_core::SC_PS));
+  bytes_moved_ += bytes;
+  if (bytes == 0) return;
+  switch (kind) {
+    case CopyKind::HostToDevice:
+      waiter.pending = 2;
+      link_.toDevice(b, pageable, &waiter);
+      memory_.transfer(b, 1.0, &waiter);
+      break;
+    case CopyKind::DeviceToHost:
+      waiter.pending = 2;
+      link_.toHost(b, pageable, &waiter);
+      memory_.transfer(b, 1.0, &waiter);
+      break;
+    case CopyKind::DeviceToDevice:
+      waiter.pending = 1;
+      memory_.transfer(2 * b, 1.0, &waiter);  // read and write through the same memory
+      break;
+    case CopyKind::Memset:
+      waiter.pending = 1;
+      memory_.transfer(b, 1.0, &waiter);
+      break;
+    case CopyKind::PeerToPeer:
+      waiter.pending = 4;
+      memory_.transfer(b, 1.0, &waiter);
+      peer.memory->transfer(b, 1.0, &waiter);
+      if (peer.peer_is_source) {
+        peer.link->toHost(b, false, &waiter);
+        link_.toDevice(b, false, &waiter);
+      } else {
+        link_.toHost(b, false, &waiter);
+        peer.link->toDevice(b, false, &waiter);
+      }
+      break;
+  }
+  sc_core::wait(waiter.done);
+}
+
+}  // namespace cardsim::model

@@ -1,0 +1,220 @@
+// cardsim driver shim: a vendor-runtime-shaped C++ API (devices, memory, copies, streams,
+// events, kernel launch) over a backend chosen at run time: `sim`, the in-process
+// SystemC model of the card, or `native`, a real vendor runtime.
+//
+// Plain C++17: no SystemC, no torch. Every call returns a Status that says what failed;
+// nothing exits the process. Device pointers are host-addressable (the simulated
+// device memory lives in this process), so a kernel's host callable reads and writes
+// them directly.
+//
+// Time is simulated: each host thread has a virtual clock that runtime calls advance by
+// their modelled cost; synchronizing moves it to the simulated completion time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cardsim::shim {
+
+enum class Code : int {
+  Success = 0,
+  NotReady,         // queried work has not completed yet (not an error)
+  InvalidValue,     // an argument is wrong: size, pointer, direction, flags
+  InvalidDevice,    // device index out of range
+  InvalidHandle,    // stream or event destroyed or never created
+  OutOfMemory,      // simulated device capacity (or host address space) exhausted
+  NotSupported,     // the backend or the card cannot do this
+  InitFailed,       // the backend could not start (bad preset, config, runtime)
+  KernelFailed,     // a kernel's host callable threw
+  Internal,
+};
+const char* codeName(Code c);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return {}; }
+
+  bool ok() const { return code_ == Code::Success; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "OutOfMemory: device 0 ..." or "Success".
+  std::string toString() const;
+
+ private:
+  Code code_ = Code::Success;
+  std::string message_;
+};
+
+// The last failed Status of this thread, cleared by reading (like cnrtGetLastError).
+Status getLastError();
+
+// ---- Backend and initialization -------------------------------------------------------
+
+struct InitOptions {
+  std::string backend;        // "sim" or "native"; empty: CARDSIM_BACKEND, else "sim"
+  std::string preset;         // empty: CARDSIM_PRESET, else "mlu370-x8"
+  uint32_t devices = 0;       // 0: CARDSIM_DEVICES, else 8
+  std::vector<std::string> overrides;  // "memory.bandwidth=3.2TB/s", applied last
+  std::string overrides_file; // empty: CARDSIM_CONFIG
+};
+
+// Optional: the first other call initializes from the environment. Calling again with
+// different options after a successful start fails (one configuration per process).
+Status initialize(const InitOptions& options = {});
+std::vector<std::string> backendNames();
+// The backend in use, after initialization ("sim" or "native").
+std::string backendName();
+
+// ---- Devices ----------------------------------------------------------------------------
+
+struct DeviceProperties {
+  std::string name;                 // "MLU370-X8"
+  std::string vendor;
+  std::string preset;               // where the numbers came from
+  uint64_t total_memory_bytes = 0;
+  uint32_t cluster_count = 0;
+  uint32_t cores_per_cluster = 0;
+  double clock_hz = 0;
+  double memory_bandwidth_bytes_per_s = 0;
+  std::string memory_technology;
+  double peak_fp64_flops = 0;       // per second; 0 = unsupported
+  double peak_fp32_flops = 0;
+  double peak_tf32_flops = 0;
+  double peak_fp16_flops = 0;
+  double peak_bf16_flops = 0;
+  double peak_int8_ops = 0;
+  int compute_capability_major = 0;
+  int compute_capability_minor = 0;
+  uint32_t pcie_generation = 0;
+  uint32_t pcie_lanes = 0;
+  double host_link_bandwidth_bytes_per_s = 0;  // one direction, achieved
+  uint32_t dma_engines = 0;
+  uint32_t hardware_queues = 0;
+};
+
+Status getDeviceCount(int* count);
+Status setDevice(int device);        // this thread's current device
+Status getDevice(int* device);
+Status getDeviceProperties(DeviceProperties* props, int device);
+Status deviceSynchronize();          // waits for all work on the current device
+Status deviceCanAccessPeer(int* can_access, int device, int peer);
+
+// ---- Memory -------------------------------------------------------------------------------
+
+// Allocates on the current device. 0 bytes gives nullptr and succeeds.
+Status malloc(void** ptr, std::size_t bytes);
+// Frees a pointer from malloc(); waits for the device first, as vendor runtimes do.
+Status free(void* ptr);
+// Free and total simulated memory of the current device.
+Status memGetInfo(std::size_t* free_bytes, std::size_t* total_bytes);
+// Pinned host memory: copies from it are faster and truly asynchronous.
+Status hostMalloc(void** ptr, std::size_t bytes);
+Status hostFree(void* ptr);
+
+struct PointerAttributes {
+  enum class Type { Unregistered, Host, Device } type = Type::Unregistered;
+  int device = -1;                  // for Device
+  void* base = nullptr;             // start of the allocation holding the pointer
+  std::size_t size = 0;             // its size
+};
+Status pointerGetAttributes(PointerAttributes* attrs, const void* ptr);
+
+enum class MemcpyKind { HostToDevice, DeviceToHost, DeviceToDevice, HostToHost, Default };
+
+struct StreamObject;
+struct EventObject;
+using Stream = StreamObject*;   // nullptr: the current device's default stream
+using Event = EventObject*;
+
+Status memset(void* dev_ptr, int value, std::size_t bytes);
+Status memsetAsync(void* dev_ptr, int value, std::size_t bytes, Stream stream);
+// Synchronous copy: returns when the data is there, in simulated time too.
+Status memcpy(void* dst, const void* src, std::size_t bytes, MemcpyKind kind);
+Status memcpyAsync(void* dst, const void* src, std::size_t bytes, MemcpyKind kind, Stream stream);
+// Copy between two devices; `stream` belongs to either of them.
+Status memcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                       std::size_t bytes, Stream stream);
+
+// ---- Streams (queues) ---------------------------------------------------------------------
+
+// Priorities follow the card: numerically between `least` and `greatest` as reported by
+// deviceGetStreamPriorityRange (MLU: 7..0, CUDA-like cards: 0..-N); out-of-range values clamp.
+Status streamCreate(Stream* stream, int priority = 0);   // on the current device
+Status streamDestroy(Stream stream);
+Status streamSynchronize(Stream stream);
+Status streamQuery(Stream stream);           // Success when idle, NotReady otherwise
+Status streamGetPriority(Stream stream, int* priority);
+Status streamGetDevice(Stream stream, int* device);
+Status streamGetId(Stream stream, uint32_t* id);   // unique per process; default streams 0
+Status streamWaitEvent(Stream stream, Event event);
+Status deviceGetStreamPriorityRange(int* least, int* greatest);
+
+// ---- Events (notifiers) ----------------------------------------------------------------
+
+enum EventFlags : unsigned {
+  kEventDefault = 0,
+  kEventDisableTiming = 1,
+  kEventBlockingSync = 2,
+  kEventInterprocess = 4,
+};
+
+Status eventCreate(Event* event, unsigned flags = kEventDefault);
+Status eventDestroy(Event event);
+Status eventRecord(Event event, Stream stream);
+Status eventQuery(Event event);              // Success when reached (or never recorded)
+Status eventSynchronize(Event event);
+// Simulated milliseconds between two completed events.
+Status eventElapsedTime(float* ms, Event start, Event end);
+
+// ---- Kernels ------------------------------------------------------------------------------
+
+enum class DataType : uint8_t { Float64, Float32, TFloat32, Float16, BFloat16, Int8 };
+enum class KernelClass : uint8_t { Gemm, Elementwise, Reduction, Other };
+
+// What the model needs to time a kernel.
+struct KernelCost {
+  KernelClass kernel_class = KernelClass::Other;
+  DataType dtype = DataType::Float32;
+  double flops = 0;
+  double bytes_read = 0;
+  double bytes_written = 0;
+  uint32_t tiles = 0;    // 0: let the model tile it
+};
+
+// Runs `work` now, on this thread (the result is exact and visible at once), and queues
+// the kernel's cost on `stream` for the timing model.
+Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost,
+                    const std::function<void()>& work);
+
+// ---- Simulated time and activity records ------------------------------------------
+
+// This thread's virtual host clock, in picoseconds.
+Status hostTimePs(uint64_t* ps);
+
+struct ActivityRecord {
+  enum class Kind { Kernel, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, MemcpyPeer, Memset,
+                    EventRecord, EventWait };
+  Kind kind = Kind::Kernel;
+  int device = 0;
+  uint32_t stream_id = 0;
+  uint32_t hardware_queue = 0;
+  std::string name;
+  uint64_t submit_ps = 0;   // when the host handed it to the device
+  uint64_t start_ps = 0;
+  uint64_t end_ps = 0;
+  double flops = 0;
+  uint64_t bytes = 0;
+};
+const char* activityKindName(ActivityRecord::Kind k);
+
+// While on, every completed command is recorded; drain returns them in completion order.
+Status setActivityRecording(bool on);
+Status drainActivities(std::vector<ActivityRecord>* out);
+
+}  // namespace cardsim::shim

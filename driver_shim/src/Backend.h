@@ -1,0 +1,65 @@
+// The seam between the public shim API and what executes it. The free functions in
+// Runtime.cpp pick one backend per process (CARDSIM_BACKEND) and forward to it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cardsim/shim.h"
+
+namespace cardsim::shim {
+
+class IBackend {
+ public:
+  virtual ~IBackend() = default;
+  virtual const char* name() const = 0;
+
+  virtual Status getDeviceCount(int* count) = 0;
+  virtual Status setDevice(int device) = 0;
+  virtual Status getDevice(int* device) = 0;
+  virtual Status getDeviceProperties(DeviceProperties* props, int device) = 0;
+  virtual Status deviceSynchronize() = 0;
+  virtual Status deviceCanAccessPeer(int* can_access, int device, int peer) = 0;
+
+  virtual Status malloc(void** ptr, std::size_t bytes) = 0;
+  virtual Status free(void* ptr) = 0;
+  virtual Status memGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) = 0;
+  virtual Status hostMalloc(void** ptr, std::size_t bytes) = 0;
+  virtual Status hostFree(void* ptr) = 0;
+  virtual Status pointerGetAttributes(PointerAttributes* attrs, const void* ptr) = 0;
+  virtual Status memset(void* ptr, int value, std::size_t bytes, Stream stream, bool async) = 0;
+  virtual Status memcpy(void* dst, const void* src, std::size_t bytes, MemcpyKind kind,
+                        Stream stream, bool async) = 0;
+  virtual Status memcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                                 std::size_t bytes, Stream stream) = 0;
+
+  virtual Status streamCreate(Stream* stream, int priority) = 0;
+  virtual Status streamDestroy(Stream stream) = 0;
+  virtual Status streamSynchronize(Stream stream) = 0;
+  virtual Status streamQuery(Stream stream) = 0;
+  virtual Status streamGetPriority(Stream stream, int* priority) = 0;
+  virtual Status streamGetDevice(Stream stream, int* device) = 0;
+  virtual Status streamGetId(Stream stream, uint32_t* id) = 0;
+  virtual Status streamWaitEvent(Stream stream, Event event) = 0;
+  virtual Status deviceGetStreamPriorityRange(int* least, int* greatest) = 0;
+
+  virtual Status eventCreate(Event* event, unsigned flags) = 0;
+  virtual Status eventDestroy(Event event) = 0;
+  virtual Status eventRecord(Event event, Stream stream) = 0;
+  virtual Status eventQuery(Event event) = 0;
+  virtual Status eventSynchronize(Event event) = 0;
+  virtual Status eventElapsedTime(float* ms, Event start, Event end) = 0;
+
+  virtual Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost,
+                              const std::function<void()>& work) = 0;
+
+  virtual Status hostTimePs(uint64_t* ps) = 0;
+  virtual Status setActivityRecording(bool on) = 0;
+  virtual Status drainActivities(std::vector<ActivityRecord>* out) = 0;
+};
+
+// Each returns the backend, or nullptr with `why` set.
+std::unique_ptr<IBackend> createSimBackend(const InitOptions& options, Status* why);
+std::unique_ptr<IBackend> createNativeBackend(const InitOptions& options, Status* why);
+
+}  // namespace cardsim::shim

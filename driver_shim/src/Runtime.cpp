@@ -1,0 +1,205 @@
+// The public shim functions: pick the backend once per process, forward, and keep the
+// thread's last error.
+#include <cstdlib>
+#include <mutex>
+
+#include "Backend.h"
+
+namespace cardsim::shim {
+namespace {
+
+struct BackendEntry {
+  const char* name;
+  std::unique_ptr<IBackend> (*create)(const InitOptions&, Status*);
+};
+
+// The registry of backends, keyed by CARDSIM_BACKEND.
+const BackendEntry kBackends[] = {
+    {"sim", &createSimBackend},
+    {"native", &createNativeBackend},
+};
+
+std::mutex g_mutex;
+std::unique_ptr<IBackend> g_backend;
+InitOptions g_options;
+thread_local Status t_last_error;
+
+Status remember(Status s) {
+  if (!s.ok() && s.code() != Code::NotReady) t_last_error = s;
+  return s;
+}
+
+Status initLocked(const InitOptions& options) {
+  std::string name = options.backend;
+  if (name.empty()) {
+    const char* env = std::getenv("CARDSIM_BACKEND");
+    name = env && *env ? env : "sim";
+  }
+  for (const BackendEntry& e : kBackends) {
+    if (name != e.name) continue;
+    Status why;
+    g_backend = e.create(options, &why);
+    if (!g_backend) return why;
+    g_options = options;
+    g_options.backend = name;
+    return Status::Ok();
+  }
+  std::string valid;
+  for (const BackendEntry& e : kBackends) valid += (valid.empty() ? "" : ", ") + std::string(e.name);
+  return Status(Code::InitFailed, "unknown backend \"" + name + "\" (valid backends: " + valid + ")");
+}
+
+IBackend* backend(Status* why) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_backend) {
+    Status s = initLocked(InitOptions{});
+    if (!s.ok()) {
+      *why = s;
+      return nullptr;
+    }
+  }
+  return g_backend.get();
+}
+
+#define CARDSIM_FORWARD(call)          \
+  do {                                 \
+    Status why_;                       \
+    IBackend* b_ = backend(&why_);     \
+    if (!b_) return remember(why_);    \
+    return remember(b_->call);         \
+  } while (0)
+
+}  // namespace
+
+const char* codeName(Code c) {
+  switch (c) {
+    case Code::Success: return "Success";
+    case Code::NotReady: return "NotReady";
+    case Code::InvalidValue: return "InvalidValue";
+    case Code::InvalidDevice: return "InvalidDevice";
+    case Code::InvalidHandle: return "InvalidHandle";
+    case Code::OutOfMemory: return "OutOfMemory";
+    case Code::NotSupported: return "NotSupported";
+    case Code::InitFailed: return "InitFailed";
+    case Code::KernelFailed: return "KernelFailed";
+    case Code::Internal: return "Internal";
+  }
+  return "Unknown";
+}
+
+std::string Status::toString() const {
+  return message_.empty() ? codeName(code_) : std::string(codeName(code_)) + ": " + message_;
+}
+
+Status getLastError() {
+  Status s = t_last_error;
+  t_last_error = Status::Ok();
+  return s;
+}
+
+Status initialize(const InitOptions& options) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_backend) {
+    const bool same = (options.backend.empty() || options.backend == g_options.backend) &&
+                      options.preset == g_options.preset && options.devices == g_options.devices &&
+                      options.overrides == g_options.overrides &&
+                      options.overrides_file == g_options.overrides_file;
+    if (same) return Status::Ok();
+    return remember(Status(Code::InitFailed,
+                           "initialize: the runtime is already running (backend \"" +
+                               g_options.backend + "\"); one configuration per process"));
+  }
+  return remember(initLocked(options));
+}
+
+std::vector<std::string> backendNames() {
+  std::vector<std::string> out;
+  for (const BackendEntry& e : kBackends) out.emplace_back(e.name);
+  return out;
+}
+
+std::string backendName() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_backend ? g_backend->name() : "";
+}
+
+const char* activityKindName(ActivityRecord::Kind k) {
+  switch (k) {
+    case ActivityRecord::Kind::Kernel: return "kernel";
+    case ActivityRecord::Kind::MemcpyHtoD: return "memcpy HtoD";
+    case ActivityRecord::Kind::MemcpyDtoH: return "memcpy DtoH";
+    case ActivityRecord::Kind::MemcpyDtoD: return "memcpy DtoD";
+    case ActivityRecord::Kind::MemcpyPeer: return "memcpy peer";
+    case ActivityRecord::Kind::Memset: return "memset";
+    case ActivityRecord::Kind::EventRecord: return "event record";
+    case ActivityRecord::Kind::EventWait: return "event wait";
+  }
+  return "?";
+}
+
+Status getDeviceCount(int* count) { CARDSIM_FORWARD(getDeviceCount(count)); }
+Status setDevice(int device) { CARDSIM_FORWARD(setDevice(device)); }
+Status getDevice(int* device) { CARDSIM_FORWARD(getDevice(device)); }
+Status getDeviceProperties(DeviceProperties* props, int device) {
+  CARDSIM_FORWARD(getDeviceProperties(props, device));
+}
+Status deviceSynchronize() { CARDSIM_FORWARD(deviceSynchronize()); }
+Status deviceCanAccessPeer(int* can_access, int device, int peer) {
+  CARDSIM_FORWARD(deviceCanAccessPeer(can_access, device, peer));
+}
+Status malloc(void** ptr, std::size_t bytes) { CARDSIM_FORWARD(malloc(ptr, bytes)); }
+Status free(void* ptr) { CARDSIM_FORWARD(free(ptr)); }
+Status memGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+  CARDSIM_FORWARD(memGetInfo(free_bytes, total_bytes));
+}
+Status hostMalloc(void** ptr, std::size_t bytes) { CARDSIM_FORWARD(hostMalloc(ptr, bytes)); }
+Status hostFree(void* ptr) { CARDSIM_FORWARD(hostFree(ptr)); }
+Status pointerGetAttributes(PointerAttributes* attrs, const void* ptr) {
+  CARDSIM_FORWARD(pointerGetAttributes(attrs, ptr));
+}
+Status memset(void* dev_ptr, int value, std::size_t bytes) {
+  CARDSIM_FORWARD(memset(dev_ptr, value, bytes, nullptr, false));
+}
+Status memsetAsync(void* dev_ptr, int value, std::size_t bytes, Stream stream) {
+  CARDSIM_FORWARD(memset(dev_ptr, value, bytes, stream, true));
+}
+Status memcpy(void* dst, const void* src, std::size_t bytes, MemcpyKind kind) {
+  CARDSIM_FORWARD(memcpy(dst, src, bytes, kind, nullptr, false));
+}
+Status memcpyAsync(void* dst, const void* src, std::size_t bytes, MemcpyKind kind, Stream stream) {
+  CARDSIM_FORWARD(memcpy(dst, src, bytes, kind, stream, true));
+}
+Status memcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                       std::size_t bytes, Stream stream) {
+  CARDSIM_FORWARD(memcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream));
+}
+Status streamCreate(Stream* stream, int priority) { CARDSIM_FORWARD(streamCreate(stream, priority)); }
+Status streamDestroy(Stream stream) { CARDSIM_FORWARD(streamDestroy(stream)); }
+Status streamSynchronize(Stream stream) { CARDSIM_FORWARD(streamSynchronize(stream)); }
+Status streamQuery(Stream stream) { CARDSIM_FORWARD(streamQuery(stream)); }
+Status streamGetPriority(Stream stream, int* priority) {
+  CARDSIM_FORWARD(streamGetPriority(stream, priority));
+}
+Status streamGetDevice(Stream stream, int* device) { CARDSIM_FORWARD(streamGetDevice(stream, device)); }
+Status streamGetId(Stream stream, uint32_t* id) { CARDSIM_FORWARD(streamGetId(stream, id)); }
+Status streamWaitEvent(Stream stream, Event event) { CARDSIM_FORWARD(streamWaitEvent(stream, event)); }
+Status deviceGetStreamPriorityRange(int* least, int* greatest) {
+  CARDSIM_FORWARD(deviceGetStreamPriorityRange(least, greatest));
+}
+Status eventCreate(Event* event, unsigned flags) { CARDSIM_FORWARD(eventCreate(event, flags)); }
+Status eventDestroy(Event event) { CARDSIM_FORWARD(eventDestroy(event)); }
+Status eventRecord(Event event, Stream stream) { CARDSIM_FORWARD(eventRecord(event, stream)); }
+Status eventQuery(Event event) { CARDSIM_FORWARD(eventQuery(event)); }
+Status eventSynchronize(Event event) { CARDSIM_FORWARD(eventSynchronize(event)); }
+Status eventElapsedTime(float* ms, Event start, Event end) {
+  CARDSIM_FORWARD(eventElapsedTime(ms, start, end));
+}
+Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost,
+                    const std::function<void()>& work) {
+  CARDSIM_FORWARD(launchKernel(stream, name, cost, work));
+}
+Status hostTimePs(uint64_t* ps) { CARDSIM_FORWARD(hostTimePs(ps)); }
+Status setActivityRecording(bool on) { CARDSIM_FORWARD(setActivityRecording(on)); }
+Status drainActivities(std::vector<ActivityRecord>* out) { CARDSIM_FORWARD(drainActivities(out)); }
+
+}  // namespace cardsim::shim

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian packages, the Python environment in .venv/) and builds
+# cardsim into build/. Idempotent: on a set-up machine it only runs an up-to-date build.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+log() { printf '[setup] %s\n' "$*"; }
+
+# ---- Debian packages -------------------------------------------------------------------
+apt_packages=(build-essential cmake ninja-build ccache pkg-config libsystemc-dev libboost-dev
+              libprotobuf-dev protobuf-compiler libgtest-dev python3-venv)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# ---- Python environment ----------------------------------------------------------------
+python="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  "$python" -m venv .venv
+fi
+stamp=.venv/.cardsim-requirements
+want="$(cat requirements.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing Python requirements into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -r requirements.txt
+  # DeepSpeed 0.19.8 is an sdist: build it without prebuilt ops and without DS_ACCELERATOR,
+  # or its setup picks an accelerator at build time.
+  if ! .venv/bin/python -c "import importlib.metadata as m; assert m.version('deepspeed') == '0.19.8'" 2>/dev/null; then
+    log "installing deepspeed==0.19.8"
+    env -u DS_ACCELERATOR DS_BUILD_OPS=0 .venv/bin/python -m pip install -q deepspeed==0.19.8
+  fi
+  echo "$want" > "$stamp"
+fi
+
+# ---- Build -----------------------------------------------------------------------------
+if [ ! -f build/build.ninja ]; then
+  log "configuring build/"
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+log "building"
+cmake --build build -- -j"$(nproc)" | grep -vE '^\[[0-9]+/[0-9]+\]|^ninja: (Entering|Leaving|no work)' || true
+test "${PIPESTATUS[0]}" -eq 0
+log "ready"

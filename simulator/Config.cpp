@@ -1,0 +1,425 @@
+#include "simulator/Config.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/reflection.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "simulator/EmbeddedPresets.h"
+#include "simulator/Units.h"
+#include "simulator/proto/config.pb.h"
+
+namespace cardsim::sim {
+
+using namespace cardsim::model;
+
+namespace {
+
+namespace pb = google::protobuf;
+
+struct ParseProblem {
+  int line = -1;  // 0-based
+  int column = -1;
+  std::string message;
+};
+
+class CollectFirstError : public pb::io::ErrorCollector {
+ public:
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    if (first.line < 0) first = {line, column, message};
+  }
+  void AddWarning(int, pb::io::ColumnNumber, const std::string&) override {}
+  ParseProblem first;
+};
+
+// Rebuilds the key path ("device.memory.bandwidht") of the token at (line, column) by
+// walking the text format's tokens and tracking open message blocks.
+std::string keyPathAt(const std::string& text, int line, int column) {
+  pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  CollectFirstError ignore;
+  pb::io::Tokenizer tokenizer(&input, &ignore);
+  tokenizer.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
+  std::vector<std::string> stack;
+  std::string last_identifier;
+  while (tokenizer.Next()) {
+    const auto& tok = tokenizer.current();
+    if (tok.line > line || (tok.line == line && tok.column >= column)) {
+      std::string path;
+      for (const auto& s : stack) path += s + ".";
+      return path + (tok.type == pb::io::Tokenizer::TYPE_IDENTIFIER ? tok.text : last_identifier);
+    }
+    if (tok.type == pb::io::Tokenizer::TYPE_IDENTIFIER) {
+      last_identifier = tok.text;
+    } else if (tok.type == pb::io::Tokenizer::TYPE_SYMBOL) {
+      if (tok.text == "{" || tok.text == "<") stack.push_back(last_identifier);
+      if ((tok.text == "}" || tok.text == ">") && !stack.empty()) stack.pop_back();
+    }
+  }
+  std::string path;
+  for (const auto& s : stack) path += (path.empty() ? "" : ".") + s;
+  return path;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::string fieldNames(const pb::Descriptor* d) {
+  std::string out;
+  for (int i = 0; i < d->field_count(); ++i) out += (i ? ", " : "") + d->field(i)->name();
+  return out;
+}
+
+bool isQuantity(const pb::FieldDescriptor* f) {
+  return f->type() == pb::FieldDescriptor::TYPE_MESSAGE &&
+         f->message_type() == config::Quantity::descriptor();
+}
+
+// Checks that every quantity under `msg` is present, has a value, a confidence and (when
+// published or derived) a source. Appends one line per problem.
+void checkQuantities(const pb::Message& msg, const std::string& prefix,
+                     std::vector<std::string>* problems) {
+  const pb::Descriptor* d = msg.GetDescriptor();
+  const pb::Reflection* r = msg.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    if (f->type() != pb::FieldDescriptor::TYPE_MESSAGE || f->is_repeated()) continue;
+    const std::string path = prefix + f->name();
+    if (isQuantity(f)) {
+      if (!r->HasField(msg, f)) {
+        problems->push_back(path + ": missing");
+        continue;
+      }
+      const auto& q = static_cast<const config::Quantity&>(r->GetMessage(msg, f));
+      if (trim(q.value()).empty()) problems->push_back(path + ".value: missing");
+      if (q.confidence() == config::CONFIDENCE_UNSET)
+        problems->push_back(path + ".confidence: missing (PUBLISHED, DERIVED or ASSUMED)");
+      if ((q.confidence() == config::PUBLISHED || q.confidence() == config::DERIVED) &&
+          trim(q.source()).empty())
+        problems->push_back(path + ".source: missing for a " +
+                            config::Confidence_Name(q.confidence()) + " number");
+    } else {
+      checkQuantities(r->GetMessage(msg, f), path + ".", problems);
+    }
+  }
+}
+
+class Extractor {
+ public:
+  Extractor(const config::DeviceConfig& dev, std::string origin)
+      : dev_(dev), origin_(std::move(origin)) {}
+
+  // Looks up `path` (relative to the device) and parses it as `dim`.
+  double get(const std::string& path, Dimension dim) {
+    const config::Quantity* q = find(path);
+    if (!q) return 0;  // reported by checkQuantities
+    std::string why;
+    auto v = parseQuantity(q->value(), dim, &why);
+    if (!v) {
+      problems_.push_back("device." + path + ": " + why + " (expected a " + dimensionName(dim) +
+                          " like " + dimensionExample(dim) + ")" + provenance(*q));
+      return 0;
+    }
+    return *v;
+  }
+  double positive(const std::string& path, Dimension dim) {
+    double v = get(path, dim);
+    const config::Quantity* q = find(path);
+    if (q && v <= 0 && problemsFor(path) == 0)
+      problems_.push_back("device." + path + ": \"" + q->value() + "\" must be greater than 0" +
+                          provenance(*q));
+    return v;
+  }
+  uint32_t count(const std::string& path, uint32_t min_value) {
+    double v = get(path, Dimension::Count);
+    const config::Quantity* q = find(path);
+    if (q && problemsFor(path) == 0 && (v < min_value || v > 1e9)) {
+      problems_.push_back("device." + path + ": \"" + q->value() + "\" must be at least " +
+                          std::to_string(min_value) + provenance(*q));
+      return min_value;
+    }
+    return static_cast<uint32_t>(v);
+  }
+  void fail(const std::string& path, const std::string& msg) {
+    const config::Quantity* q = find(path);
+    problems_.push_back("device." + path + ": " + msg + (q ? provenance(*q) : ""));
+  }
+  const std::vector<std::string>& problems() const { return problems_; }
+  std::vector<std::string>& problems() { return problems_; }
+
+ private:
+  static std::string provenance(const config::Quantity& q) {
+    return q.confidence() == config::OVERRIDDEN ? " [" + q.source() + "]" : "";
+  }
+  size_t problemsFor(const std::string& path) const {
+    return static_cast<size_t>(std::count_if(problems_.begin(), problems_.end(), [&](auto& p) {
+      return p.rfind("device." + path + ":", 0) == 0;
+    }));
+  }
+  const config::Quantity* find(const std::string& path) const {
+    const pb::Message* msg = &dev_;
+    std::stringstream ss(path);
+    std::string seg;
+    std::vector<std::string> segs;
+    while (std::getline(ss, seg, '.')) segs.push_back(seg);
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(segs[i]);
+      if (!f || f->type() != pb::FieldDescriptor::TYPE_MESSAGE) return nullptr;
+      if (!msg->GetReflection()->HasField(*msg, f)) return nullptr;
+      msg = &msg->GetReflection()->GetMessage(*msg, f);
+    }
+    return dynamic_cast<const config::Quantity*>(msg);
+  }
+
+  const config::DeviceConfig& dev_;
+  std::string origin_;
+  std::vector<std::string> problems_;
+};
+
+const EmbeddedPreset* findEmbedded(const std::string& name) {
+  for (size_t i = 0; i < kEmbeddedPresetCount; ++i)
+    if (name == kEmbeddedPresets[i].name) return &kEmbeddedPresets[i];
+  return nullptr;
+}
+
+}  // namespace
+
+SimOptions SimOptions::fromEnvironment(const SimOptions& defaults) {
+  SimOptions o = defaults;
+  if (const char* p = std::getenv("CARDSIM_PRESET"); p && *p) o.preset = p;
+  if (const char* d = std::getenv("CARDSIM_DEVICES"); d && *d) {
+    char* end = nullptr;
+    long n = std::strtol(d, &end, 10);
+    if (*end != '\0' || n < 1 || n > 4096)
+      throw ConfigError(std::string("CARDSIM_DEVICES=\"") + d +
+                        "\" is not a device count between 1 and 4096");
+    o.devices = static_cast<uint32_t>(n);
+  }
+  if (const char* c = std::getenv("CARDSIM_CONFIG"); c && *c) o.overrides_file = c;
+  return o;
+}
+
+std::vector<std::string> presetNames() {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < kEmbeddedPresetCount; ++i) names.emplace_back(kEmbeddedPresets[i].name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+config::Preset parsePresetText(const std::string& text, const std::string& origin) {
+  config::Preset preset;
+  pb::TextFormat::Parser parser;
+  CollectFirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &preset)) {
+    const ParseProblem& p = errors.first;
+    std::string where = origin + ":" + std::to_string(p.line + 1) + ":" + std::to_string(p.column + 1);
+    std::string key = keyPathAt(text, p.line, p.column);
+    std::string msg = where + ": " + (key.empty() ? "" : "key '" + key + "': ") + p.message;
+    // Name the valid keys for an unknown field: protobuf's message does not.
+    if (p.message.find("has no field named") != std::string::npos) {
+      const pb::Descriptor* d = config::Preset::descriptor();
+      std::stringstream ss(key);
+      std::string seg;
+      std::vector<std::string> segs;
+      while (std::getline(ss, seg, '.')) segs.push_back(seg);
+      for (size_t i = 0; i + 1 < segs.size() && d; ++i) {
+        const pb::FieldDescriptor* f = d->FindFieldByName(segs[i]);
+        d = (f && f->type() == pb::FieldDescriptor::TYPE_MESSAGE) ? f->message_type() : nullptr;
+      }
+      if (d) msg += " (valid keys here: " + fieldNames(d) + ")";
+    }
+    throw ConfigError(msg);
+  }
+  return preset;
+}
+
+config::Preset loadPreset(const std::string& name_or_path) {
+  const bool is_path = name_or_path.find('/') != std::string::npos ||
+                       (name_or_path.size() > 10 &&
+                        name_or_path.rfind(".textproto") == name_or_path.size() - 10);
+  if (is_path) {
+    config::Preset p = parsePresetText(readFile(name_or_path), name_or_path);
+    if (p.name().empty()) p.set_name(name_or_path);
+    return p;
+  }
+  const EmbeddedPreset* e = findEmbedded(name_or_path);
+  if (!e) {
+    std::string valid;
+    for (const auto& n : presetNames()) valid += (valid.empty() ? "" : ", ") + n;
+    throw ConfigError("unknown preset \"" + name_or_path + "\" (valid presets: " + valid +
+                      "; or a path to a .textproto file)");
+  }
+  return parsePresetText(e->text, std::string("preset ") + e->name);
+}
+
+void applyOverride(config::Preset& preset, const std::string& assignment,
+                   const std::string& origin) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos)
+    throw ConfigError(origin + ": \"" + assignment + "\" is not of the form key.path=value");
+  const std::string key = trim(assignment.substr(0, eq));
+  const std::string value = trim(assignment.substr(eq + 1));
+  if (key.empty()) throw ConfigError(origin + ": \"" + assignment + "\" has no key");
+  if (value.empty()) throw ConfigError(origin + ": key '" + key + "' has no value");
+
+  pb::Message* msg = preset.mutable_device();
+  std::stringstream ss(key);
+  std::string seg, walked;
+  std::vector<std::string> segs;
+  while (std::getline(ss, seg, '.')) segs.push_back(seg);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const pb::Descriptor* d = msg->GetDescriptor();
+    const pb::FieldDescriptor* f = d->FindFieldByName(segs[i]);
+    const std::string here = walked.empty() ? "top level" : "'" + walked + "'";
+    walked += (walked.empty() ? "" : ".") + segs[i];
+    if (!f || f->is_repeated())
+      throw ConfigError(origin + ": unknown key '" + key + "' ('" + segs[i] + "' is not a key under " +
+                        here + "; valid: " + fieldNames(d) + ")");
+    const bool last = i + 1 == segs.size();
+    if (isQuantity(f)) {
+      if (!last)
+        throw ConfigError(origin + ": unknown key '" + key + "' ('" + walked +
+                          "' is a number, it has no sub-keys)");
+      auto* q = static_cast<config::Quantity*>(msg->GetReflection()->MutableMessage(msg, f));
+      q->set_value(value);
+      q->set_confidence(config::OVERRIDDEN);
+      q->set_source("override from " + origin);
+      return;
+    }
+    if (f->type() == pb::FieldDescriptor::TYPE_STRING && last) {
+      msg->GetReflection()->SetString(msg, f, value);
+      return;
+    }
+    if (f->type() != pb::FieldDescriptor::TYPE_MESSAGE || last)
+      throw ConfigError(origin + ": key '" + key + "' names a group, not a value (keys under '" +
+                        walked + "': " +
+                        (f->type() == pb::FieldDescriptor::TYPE_MESSAGE ? fieldNames(f->message_type()) : "") +
+                        ")");
+    msg = msg->GetReflection()->MutableMessage(msg, f);
+  }
+}
+
+void applyOverridesFile(config::Preset& preset, const std::string& path) {
+  std::istringstream in(readFile(path));
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line = line.substr(0, hash);
+    if (trim(line).empty()) continue;
+    applyOverride(preset, line, path + ":" + std::to_string(n));
+  }
+}
+
+DeviceParams toDeviceParams(const config::Preset& preset, const std::string& origin) {
+  const config::DeviceConfig& dev = preset.device();
+  std::vector<std::string> problems;
+  if (!preset.has_device()) problems.push_back("device: missing");
+  if (dev.name().empty()) problems.push_back("device.name: missing");
+  checkQuantities(dev, "device.", &problems);
+
+  Extractor x(dev, origin);
+  DeviceParams p;
+  p.preset = preset.name().empty() ? origin : preset.name();
+  p.name = dev.name();
+  p.vendor = dev.vendor();
+
+  auto& c = p.compute;
+  c.clusters = x.count("compute.clusters", 1);
+  c.cores_per_cluster = x.count("compute.cores_per_cluster", 1);
+  c.clock_hz = x.positive("compute.clock", Dimension::Frequency);
+  const char* dtype_keys[] = {"fp64", "fp32", "tf32", "fp16", "bf16", "int8"};
+  for (size_t i = 0; i < kDTypeCount; ++i)
+    c.peak_ops_per_s[i] = x.get(std::string("compute.peak.") + dtype_keys[i], Dimension::Throughput);
+  if (c.peak_ops_per_s[static_cast<size_t>(DType::FP32)] <= 0)
+    x.fail("compute.peak.fp32", "every device needs an fp32 peak above 0");
+  const char* class_keys[] = {"gemm", "elementwise", "reduction", "other"};
+  for (size_t i = 0; i < kKernelClassCount; ++i)
+    c.efficiency[i] = x.get(std::string("compute.efficiency.") + class_keys[i], Dimension::Fraction);
+  c.dispatch_latency_s = x.get("compute.dispatch_latency", Dimension::Time);
+  c.graph_dispatch_latency_s = x.get("compute.graph_dispatch_latency", Dimension::Time);
+  c.tile_bytes = x.positive("compute.tile_bytes", Dimension::Bytes);
+
+  auto& m = p.memory;
+  m.capacity_bytes = static_cast<uint64_t>(x.positive("memory.capacity", Dimension::Bytes));
+  m.bandwidth_bytes_per_s = x.positive("memory.bandwidth", Dimension::Bandwidth);
+  m.latency_s = x.get("memory.latency", Dimension::Time);
+  m.channels = x.count("memory.channels", 1);
+  m.technology = dev.memory().technology();
+
+  auto& h = p.host_link;
+  h.pcie_generation = x.count("host_link.pcie_generation", 1);
+  h.lanes = x.count("host_link.lanes", 1);
+  h.efficiency = x.get("host_link.efficiency", Dimension::Fraction);
+  h.latency_s = x.get("host_link.latency", Dimension::Time);
+  h.pageable_efficiency = x.get("host_link.pageable_efficiency", Dimension::Fraction);
+  if (h.pcie_generation > 6) x.fail("host_link.pcie_generation", "PCIe generations 1 to 6 are known");
+  if (h.lanes != 1 && h.lanes != 2 && h.lanes != 4 && h.lanes != 8 && h.lanes != 16 && h.lanes != 32)
+    x.fail("host_link.lanes", "\"" + std::to_string(h.lanes) + "\" is not a PCIe width (1, 2, 4, 8, 16, 32)");
+  h.bandwidth_bytes_per_s = pcieLaneBytesPerSecond(h.pcie_generation) * h.lanes * h.efficiency;
+
+  p.dma.engines = x.count("dma.engines", 1);
+  p.dma.d2d_latency_s = x.get("dma.d2d_latency", Dimension::Time);
+
+  p.queues.hardware_queues = x.count("queues.hardware_queues", 1);
+  p.queues.priority_least = static_cast<int>(x.get("queues.priority_least", Dimension::Count));
+  p.queues.priority_greatest = static_cast<int>(x.get("queues.priority_greatest", Dimension::Count));
+
+  // Every host call must cost > 0: the simulation's determinism relies on later calls
+  // landing strictly after the simulated time already run.
+  p.host.launch_overhead_s = x.positive("host.launch_overhead", Dimension::Time);
+  p.host.memcpy_overhead_s = x.positive("host.memcpy_overhead", Dimension::Time);
+  p.host.sync_overhead_s = x.positive("host.sync_overhead", Dimension::Time);
+  p.host.event_overhead_s = x.positive("host.event_overhead", Dimension::Time);
+  p.host.alloc_overhead_s = x.positive("host.alloc_overhead", Dimension::Time);
+  p.host.query_overhead_s = x.positive("host.query_overhead", Dimension::Time);
+
+  p.compute_capability_major = static_cast<int>(x.get("compute_capability_major", Dimension::Count));
+  p.compute_capability_minor = static_cast<int>(x.get("compute_capability_minor", Dimension::Count));
+
+  // checkQuantities already reported missing values; don't repeat them as parse errors.
+  for (const auto& e : x.problems())
+    if (e.find(": empty value") == std::string::npos) problems.push_back(e);
+  if (!problems.empty()) {
+    std::string msg = origin + ": invalid configuration:";
+    for (const auto& e : problems) msg += "\n  " + e;
+    throw ConfigError(msg);
+  }
+  return p;
+}
+
+DeviceParams loadDeviceParams(const SimOptions& options) {
+  config::Preset preset = loadPreset(options.preset);
+  const bool is_file = options.preset.find('/') != std::string::npos ||
+                       options.preset.find(".textproto") != std::string::npos;
+  std::string origin = is_file ? options.preset : "preset " + options.preset;
+  if (!options.overrides_file.empty()) {
+    applyOverridesFile(preset, options.overrides_file);
+    origin += " + " + options.overrides_file;
+  }
+  for (const auto& o : options.overrides) applyOverride(preset, o, "override \"" + o + "\"");
+  if (!options.overrides.empty()) origin += " + overrides";
+  return toDeviceParams(preset, origin);
+}
+
+}  // namespace cardsim::sim

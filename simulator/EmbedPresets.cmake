@@ -1,0 +1,13 @@
+# Writes a C++ source holding each preset file's text: cmake -DOUTPUT=.. -DINPUTS=a;b -P
+set(body "// Generated from simulator/presets by EmbedPresets.cmake. Do not edit.\n")
+string(APPEND body "#include \"simulator/EmbeddedPresets.h\"\n\nnamespace cardsim::sim {\n\n")
+string(APPEND body "const EmbeddedPreset kEmbeddedPresets[] = {\n")
+set(count 0)
+foreach(file IN LISTS INPUTS)
+  get_filename_component(name ${file} NAME_WE)
+  file(READ ${file} text)
+  string(APPEND body "  {\"${name}\", R\"cardsim_preset(${text})cardsim_preset\"},\n")
+  math(EXPR count "${count} + 1")
+endforeach()
+string(APPEND body "};\n\nconst std::size_t kEmbeddedPresetCount = ${count};\n\n}  // namespace cardsim::sim\n")
+file(WRITE ${OUTPUT} "${body}")

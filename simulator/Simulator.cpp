@@ -1,0 +1,475 @@
+#include "simulator/Simulator.h"
+
+#include <systemc>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "device_models/Card.h"
+
+namespace cardsim::sim {
+
+using model::Card;
+using model::index;
+
+namespace {
+
+thread_local TimePs t_host_ps = 0;
+thread_local bool t_host_started = false;
+std::atomic<TimePs> g_latest_host_ps{0};
+
+std::mutex g_start_mutex;
+Simulator* g_simulator = nullptr;
+
+void noteHostTime(TimePs t) {
+  TimePs seen = g_latest_host_ps.load(std::memory_order_relaxed);
+  while (t > seen && !g_latest_host_ps.compare_exchange_weak(seen, t)) {
+  }
+}
+
+TimePs& hostClock() {
+  // A thread that first calls in late starts at the latest host time seen so far, not 0.
+  if (!t_host_started) {
+    t_host_started = true;
+    t_host_ps = g_latest_host_ps.load();
+  }
+  return t_host_ps;
+}
+
+TimePs simNowPs() { return sc_core::sc_time_stamp().value(); }
+
+bool sameOptions(const SimOptions& a, const SimOptions& b) {
+  return a.preset == b.preset && a.devices == b.devices && a.overrides == b.overrides &&
+         a.overrides_file == b.overrides_file;
+}
+
+}  // namespace
+
+struct Reply {
+  bool done = false;
+  TimePs time_ps = 0;
+  std::string error;
+  DeviceCounters counters;
+};
+
+struct Request {
+  enum class Kind { Wait, Query, Counters } kind = Kind::Wait;
+  std::vector<QueuePoint> points;
+  TimePs at_ps = 0;
+  DeviceId device{};
+  std::promise<Reply> reply;
+};
+
+struct Item {
+  DeviceId device{};
+  QueueId queue{};
+  Command cmd;
+  Request* request = nullptr;
+};
+
+struct PendingWait {
+  Request* request;
+  std::vector<QueuePoint> remaining;
+  TimePs latest_ps;
+};
+
+struct Simulator::Impl : model::ICompletionSink {
+  SimOptions options;
+  DeviceParams params;
+  uint32_t devices = 0;
+  uint32_t queues_per_device = 0;
+
+  std::thread thread;
+  std::mutex mutex;                    // guards intake, sleeping, stop, submitted
+  std::condition_variable wake;
+  std::vector<Item> intake;
+  bool sleeping = false;
+  bool stop = false;
+  std::vector<uint64_t> submitted;     // per (device, queue)
+
+  // Owned by the simulation thread.
+  std::vector<std::unique_ptr<Card>> cards;
+  std::vector<uint64_t> completed;     // per (device, queue)
+  std::vector<PendingWait> waits;
+  std::string fatal;
+
+  std::atomic<bool> recording{false};
+  std::mutex activity_mutex;
+  std::vector<Activity> activities;
+  std::atomic<uint64_t> completed_total{0};
+
+  mutable std::mutex names_mutex;
+  std::vector<std::string> names{""};
+  std::unordered_map<std::string, uint32_t> name_ids;
+
+  size_t slot(DeviceId d, QueueId q) const {
+    return static_cast<size_t>(index(d)) * queues_per_device + index(q);
+  }
+
+  void threadMain(std::promise<void>* ready);
+  void runTo(TimePs horizon);
+  void handle(Request* r);
+  void onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
+                  TimePs end) override;
+  void push(Item item);
+  Reply ask(std::unique_ptr<Request> r);
+  void shutdown();
+};
+
+void Simulator::Impl::threadMain(std::promise<void>* ready) {
+  try {
+    for (uint32_t d = 0; d < devices; ++d)
+      cards.push_back(std::make_unique<Card>(("device_" + std::to_string(d)).c_str(), DeviceId{d},
+                                             params, *this, cards));
+    sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate and start every process
+  } catch (const std::exception& e) {
+    ready->set_exception(std::make_exception_ptr(
+        std::runtime_error(std::string("cardsim: could not build the device model: ") + e.what())));
+    return;
+  }
+  ready->set_value();
+
+  std::vector<Item> batch;
+  std::vector<Request*> requests;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      while (intake.empty() && !stop) {
+        sleeping = true;
+        wake.wait(lock);
+      }
+      sleeping = false;
+      if (stop && intake.empty()) break;
+      batch.swap(intake);
+    }
+    TimePs horizon = simNowPs();
+    for (Item& it : batch) {
+      if (it.request) {
+        requests.push_back(it.request);
+        horizon = std::max(horizon, it.request->at_ps);
+        continue;
+      }
+      // Only a command from another host thread can be behind the simulation: start it now.
+      it.cmd.ready_ps = std::max(it.cmd.ready_ps, simNowPs());
+      horizon = std::max(horizon, it.cmd.ready_ps);
+      cards[index(it.device)]->queue(it.queue).push(std::move(it.cmd));
+    }
+    batch.clear();
+    try {
+      runTo(horizon);
+      for (Request* r : requests) handle(r);
+      requests.clear();
+      while (!waits.empty()) {
+        sc_core::sc_start();  // until onComplete() pauses it: every waiter answered
+        if (!waits.empty() && !sc_core::sc_pending_activity()) {
+          fatal = "simulation went idle with host threads still waiting (model bug)";
+          break;
+        }
+      }
+    } catch (const std::exception& e) {
+      fatal = std::string("simulation failed: ") + e.what();
+    }
+    if (!fatal.empty()) {
+      for (Request* r : requests) r->reply.set_value(Reply{false, 0, fatal, {}});
+      requests.clear();
+      for (PendingWait& w : waits) w.request->reply.set_value(Reply{false, 0, fatal, {}});
+      waits.clear();
+    }
+  }
+}
+
+void Simulator::Impl::runTo(TimePs horizon) {
+  // Run every event at or before `horizon`; later host calls land strictly after it.
+  const TimePs now = simNowPs();
+  if (horizon + 1 > now) sc_core::sc_start(sc_core::sc_time::from_value(horizon + 1 - now));
+}
+
+void Simulator::Impl::handle(Request* r) {
+  if (!fatal.empty()) {
+    r->reply.set_value(Reply{false, 0, fatal, {}});
+    return;
+  }
+  switch (r->kind) {
+    case Request::Kind::Counters: {
+      Reply rep;
+      Card& c = *cards[index(r->device)];
+      rep.counters.cluster_busy_seconds = c.clusters().busyClusterSeconds();
+      rep.counters.memory_bytes = c.memory().stats().bytesMoved();
+      rep.counters.memory_busy_seconds = c.memory().stats().busySeconds();
+      rep.counters.host_link_bytes_to_device = c.hostLink().statsToDevice().bytesMoved();
+      rep.counters.host_link_bytes_to_host = c.hostLink().statsToHost().bytesMoved();
+      for (size_t q = 0; q < c.queueCount(); ++q)
+        rep.counters.commands_completed += c.queue(QueueId{static_cast<uint32_t>(q)}).completed();
+      rep.done = true;
+      rep.time_ps = simNowPs();
+      r->reply.set_value(rep);
+      return;
+    }
+    case Request::Kind::Query: {
+      bool done = true;
+      for (const QueuePoint& p : r->points)
+        if (completed[slot(p.device, p.queue)] < p.seq) done = false;
+      r->reply.set_value(Reply{done, r->at_ps, {}, {}});
+      return;
+    }
+    case Request::Kind::Wait: {
+      PendingWait w{r, {}, r->at_ps};
+      for (const QueuePoint& p : r->points)
+        if (completed[slot(p.device, p.queue)] < p.seq) w.remaining.push_back(p);
+      if (w.remaining.empty()) {
+        r->reply.set_value(Reply{true, r->at_ps, {}, {}});
+      } else {
+        waits.push_back(std::move(w));
+      }
+      return;
+    }
+  }
+}
+
+void Simulator::Impl::onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
+                                 TimePs end) {
+  completed[slot(device, queue)] = cmd.seq;
+  completed_total.fetch_add(1, std::memory_order_relaxed);
+  if (recording.load(std::memory_order_relaxed)) {
+    Activity a;
+    a.device = device;
+    a.queue = queue;
+    a.stream_tag = cmd.stream_tag;
+    a.kind = cmd.kind;
+    a.copy_kind = cmd.copy_kind;
+    a.name_id = cmd.name_id;
+    a.ready_ps = cmd.ready_ps;
+    a.start_ps = start;
+    a.end_ps = end;
+    a.flops = cmd.kind == CommandKind::Kernel ? cmd.kernel.flops : 0;
+    a.bytes = cmd.kind == CommandKind::Kernel
+                  ? static_cast<uint64_t>(cmd.kernel.bytes_read + cmd.kernel.bytes_written)
+                  : cmd.bytes;
+    std::lock_guard<std::mutex> lock(activity_mutex);
+    activities.push_back(a);
+  }
+  if (waits.empty()) return;
+  for (auto it = waits.begin(); it != waits.end();) {
+    auto& rem = it->remaining;
+    rem.erase(std::remove_if(rem.begin(), rem.end(),
+                             [&](const QueuePoint& p) {
+                               if (p.device != device || p.queue != queue || p.seq > cmd.seq)
+                                 return false;
+                               it->latest_ps = std::max(it->latest_ps, end);
+                               return true;
+                             }),
+              rem.end());
+    if (rem.empty()) {
+      it->request->reply.set_value(Reply{true, it->latest_ps, {}, {}});
+      it = waits.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (waits.empty()) sc_core::sc_pause();
+}
+
+void Simulator::Impl::push(Item item) {
+  bool notify = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!item.request) item.cmd.seq = ++submitted[slot(item.device, item.queue)];
+    intake.push_back(std::move(item));
+    notify = sleeping;
+    sleeping = false;
+  }
+  if (notify) wake.notify_one();
+}
+
+Reply Simulator::Impl::ask(std::unique_ptr<Request> r) {
+  std::future<Reply> f = r->reply.get_future();
+  Item item;
+  item.request = r.get();
+  push(std::move(item));
+  Reply rep = f.get();
+  if (!rep.error.empty()) throw std::runtime_error("cardsim: " + rep.error);
+  return rep;
+}
+
+void Simulator::Impl::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stop = true;
+  }
+  wake.notify_one();
+  if (thread.joinable()) thread.join();
+}
+
+Simulator& Simulator::start(const SimOptions& options) {
+  std::lock_guard<std::mutex> lock(g_start_mutex);
+  if (g_simulator) {
+    if (!sameOptions(g_simulator->options(), options))
+      throw ConfigError("the simulator is already running with preset \"" +
+                        g_simulator->options().preset + "\" and " +
+                        std::to_string(g_simulator->deviceCount()) +
+                        " devices; one process simulates one configuration (asked for preset \"" +
+                        options.preset + "\" with " + std::to_string(options.devices) + " devices)");
+    return *g_simulator;
+  }
+  // Never deleted: SystemC's context lives as long as the process. The thread is
+  // stopped at exit, before static destructors run.
+  g_simulator = new Simulator(options);
+  std::atexit([] {
+    if (g_simulator) g_simulator->impl_->shutdown();
+  });
+  return *g_simulator;
+}
+
+Simulator* Simulator::running() {
+  std::lock_guard<std::mutex> lock(g_start_mutex);
+  return g_simulator;
+}
+
+Simulator::Simulator(const SimOptions& options) : impl_(std::make_unique<Impl>()) {
+  if (options.devices < 1) throw ConfigError("device count must be at least 1");
+  impl_->options = options;
+  impl_->params = loadDeviceParams(options);
+  impl_->devices = options.devices;
+  impl_->queues_per_device = impl_->params.queues.hardware_queues;
+  const size_t slots = static_cast<size_t>(impl_->devices) * impl_->queues_per_device;
+  impl_->submitted.assign(slots, 0);
+  impl_->completed.assign(slots, 0);
+  // SystemC prints a banner when its context is created unless told not to.
+  setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 0);
+  std::promise<void> ready;
+  std::future<void> ready_f = ready.get_future();
+  impl_->thread = std::thread([this, &ready] { impl_->threadMain(&ready); });
+  try {
+    ready_f.get();
+  } catch (...) {
+    impl_->thread.join();
+    throw;
+  }
+}
+
+Simulator::~Simulator() { impl_->shutdown(); }
+
+const SimOptions& Simulator::options() const { return impl_->options; }
+const DeviceParams& Simulator::params() const { return impl_->params; }
+uint32_t Simulator::deviceCount() const { return impl_->devices; }
+
+TimePs Simulator::hostNow() const { return hostClock(); }
+
+void Simulator::hostAdvance(double seconds) {
+  TimePs& h = hostClock();
+  h += model::secondsToPs(seconds);
+  noteHostTime(h);
+}
+
+QueuePoint Simulator::submit(DeviceId device, QueueId queue, Command cmd, double host_overhead_s) {
+  if (index(device) >= impl_->devices || index(queue) >= impl_->queues_per_device)
+    throw std::out_of_range("cardsim: no hardware queue " + std::to_string(index(queue)) +
+                            " on device " + std::to_string(index(device)));
+  hostAdvance(host_overhead_s);
+  cmd.ready_ps = hostClock();
+  Item item;
+  item.device = device;
+  item.queue = queue;
+  item.cmd = std::move(cmd);
+  // seq is assigned under the intake lock so queue order and seq order agree.
+  bool notify = false;
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    seq = ++impl_->submitted[impl_->slot(device, queue)];
+    item.cmd.seq = seq;
+    impl_->intake.push_back(std::move(item));
+    notify = impl_->sleeping;
+    impl_->sleeping = false;
+  }
+  if (notify) impl_->wake.notify_one();
+  return QueuePoint{device, queue, seq};
+}
+
+QueuePoint Simulator::tail(DeviceId device, QueueId queue) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return QueuePoint{device, queue, impl_->submitted[impl_->slot(device, queue)]};
+}
+
+std::vector<QueuePoint> Simulator::deviceTails(DeviceId device) const {
+  std::vector<QueuePoint> points;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  for (uint32_t q = 0; q < impl_->queues_per_device; ++q) {
+    const uint64_t s = impl_->submitted[impl_->slot(device, QueueId{q})];
+    if (s > 0) points.push_back(QueuePoint{device, QueueId{q}, s});
+  }
+  return points;
+}
+
+TimePs Simulator::waitFor(const std::vector<QueuePoint>& points, double overhead_s) {
+  hostAdvance(overhead_s);
+  auto r = std::make_unique<Request>();
+  r->kind = Request::Kind::Wait;
+  for (const QueuePoint& p : points)
+    if (p.seq > 0) r->points.push_back(p);
+  r->at_ps = hostClock();
+  if (r->points.empty()) return hostClock();
+  Reply rep = impl_->ask(std::move(r));
+  TimePs& h = hostClock();
+  h = std::max(h, rep.time_ps);
+  noteHostTime(h);
+  return h;
+}
+
+bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) {
+  hostAdvance(overhead_s);
+  auto r = std::make_unique<Request>();
+  r->kind = Request::Kind::Query;
+  r->points = points;
+  r->at_ps = hostClock();
+  return impl_->ask(std::move(r)).done;
+}
+
+void Simulator::setRecording(bool on) { impl_->recording.store(on); }
+
+std::vector<Activity> Simulator::drainActivities() {
+  std::lock_guard<std::mutex> lock(impl_->activity_mutex);
+  std::vector<Activity> out;
+  out.swap(impl_->activities);
+  return out;
+}
+
+uint32_t Simulator::internName(std::string_view name) {
+  std::lock_guard<std::mutex> lock(impl_->names_mutex);
+  auto it = impl_->name_ids.find(std::string(name));
+  if (it != impl_->name_ids.end()) return it->second;
+  const uint32_t id = static_cast<uint32_t>(impl_->names.size());
+  impl_->names.emplace_back(name);
+  impl_->name_ids.emplace(std::string(name), id);
+  return id;
+}
+
+std::string Simulator::nameOf(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(impl_->names_mutex);
+  return id < impl_->names.size() ? impl_->names[id] : std::string();
+}
+
+DeviceCounters Simulator::counters(DeviceId device) {
+  if (index(device) >= impl_->devices)
+    throw std::out_of_range("cardsim: no device " + std::to_string(index(device)));
+  auto r = std::make_unique<Request>();
+  r->kind = Request::Kind::Counters;
+  r->device = device;
+  r->at_ps = hostClock();
+  return impl_->ask(std::move(r)).counters;
+}
+
+uint64_t Simulator::commandsCompleted() const { return impl_->completed_total.load(); }
+
+}  // namespace cardsim::sim
+
+// libsystemc.so leaves sc_main undefined and Python loads extensions with RTLD_NOW, so
+// the embedded simulator defines one (in this file, which every user links). cardsim
+// never calls it: the simulation thread above drives sc_start() itself.
+int sc_main(int, char**) { return 0; }

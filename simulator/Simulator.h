@@ -1,0 +1,108 @@
+// The SystemC host, embedded: one simulation thread per process owns the SystemC
+// context for the process lifetime. Host threads submit commands and requests through
+// a thread-safe intake and wait on replies; they never touch SystemC objects.
+//
+// Time: every host thread has a virtual clock advanced by modelled call overheads.
+// The simulation only runs up to the latest host time it has been handed (or to the
+// completion a waiting host thread needs), and a later call always lands strictly after
+// that, so the same command sequence gives the same simulated times whatever the host's
+// speed or the batching of the intake.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "device_models/Command.h"
+#include "device_models/DeviceParams.h"
+#include "simulator/Config.h"
+
+namespace cardsim::sim {
+
+using model::Command;
+using model::CommandKind;
+using model::CopyKind;
+using model::DeviceId;
+using model::EventSlot;
+using model::KernelCost;
+using model::QueueId;
+using model::QueuePoint;
+using model::TimePs;
+
+// One completed command, for timelines and traces.
+struct Activity {
+  DeviceId device{};
+  QueueId queue{};
+  uint32_t stream_tag = 0;
+  CommandKind kind = CommandKind::Kernel;
+  CopyKind copy_kind = CopyKind::HostToDevice;
+  uint32_t name_id = 0;
+  TimePs ready_ps = 0;   // handed to the device by the host
+  TimePs start_ps = 0;
+  TimePs end_ps = 0;
+  double flops = 0;
+  uint64_t bytes = 0;
+};
+
+// Per-device utilisation so far.
+struct DeviceCounters {
+  double cluster_busy_seconds = 0;   // summed over clusters
+  double memory_bytes = 0;
+  double memory_busy_seconds = 0;
+  double host_link_bytes_to_device = 0;
+  double host_link_bytes_to_host = 0;
+  uint64_t commands_completed = 0;
+};
+
+class Simulator {
+ public:
+  // Starts the process-wide simulator on first use. A later call with different
+  // options throws ConfigError: SystemC cannot be restarted in one process.
+  static Simulator& start(const SimOptions& options);
+  // The running simulator, or nullptr.
+  static Simulator* running();
+
+  ~Simulator();
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  const SimOptions& options() const;
+  const DeviceParams& params() const;
+  uint32_t deviceCount() const;
+
+  // The calling host thread's virtual clock.
+  TimePs hostNow() const;
+  void hostAdvance(double seconds);
+
+  // Advances the host clock by `host_overhead_s`, then queues `cmd` on (device, queue);
+  // returns the point right after it. cmd.seq and cmd.ready_ps are filled in here.
+  QueuePoint submit(DeviceId device, QueueId queue, Command cmd, double host_overhead_s);
+  // The point after the last command queued on (device, queue) so far.
+  QueuePoint tail(DeviceId device, QueueId queue) const;
+  std::vector<QueuePoint> deviceTails(DeviceId device) const;
+
+  // Blocks until every point has completed; the host clock moves to the later of its
+  // own time plus `overhead_s` and the last completion. Returns the host time after.
+  TimePs waitFor(const std::vector<QueuePoint>& points, double overhead_s);
+  // Advances the host clock by `overhead_s`; true if every point had completed by then.
+  bool query(const std::vector<QueuePoint>& points, double overhead_s);
+
+  // Timeline of completed commands, kept while recording is on.
+  void setRecording(bool on);
+  std::vector<Activity> drainActivities();
+  uint32_t internName(std::string_view name);
+  std::string nameOf(uint32_t id) const;
+
+  // Counters as of the simulation's current time (a consistent snapshot).
+  DeviceCounters counters(DeviceId device);
+  uint64_t commandsCompleted() const;
+
+ private:
+  explicit Simulator(const SimOptions& options);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cardsim::sim

@@ -1,0 +1,119 @@
+#include "simulator/Units.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+namespace cardsim::sim {
+namespace {
+
+struct UnitDef {
+  const char* symbol;
+  double scale;
+};
+
+// Decimal and binary prefixes as vendors write them: "GB" is 1e9, "GiB" is 2^30.
+const std::vector<UnitDef>& unitsFor(Dimension d) {
+  static const std::vector<UnitDef> bytes = {
+      {"B", 1}, {"KB", 1e3}, {"kB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  static const std::vector<UnitDef> bandwidth = {
+      {"B/s", 1}, {"KB/s", 1e3}, {"kB/s", 1e3}, {"MB/s", 1e6}, {"GB/s", 1e9}, {"TB/s", 1e12},
+      {"KiB/s", 1024.0}, {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0},
+      {"TiB/s", 1099511627776.0},
+      // bits per second, as link rates are often quoted
+      {"Gb/s", 1e9 / 8}, {"Mb/s", 1e6 / 8}, {"Tb/s", 1e12 / 8}};
+  static const std::vector<UnitDef> time = {
+      {"ps", 1e-12}, {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}};
+  static const std::vector<UnitDef> frequency = {
+      {"Hz", 1}, {"kHz", 1e3}, {"MHz", 1e6}, {"GHz", 1e9}};
+  static const std::vector<UnitDef> throughput = {
+      {"FLOPS", 1}, {"GFLOPS", 1e9}, {"TFLOPS", 1e12}, {"PFLOPS", 1e15},
+      {"OPS", 1}, {"GOPS", 1e9}, {"TOPS", 1e12}, {"POPS", 1e15}};
+  static const std::vector<UnitDef> none = {};
+  switch (d) {
+    case Dimension::Bytes: return bytes;
+    case Dimension::Bandwidth: return bandwidth;
+    case Dimension::Time: return time;
+    case Dimension::Frequency: return frequency;
+    case Dimension::Throughput: return throughput;
+    default: return none;
+  }
+}
+
+std::string trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+}  // namespace
+
+const char* dimensionName(Dimension d) {
+  switch (d) {
+    case Dimension::Count: return "count";
+    case Dimension::Fraction: return "fraction";
+    case Dimension::Bytes: return "size";
+    case Dimension::Bandwidth: return "bandwidth";
+    case Dimension::Time: return "time";
+    case Dimension::Frequency: return "frequency";
+    case Dimension::Throughput: return "throughput";
+  }
+  return "?";
+}
+
+const char* dimensionExample(Dimension d) {
+  switch (d) {
+    case Dimension::Count: return "8";
+    case Dimension::Fraction: return "0.8";
+    case Dimension::Bytes: return "24 GiB";
+    case Dimension::Bandwidth: return "3.2TB/s";
+    case Dimension::Time: return "1.5 us";
+    case Dimension::Frequency: return "1.3 GHz";
+    case Dimension::Throughput: return "96 TFLOPS";
+  }
+  return "?";
+}
+
+std::optional<double> parseQuantity(const std::string& raw, Dimension d, std::string* why) {
+  const std::string text = trim(raw);
+  auto fail = [&](const std::string& msg) -> std::optional<double> {
+    if (why) *why = msg;
+    return std::nullopt;
+  };
+  if (text.empty()) return fail("empty value");
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double number = std::strtod(begin, &end);
+  if (end == begin) return fail("\"" + text + "\" does not start with a number");
+  if (!std::isfinite(number)) return fail("\"" + text + "\" is not a finite number");
+  const std::string unit = trim(std::string(end));
+
+  if (d == Dimension::Count) {
+    if (!unit.empty() || number != std::floor(number))
+      return fail("\"" + text + "\" is not a whole number");
+    return number;
+  }
+  if (d == Dimension::Fraction) {
+    if (!unit.empty()) return fail("\"" + text + "\" takes no unit (a fraction like 0.8)");
+    if (!(number > 0.0 && number <= 1.0))
+      return fail("\"" + text + "\" is outside (0, 1]");
+    return number;
+  }
+  if (number < 0) return fail("\"" + text + "\" is negative");
+  if (unit.empty())
+    return fail("\"" + text + "\" has no unit (a " + dimensionName(d) + " like " +
+                dimensionExample(d) + ")");
+  for (const UnitDef& u : unitsFor(d)) {
+    if (unit == u.symbol) return number * u.scale;
+  }
+  std::string valid;
+  for (const UnitDef& u : unitsFor(d)) valid += (valid.empty() ? "" : ", ") + std::string(u.symbol);
+  return fail("\"" + text + "\": unit \"" + unit + "\" is not a " + dimensionName(d) +
+              " unit (valid: " + valid + ")");
+}
+
+}  // namespace cardsim::sim
