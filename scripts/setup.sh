@@ -49,6 +49,10 @@ if [ ! -f build/build.ninja ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
 log "building"
-cmake --build build -- -j"$(nproc)" | grep -vE '^\[[0-9]+/[0-9]+\]|^ninja: (Entering|Leaving|no work)' || true
-test "${PIPESTATUS[0]}" -eq 0
+if ! cmake --build build -- -j"$(nproc)" > build/last-build.log 2>&1; then
+  cat build/last-build.log
+  log "build failed"
+  exit 1
+fi
+grep -E 'warning:' build/last-build.log || true
 log "ready"

@@ -1,0 +1,57 @@
+// Helpers shared by the driver-shim test suites.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cardsim/shim.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "simulator/Config.h"
+
+namespace cardsim::testing {
+
+#define ASSERT_SHIM_OK(call)                                 \
+  do {                                                       \
+    const ::cardsim::shim::Status s_ = (call);               \
+    ASSERT_TRUE(s_.ok()) << #call << " -> " << s_.toString(); \
+  } while (0)
+
+// Starts the runtime with a preset and device count; the parameters it simulates.
+inline model::DeviceParams startRuntime(const std::string& preset, uint32_t devices,
+                                        std::vector<std::string> overrides = {}) {
+  shim::InitOptions o;
+  o.backend = "sim";
+  o.preset = preset;
+  o.devices = devices;
+  o.overrides = overrides;
+  shim::Status s = shim::initialize(o);
+  EXPECT_TRUE(s.ok()) << s.toString();
+  sim::SimOptions so;
+  so.preset = preset;
+  so.devices = devices;
+  so.overrides = overrides;
+  return sim::loadDeviceParams(so);
+}
+
+inline std::vector<shim::ActivityRecord> drain() {
+  std::vector<shim::ActivityRecord> out;
+  EXPECT_TRUE(shim::drainActivities(&out).ok());
+  return out;
+}
+
+// The activity records of one kind named `name`.
+inline std::vector<shim::ActivityRecord> named(const std::vector<shim::ActivityRecord>& all,
+                                               const std::string& name) {
+  std::vector<shim::ActivityRecord> out;
+  std::copy_if(all.begin(), all.end(), std::back_inserter(out),
+               [&](const shim::ActivityRecord& a) { return a.name == name; });
+  return out;
+}
+
+inline double seconds(uint64_t ps) { return static_cast<double>(ps) * 1e-12; }
+inline double durationS(const shim::ActivityRecord& a) { return seconds(a.end_ps - a.start_ps); }
+
+}  // namespace cardsim::testing

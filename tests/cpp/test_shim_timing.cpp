@@ -1,0 +1,419 @@
+// Timing contracts: single operations against closed forms, contention between streams,
+// events against the model's timeline, host clock, determinism.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "ShimTestUtil.h"
+#include "simulator/Simulator.h"
+
+namespace shim = cardsim::shim;
+using namespace cardsim::testing;
+using cardsim::model::DType;
+using cardsim::model::KernelClass;
+
+namespace {
+
+constexpr double kTolerance = 0.02;  // the contracts: within 2% of the closed form
+
+double linkBandwidth(const cardsim::model::DeviceParams& p) {
+  return cardsim::model::pcieLaneBytesPerSecond(p.host_link.pcie_generation) * p.host_link.lanes *
+         p.host_link.efficiency;
+}
+double peak(const cardsim::model::DeviceParams& p, DType t) {
+  return p.compute.peak_ops_per_s[static_cast<size_t>(t)];
+}
+double eff(const cardsim::model::DeviceParams& p, KernelClass k) {
+  return p.compute.efficiency[static_cast<size_t>(k)];
+}
+
+shim::KernelCost memoryBound(double bytes, uint32_t tiles) {
+  shim::KernelCost c;
+  c.kernel_class = shim::KernelClass::Elementwise;
+  c.dtype = shim::DataType::Float32;
+  c.bytes_read = bytes / 2;
+  c.bytes_written = bytes / 2;
+  c.flops = bytes / 8;  // one op per 4-byte element: far below the ridge point
+  c.tiles = tiles;
+  return c;
+}
+
+shim::KernelCost computeBound(double flops, uint32_t tiles) {
+  shim::KernelCost c;
+  c.kernel_class = shim::KernelClass::Gemm;
+  c.dtype = shim::DataType::Float16;
+  c.flops = flops;
+  c.bytes_read = 1 << 20;
+  c.bytes_written = 1 << 20;
+  c.tiles = tiles;
+  return c;
+}
+
+}  // namespace
+
+TEST(ShimTiming, HostToDeviceCopyAloneIsLatencyPlusBytesOverLinkBandwidth) {
+  auto p = startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  const size_t bytes = 256ull << 20;
+  void *dev, *pinned;
+  ASSERT_SHIM_OK(shim::malloc(&dev, bytes));
+  ASSERT_SHIM_OK(shim::hostMalloc(&pinned, bytes));
+  ASSERT_SHIM_OK(shim::memcpy(dev, pinned, bytes, shim::MemcpyKind::HostToDevice));
+  std::vector<uint8_t> pageable(bytes);
+  ASSERT_SHIM_OK(shim::memcpy(dev, pageable.data(), bytes, shim::MemcpyKind::HostToDevice));
+  auto acts = drain();
+  ASSERT_EQ(acts.size(), 2u);
+  const double expected = p.host_link.latency_s + bytes / linkBandwidth(p);
+  EXPECT_NEAR(durationS(acts[0]), expected, kTolerance * expected);
+  const double expected_pageable =
+      p.host_link.latency_s + bytes / (linkBandwidth(p) * p.host_link.pageable_efficiency);
+  EXPECT_NEAR(durationS(acts[1]), expected_pageable, kTolerance * expected_pageable);
+}
+
+TEST(ShimTiming, DeviceToHostAndDeviceToDeviceCopiesMatchClosedForms) {
+  auto p = startRuntime("br100", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  const size_t bytes = 512ull << 20;
+  void *a, *b, *pinned;
+  ASSERT_SHIM_OK(shim::malloc(&a, bytes));
+  ASSERT_SHIM_OK(shim::malloc(&b, bytes));
+  ASSERT_SHIM_OK(shim::hostMalloc(&pinned, bytes));
+  ASSERT_SHIM_OK(shim::memcpy(pinned, a, bytes, shim::MemcpyKind::DeviceToHost));
+  ASSERT_SHIM_OK(shim::memcpy(b, a, bytes, shim::MemcpyKind::DeviceToDevice));
+  auto acts = drain();
+  ASSERT_EQ(acts.size(), 2u);
+  const double d2h = p.host_link.latency_s + bytes / linkBandwidth(p);
+  EXPECT_NEAR(durationS(acts[0]), d2h, kTolerance * d2h);
+  // Device to device reads and writes the same memory.
+  const double d2d = p.dma.d2d_latency_s + 2.0 * bytes / p.memory.bandwidth_bytes_per_s;
+  EXPECT_NEAR(durationS(acts[1]), d2d, kTolerance * d2d);
+}
+
+TEST(ShimTiming, ComputeBoundKernelAloneMatchesRoofline) {
+  auto p = startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  const double flops = 1e12;
+  bool ran = false;
+  ASSERT_SHIM_OK(shim::launchKernel(nullptr, "gemm", computeBound(flops, p.compute.clusters * 4),
+                                    [&] { ran = true; }));
+  EXPECT_TRUE(ran);  // the functional body runs at launch
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  auto acts = drain();
+  ASSERT_EQ(acts.size(), 1u);
+  const double roofline = std::max(flops / (peak(p, DType::FP16) * eff(p, KernelClass::Gemm)),
+                                   (2 << 20) / p.memory.bandwidth_bytes_per_s);
+  const double expected = p.compute.dispatch_latency_s + p.memory.latency_s + roofline;
+  EXPECT_NEAR(durationS(acts[0]), expected, kTolerance * expected);
+  EXPECT_DOUBLE_EQ(acts[0].flops, flops);
+}
+
+TEST(ShimTiming, MemoryBoundKernelAloneMatchesRoofline) {
+  auto p = startRuntime("br100", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  const double bytes = 2e9;
+  ASSERT_SHIM_OK(shim::launchKernel(nullptr, "axpy", memoryBound(bytes, p.compute.clusters * 16), {}));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  auto acts = drain();
+  ASSERT_EQ(acts.size(), 1u);
+  const double roofline = std::max(bytes / p.memory.bandwidth_bytes_per_s,
+                                   (bytes / 8) / (peak(p, DType::FP32) * eff(p, KernelClass::Elementwise)));
+  const double expected = p.compute.dispatch_latency_s + p.memory.latency_s + roofline;
+  EXPECT_NEAR(durationS(acts[0]), expected, kTolerance * expected);
+}
+
+TEST(ShimTiming, KernelWithPartialLastWaveCostsWholeWaves) {
+  // 9 tiles on 8 clusters: two waves, the second with one tile.
+  auto p = startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  const uint32_t tiles = p.compute.clusters + 1;
+  const double flops = 1e11;
+  shim::KernelCost c = computeBound(flops, tiles);
+  c.bytes_read = c.bytes_written = 0;
+  ASSERT_SHIM_OK(shim::launchKernel(nullptr, "gemm", c, {}));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  auto acts = drain();
+  const double per_cluster = peak(p, DType::FP16) * eff(p, KernelClass::Gemm) / p.compute.clusters;
+  const double wave = flops / tiles / per_cluster;
+  const double expected = p.compute.dispatch_latency_s + 2 * (p.memory.latency_s + wave);
+  EXPECT_NEAR(durationS(acts.at(0)), expected, 0.01 * expected);
+}
+
+TEST(ShimTiming, TwoMemoryBoundKernelsOnTwoStreamsOverlapAndShareBandwidth) {
+  auto p = startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  shim::Stream s1, s2;
+  ASSERT_SHIM_OK(shim::streamCreate(&s1));
+  ASSERT_SHIM_OK(shim::streamCreate(&s2));
+  const double bytes = 1e9;
+  const uint32_t half = p.compute.clusters / 2;
+  ASSERT_SHIM_OK(shim::launchKernel(s1, "k1", memoryBound(bytes, half), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(s2, "k2", memoryBound(bytes, half), {}));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  auto acts = drain();
+  auto k1 = named(acts, "k1").at(0), k2 = named(acts, "k2").at(0);
+  const double alone = p.compute.dispatch_latency_s + p.memory.latency_s +
+                       bytes / p.memory.bandwidth_bytes_per_s;
+  const double span = seconds(std::max(k1.end_ps, k2.end_ps) - k1.start_ps);
+  // They run at the same time (k2 starts before k1 ends) ...
+  EXPECT_LT(k2.start_ps, k1.end_ps);
+  // ... and contend: the pair takes longer than either alone, less than both in turn.
+  EXPECT_GT(span, alone * 1.5);
+  EXPECT_LT(span, 2 * alone);
+  // The model's prediction: memory is work-conserving, so both finish after 2B/BW of traffic.
+  const double predicted = p.compute.dispatch_latency_s + p.memory.latency_s +
+                           2 * bytes / p.memory.bandwidth_bytes_per_s;
+  EXPECT_NEAR(span, predicted, 0.01 * predicted);
+}
+
+TEST(ShimTiming, ComputeBoundAndMemoryBoundKernelsOverlapAlmostFully) {
+  auto p = startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  shim::Stream s1, s2;
+  ASSERT_SHIM_OK(shim::streamCreate(&s1));
+  ASSERT_SHIM_OK(shim::streamCreate(&s2));
+  const uint32_t half = p.compute.clusters / 2;
+  // Sized so that each alone takes about 10 ms.
+  const double half_rate = peak(p, DType::FP16) * eff(p, KernelClass::Gemm) / 2;
+  const double flops = 0.01 * half_rate;
+  const double bytes = 0.01 * p.memory.bandwidth_bytes_per_s;
+  ASSERT_SHIM_OK(shim::launchKernel(s1, "gemm", computeBound(flops, half), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(s2, "copyish", memoryBound(bytes, half), {}));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  auto acts = drain();
+  auto g = named(acts, "gemm").at(0), m = named(acts, "copyish").at(0);
+  const double span = seconds(std::max(g.end_ps, m.end_ps) - g.start_ps);
+  const double sum = durationS(g) + durationS(m);
+  const double longest = std::max(durationS(g), durationS(m));
+  EXPECT_GE(span, longest);
+  EXPECT_LT(span, 0.6 * sum);
+}
+
+TEST(ShimTiming, TwoHostToDeviceCopiesShareTheLinkButCopiesBothWaysDoNot) {
+  auto p = startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  const size_t bytes = 64ull << 20;
+  void *d1, *d2, *h1, *h2;
+  ASSERT_SHIM_OK(shim::malloc(&d1, bytes));
+  ASSERT_SHIM_OK(shim::malloc(&d2, bytes));
+  ASSERT_SHIM_OK(shim::hostMalloc(&h1, bytes));
+  ASSERT_SHIM_OK(shim::hostMalloc(&h2, bytes));
+  shim::Stream s1, s2;
+  ASSERT_SHIM_OK(shim::streamCreate(&s1));
+  ASSERT_SHIM_OK(shim::streamCreate(&s2));
+  const double one = p.host_link.latency_s + bytes / linkBandwidth(p);
+
+  ASSERT_SHIM_OK(shim::memcpyAsync(d1, h1, bytes, shim::MemcpyKind::HostToDevice, s1));
+  ASSERT_SHIM_OK(shim::memcpyAsync(d2, h2, bytes, shim::MemcpyKind::HostToDevice, s2));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  auto same = drain();
+  ASSERT_EQ(same.size(), 2u);
+  const double span_same = seconds(std::max(same[0].end_ps, same[1].end_ps) -
+                                   std::min(same[0].start_ps, same[1].start_ps));
+  EXPECT_NEAR(span_same, p.host_link.latency_s + 2 * bytes / linkBandwidth(p), kTolerance * 2 * one);
+
+  ASSERT_SHIM_OK(shim::memcpyAsync(d1, h1, bytes, shim::MemcpyKind::HostToDevice, s1));
+  ASSERT_SHIM_OK(shim::memcpyAsync(h2, d2, bytes, shim::MemcpyKind::DeviceToHost, s2));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  auto both = drain();
+  ASSERT_EQ(both.size(), 2u);
+  const double span_both = seconds(std::max(both[0].end_ps, both[1].end_ps) -
+                                   std::min(both[0].start_ps, both[1].start_ps));
+  EXPECT_LT(span_both, 1.1 * one);  // full duplex: each direction has the whole link
+}
+
+TEST(ShimTiming, EventElapsedTimeEqualsTheModelTimeline) {
+  auto p = startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  shim::Stream s;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  shim::Event e1, e2;
+  ASSERT_SHIM_OK(shim::eventCreate(&e1));
+  ASSERT_SHIM_OK(shim::eventCreate(&e2));
+  // A long first kernel keeps the stream busy, so e1, k and e2 follow back to back.
+  ASSERT_SHIM_OK(shim::launchKernel(s, "gate", memoryBound(1e9, p.compute.clusters), {}));
+  ASSERT_SHIM_OK(shim::eventRecord(e1, s));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "k", memoryBound(3e8, p.compute.clusters * 2), {}));
+  ASSERT_SHIM_OK(shim::eventRecord(e2, s));
+  float ms = -1;
+  EXPECT_EQ(shim::eventElapsedTime(&ms, e1, e2).code(), shim::Code::NotReady);
+  ASSERT_SHIM_OK(shim::eventSynchronize(e2));
+  ASSERT_SHIM_OK(shim::eventElapsedTime(&ms, e1, e2));
+  auto acts = drain();
+  auto k = named(acts, "k").at(0);
+  auto gate = named(acts, "gate").at(0);
+  EXPECT_EQ(k.start_ps, gate.end_ps);
+  EXPECT_NEAR(ms, durationS(k) * 1e3, 1e-5 * durationS(k) * 1e3);
+  float back = 0;
+  ASSERT_SHIM_OK(shim::eventElapsedTime(&back, e2, e1));
+  EXPECT_FLOAT_EQ(back, -ms);
+}
+
+TEST(ShimTiming, HostClockAdvancesByCallOverheadsAndSyncMovesItToCompletion) {
+  auto p = startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  uint64_t t0 = 0, t1 = 0, t2 = 0;
+  ASSERT_SHIM_OK(shim::hostTimePs(&t0));
+  for (int i = 0; i < 10; ++i)
+    ASSERT_SHIM_OK(shim::launchKernel(nullptr, "k", memoryBound(1e8, 8), {}));
+  ASSERT_SHIM_OK(shim::hostTimePs(&t1));
+  EXPECT_EQ(t1 - t0, 10 * cardsim::model::secondsToPs(p.host.launch_overhead_s));
+  ASSERT_SHIM_OK(shim::streamSynchronize(nullptr));
+  ASSERT_SHIM_OK(shim::hostTimePs(&t2));
+  auto acts = drain();
+  ASSERT_EQ(acts.size(), 10u);
+  // The launches queued back to back: each starts when the previous ends.
+  for (size_t i = 1; i < acts.size(); ++i) EXPECT_EQ(acts[i].start_ps, acts[i - 1].end_ps);
+  EXPECT_EQ(t2, std::max(acts.back().end_ps, t1 + cardsim::model::secondsToPs(p.host.sync_overhead_s)));
+}
+
+namespace {
+
+// One program whose timeline must not depend on host speed or scheduling.
+std::string runProgramForTimeline(bool jitter) {
+  startRuntime("mlu370-x8", 2);
+  std::string errors;
+  auto ok = [&](const shim::Status& st) {
+    if (!st.ok()) errors += st.toString() + "\n";
+  };
+  ok(shim::setActivityRecording(true));
+  std::mt19937 rng(42);
+  std::atomic<bool> stop{false};
+  std::thread noise([&] {  // competes for the CPU while the program runs
+    volatile double x = 0;
+    while (!stop) x = x + 1;
+  });
+  auto pause = [&] {
+    if (jitter) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+  };
+  shim::Stream a, b;
+  ok(shim::streamCreate(&a));
+  ok(shim::streamCreate(&b, 0));
+  shim::Event e;
+  ok(shim::eventCreate(&e));
+  void *d, *h;
+  ok(shim::malloc(&d, 8 << 20));
+  ok(shim::hostMalloc(&h, 8 << 20));
+  for (int i = 0; i < 20; ++i) {
+    pause();
+    ok(shim::memcpyAsync(d, h, (1 + i % 4) << 20, shim::MemcpyKind::HostToDevice, a));
+    ok(shim::launchKernel(a, "ka", memoryBound(1e7 * (1 + i % 3), 4), {}));
+    pause();
+    ok(shim::launchKernel(b, "kb", computeBound(1e9, 4), {}));
+    if (i % 5 == 0) {
+      ok(shim::eventRecord(e, a));
+      ok(shim::streamWaitEvent(b, e));
+    }
+    if (i % 7 == 0) (void)shim::streamQuery(b);  // NotReady is expected
+  }
+  ok(shim::setDevice(1));
+  ok(shim::launchKernel(nullptr, "other-device", memoryBound(1e8, 8), {}));
+  ok(shim::setDevice(0));
+  ok(shim::deviceSynchronize());
+  stop = true;
+  noise.join();
+  std::ostringstream out;
+  std::vector<shim::ActivityRecord> acts;
+  ok(shim::drainActivities(&acts));
+  for (const auto& r : acts)
+    out << r.device << ' ' << r.stream_id << ' ' << r.name << ' ' << r.submit_ps << ' '
+        << r.start_ps << ' ' << r.end_ps << '\n';
+  uint64_t host = 0;
+  ok(shim::hostTimePs(&host));
+  out << "host " << host << '\n' << errors;
+  return out.str();
+}
+
+std::string inChild(bool jitter) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::string s = runProgramForTimeline(jitter);
+    size_t off = 0;
+    while (off < s.size()) {
+      ssize_t n = write(fds[1], s.data() + off, s.size() - off);
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string s;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return s;
+}
+
+}  // namespace
+
+TEST(ShimTiming, SameProgramGivesIdenticalTimelineWhateverTheHostSpeed) {
+  if (cardsim::sim::Simulator::running())
+    GTEST_SKIP() << "needs a process without a simulator (ctest runs each test alone)";
+  const std::string fast = inChild(false);
+  const std::string slow = inChild(true);
+  EXPECT_GT(std::count(fast.begin(), fast.end(), '\n'), 60);
+  EXPECT_EQ(fast, slow);
+}
+
+TEST(ShimTiming, ManyHostThreadsOnTheirOwnStreams) {
+  auto p = startRuntime("mlu370-x8", 2);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  constexpr int kThreads = 8, kIters = 100;
+  constexpr size_t kFloats = 1024;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  std::vector<uint32_t> stream_ids(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto ok = [&](shim::Status s) {
+        if (!s.ok()) failures++;
+      };
+      ok(shim::setDevice(t % 2));
+      shim::Stream s;
+      ok(shim::streamCreate(&s));
+      ok(shim::streamGetId(s, &stream_ids[t]));
+      float* d = nullptr;
+      ok(shim::malloc(reinterpret_cast<void**>(&d), kFloats * sizeof(float)));
+      std::vector<float> h(kFloats, static_cast<float>(t));
+      ok(shim::memcpyAsync(d, h.data(), kFloats * sizeof(float), shim::MemcpyKind::HostToDevice, s));
+      for (int i = 0; i < kIters; ++i)
+        ok(shim::launchKernel(s, "inc", memoryBound(8 * kFloats, 1), [&] {
+          for (size_t j = 0; j < kFloats; ++j) d[j] += 1.0f;
+        }));
+      ok(shim::memcpy(h.data(), d, kFloats * sizeof(float), shim::MemcpyKind::DeviceToHost));
+      ok(shim::streamSynchronize(s));
+      for (float v : h)
+        if (v != static_cast<float>(t + kIters)) failures++;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (int d = 0; d < 2; ++d) {
+    ASSERT_SHIM_OK(shim::setDevice(d));
+    ASSERT_SHIM_OK(shim::deviceSynchronize());
+  }
+  auto acts = drain();
+  EXPECT_EQ(named(acts, "inc").size(), static_cast<size_t>(kThreads * kIters));
+  for (int t = 0; t < kThreads; ++t) {
+    uint64_t last_end = 0;
+    int count = 0;
+    for (const auto& a : acts) {
+      if (a.stream_id != stream_ids[t] || a.name != "inc") continue;
+      EXPECT_GE(a.start_ps, last_end);  // in order, never overlapping within a stream
+      last_end = a.end_ps;
+      ++count;
+    }
+    EXPECT_EQ(count, kIters);
+  }
+}
