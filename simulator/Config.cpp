@@ -39,31 +39,43 @@ class CollectFirstError : public pb::io::ErrorCollector {
   ParseProblem first;
 };
 
-// Rebuilds the key path ("device.memory.bandwidht") of the token at (line, column) by
-// walking the text format's tokens and tracking open message blocks.
+// Rebuilds the key path ("device.memory.bandwidht") of the token at or just before
+// (line, column) by walking the text format's tokens and tracking open message blocks.
 std::string keyPathAt(const std::string& text, int line, int column) {
   pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
   CollectFirstError ignore;
   pb::io::Tokenizer tokenizer(&input, &ignore);
   tokenizer.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
   std::vector<std::string> stack;
+  std::string key;              // the key the last token belongs to
   std::string last_identifier;
+  bool after_colon = false;     // the next token is a value, not a key
   while (tokenizer.Next()) {
     const auto& tok = tokenizer.current();
-    if (tok.line > line || (tok.line == line && tok.column >= column)) {
-      std::string path;
-      for (const auto& s : stack) path += s + ".";
-      return path + (tok.type == pb::io::Tokenizer::TYPE_IDENTIFIER ? tok.text : last_identifier);
-    }
-    if (tok.type == pb::io::Tokenizer::TYPE_IDENTIFIER) {
+    // Protobuf points at the offending key itself, or just past an offending value.
+    const bool at = tok.line == line && tok.column == column;
+    if (tok.line > line || (tok.line == line && tok.column > column) ||
+        (at && tok.type == pb::io::Tokenizer::TYPE_SYMBOL))
+      break;
+    if (tok.type == pb::io::Tokenizer::TYPE_IDENTIFIER && !after_colon) {
+      key = tok.text;
       last_identifier = tok.text;
-    } else if (tok.type == pb::io::Tokenizer::TYPE_SYMBOL) {
-      if (tok.text == "{" || tok.text == "<") stack.push_back(last_identifier);
-      if ((tok.text == "}" || tok.text == ">") && !stack.empty()) stack.pop_back();
+    }
+    after_colon = tok.type == pb::io::Tokenizer::TYPE_SYMBOL && tok.text == ":";
+    if (tok.type == pb::io::Tokenizer::TYPE_SYMBOL) {
+      if (tok.text == "{" || tok.text == "<") {
+        stack.push_back(last_identifier);
+        key.clear();
+      }
+      if ((tok.text == "}" || tok.text == ">") && !stack.empty()) {
+        stack.pop_back();
+        key.clear();
+      }
     }
   }
   std::string path;
   for (const auto& s : stack) path += (path.empty() ? "" : ".") + s;
+  if (!key.empty()) path += (path.empty() ? "" : ".") + key;
   return path;
 }
 
@@ -148,15 +160,24 @@ class Extractor {
                           provenance(*q));
     return v;
   }
-  uint32_t count(const std::string& path, uint32_t min_value) {
+  // A whole number in [min_value, max_value].
+  long long integer(const std::string& path, long long min_value, long long max_value) {
     double v = get(path, Dimension::Count);
     const config::Quantity* q = find(path);
-    if (q && problemsFor(path) == 0 && (v < min_value || v > 1e9)) {
-      problems_.push_back("device." + path + ": \"" + q->value() + "\" must be at least " +
-                          std::to_string(min_value) + provenance(*q));
+    if (q && problemsFor(path) == 0 &&
+        (v < static_cast<double>(min_value) || v > static_cast<double>(max_value))) {
+      problems_.push_back("device." + path + ": \"" + q->value() + "\" must be between " +
+                          std::to_string(min_value) + " and " + std::to_string(max_value) +
+                          provenance(*q));
       return min_value;
     }
-    return static_cast<uint32_t>(v);
+    return static_cast<long long>(v);
+  }
+  uint32_t count(const std::string& path, uint32_t min_value) {
+    return static_cast<uint32_t>(integer(path, min_value, 1000000000));
+  }
+  int signedInt(const std::string& path) {
+    return static_cast<int>(integer(path, -1000000, 1000000));
   }
   void fail(const std::string& path, const std::string& msg) {
     const config::Quantity* q = find(path);
@@ -305,6 +326,9 @@ void applyOverride(config::Preset& preset, const std::string& assignment,
       q->set_source("override from " + origin);
       return;
     }
+    if (f->type() != pb::FieldDescriptor::TYPE_MESSAGE && !last)
+      throw ConfigError(origin + ": unknown key '" + key + "' ('" + walked +
+                        "' is a value, it has no sub-keys)");
     if (f->type() == pb::FieldDescriptor::TYPE_STRING && last) {
       msg->GetReflection()->SetString(msg, f, value);
       return;
@@ -382,8 +406,8 @@ DeviceParams toDeviceParams(const config::Preset& preset, const std::string& ori
   p.dma.d2d_latency_s = x.get("dma.d2d_latency", Dimension::Time);
 
   p.queues.hardware_queues = x.count("queues.hardware_queues", 1);
-  p.queues.priority_least = static_cast<int>(x.get("queues.priority_least", Dimension::Count));
-  p.queues.priority_greatest = static_cast<int>(x.get("queues.priority_greatest", Dimension::Count));
+  p.queues.priority_least = x.signedInt("queues.priority_least");
+  p.queues.priority_greatest = x.signedInt("queues.priority_greatest");
 
   // Every host call must cost > 0: the simulation's determinism relies on later calls
   // landing strictly after the simulated time already run.
@@ -394,8 +418,8 @@ DeviceParams toDeviceParams(const config::Preset& preset, const std::string& ori
   p.host.alloc_overhead_s = x.positive("host.alloc_overhead", Dimension::Time);
   p.host.query_overhead_s = x.positive("host.query_overhead", Dimension::Time);
 
-  p.compute_capability_major = static_cast<int>(x.get("compute_capability_major", Dimension::Count));
-  p.compute_capability_minor = static_cast<int>(x.get("compute_capability_minor", Dimension::Count));
+  p.compute_capability_major = x.signedInt("compute_capability_major");
+  p.compute_capability_minor = x.signedInt("compute_capability_minor");
 
   // checkQuantities already reported missing values; don't repeat them as parse errors.
   for (const auto& e : x.problems())

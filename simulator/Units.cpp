@@ -93,8 +93,11 @@ std::optional<double> parseQuantity(const std::string& raw, Dimension d, std::st
   const std::string unit = trim(std::string(end));
 
   if (d == Dimension::Count) {
-    if (!unit.empty() || number != std::floor(number))
-      return fail("\"" + text + "\" is not a whole number");
+    // Plain decimal digits only: no exponent, hex or fraction.
+    const size_t digits_from = text[0] == '-' || text[0] == '+' ? 1 : 0;
+    const bool plain = text.size() > digits_from &&
+                       text.find_first_not_of("0123456789", digits_from) == std::string::npos;
+    if (!plain) return fail("\"" + text + "\" is not a whole number");
     return number;
   }
   if (d == Dimension::Fraction) {

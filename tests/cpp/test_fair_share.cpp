@@ -248,7 +248,7 @@ TEST(FairShare, BusySecondsExcludeIdleGaps) {
   EXPECT_EQ(fs.popFinished(), std::vector<void*>{&a});
 
   fs.advanceTo(10.0);  // idle for a while
-  EXPECT_DOUBLE_EQ(fs.busySeconds(), n / kBw);
+  expectNear(fs.busySeconds(), n / kBw, "busy seconds after the first flow");
   fs.add(2 * n, 1.0, &b);
   fs.advanceTo(10.0 + 2 * n / kBw);
   EXPECT_EQ(fs.popFinished(), std::vector<void*>{&b});

@@ -1,0 +1,956 @@
+// Tests for simulator/Config.h: presets, overrides, validation into DeviceParams, and
+// SimOptions from the environment.
+#include <gtest/gtest.h>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/text_format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device_models/DeviceParams.h"
+#include "simulator/Config.h"
+#include "simulator/proto/config.pb.h"
+
+namespace {
+
+namespace pb = google::protobuf;
+namespace cfg = cardsim::config;
+using cardsim::model::DeviceParams;
+using cardsim::model::DType;
+using cardsim::model::pcieLaneBytesPerSecond;
+using cardsim::sim::applyOverride;
+using cardsim::sim::applyOverridesFile;
+using cardsim::sim::ConfigError;
+using cardsim::sim::loadDeviceParams;
+using cardsim::sim::loadPreset;
+using cardsim::sim::parsePresetText;
+using cardsim::sim::presetNames;
+using cardsim::sim::SimOptions;
+using cardsim::sim::toDeviceParams;
+
+const std::vector<std::string> kPresets = {"br100",     "br104",     "h100-sxm",
+                                           "mlu370-x4", "mlu370-x8", "mlu590"};
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Runs `f`, expects it to throw ConfigError, returns the message.
+std::string configError(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a ConfigError";
+  return "";
+}
+
+double peak(const DeviceParams& p, DType t) {
+  return p.compute.peak_ops_per_s[static_cast<size_t>(t)];
+}
+
+std::string writeTempFile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  EXPECT_TRUE(out.good()) << "could not write " << path;
+  return path;
+}
+
+std::string presetText(const cfg::Preset& p) {
+  std::string text;
+  EXPECT_TRUE(pb::TextFormat::PrintToString(p, &text));
+  return text;
+}
+
+bool isQuantityField(const pb::FieldDescriptor* f) {
+  return f->type() == pb::FieldDescriptor::TYPE_MESSAGE &&
+         f->message_type() == cfg::Quantity::descriptor();
+}
+
+// Every Quantity-typed key path under a message type, from the schema (not from a preset).
+void quantityPaths(const pb::Descriptor* d, const std::string& prefix,
+                   std::vector<std::string>* out) {
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    if (f->type() != pb::FieldDescriptor::TYPE_MESSAGE || f->is_repeated()) continue;
+    if (isQuantityField(f))
+      out->push_back(prefix + f->name());
+    else
+      quantityPaths(f->message_type(), prefix + f->name() + ".", out);
+  }
+}
+
+std::vector<std::string> allQuantityPaths() {
+  std::vector<std::string> paths;
+  quantityPaths(cfg::DeviceConfig::descriptor(), "", &paths);
+  return paths;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, sep)) out.push_back(part);
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// The quantity at `path` under the device, or nullptr when it is not set.
+const cfg::Quantity* findQuantity(const cfg::DeviceConfig& dev, const std::string& path) {
+  const pb::Message* msg = &dev;
+  for (const std::string& seg : split(path, '.')) {
+    const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(seg);
+    if (!f || f->type() != pb::FieldDescriptor::TYPE_MESSAGE) return nullptr;
+    if (!msg->GetReflection()->HasField(*msg, f)) return nullptr;
+    msg = &msg->GetReflection()->GetMessage(*msg, f);
+  }
+  return dynamic_cast<const cfg::Quantity*>(msg);
+}
+
+// Clears the Quantity at `path` (the whole field) from the device.
+void clearQuantity(cfg::DeviceConfig* dev, const std::string& path) {
+  pb::Message* msg = dev;
+  const std::vector<std::string> segs = split(path, '.');
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(segs[i]);
+    ASSERT_NE(f, nullptr) << path;
+    if (i + 1 == segs.size()) {
+      msg->GetReflection()->ClearField(msg, f);
+      return;
+    }
+    msg = msg->GetReflection()->MutableMessage(msg, f);
+  }
+}
+
+cfg::Quantity* mutableQuantity(cfg::DeviceConfig* dev, const std::string& path) {
+  pb::Message* msg = dev;
+  for (const std::string& seg : split(path, '.')) {
+    const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(seg);
+    if (!f || f->type() != pb::FieldDescriptor::TYPE_MESSAGE) return nullptr;
+    msg = msg->GetReflection()->MutableMessage(msg, f);
+  }
+  return dynamic_cast<cfg::Quantity*>(msg);
+}
+
+// Sets (and on destruction restores) one environment variable; nullptr unsets it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = std::string(old);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+// Closed form of a PCIe link's per-direction rate: transfer rate x encoding / 8 bits.
+double pcieBytesPerSecond(double gigatransfers, double encoding, uint32_t lanes, double eff) {
+  return gigatransfers * 1e9 * encoding / 8.0 * lanes * eff;
+}
+
+// ---- presetNames / loadPreset ---------------------------------------------------------
+
+TEST(PresetNames, ExactlyTheBuiltInPresetsSorted) {
+  EXPECT_EQ(presetNames(), kPresets);
+}
+
+TEST(LoadPreset, EveryPresetParsesAndCarriesItsRegistryName) {
+  for (const std::string& name : presetNames()) {
+    SCOPED_TRACE(name);
+    cfg::Preset p;
+    ASSERT_NO_THROW(p = loadPreset(name));
+    EXPECT_EQ(p.name(), name);
+    EXPECT_TRUE(p.has_device());
+    EXPECT_FALSE(p.device().name().empty());
+    EXPECT_FALSE(p.device().vendor().empty());
+    EXPECT_FALSE(p.description().empty());
+    EXPECT_FALSE(p.sources().empty());
+  }
+}
+
+TEST(LoadPreset, UnknownNameListsEveryValidPreset) {
+  const std::string msg = configError([] { loadPreset("mlu999"); });
+  EXPECT_TRUE(contains(msg, "mlu999")) << msg;
+  for (const std::string& name : kPresets) EXPECT_TRUE(contains(msg, name)) << name << ": " << msg;
+}
+
+TEST(LoadPreset, MissingFileNamesThePath) {
+  const std::string path = ::testing::TempDir() + "no-such-dir/absent.textproto";
+  const std::string msg = configError([&] { loadPreset(path); });
+  EXPECT_TRUE(contains(msg, path)) << msg;
+  EXPECT_TRUE(contains(msg, "cannot open")) << msg;
+}
+
+TEST(LoadPreset, DotTextprotoNameIsTreatedAsAPath) {
+  const std::string msg = configError([] { loadPreset("no-such-preset-file.textproto"); });
+  EXPECT_TRUE(contains(msg, "no-such-preset-file.textproto")) << msg;
+  EXPECT_TRUE(contains(msg, "cannot open")) << msg;
+  EXPECT_FALSE(contains(msg, "unknown preset")) << msg;
+}
+
+TEST(LoadPreset, FromFileRoundTripsAnEmbeddedPreset) {
+  const cfg::Preset embedded = loadPreset("br100");
+  const std::string path = writeTempFile("cardsim-roundtrip-br100.textproto", presetText(embedded));
+  const cfg::Preset from_file = loadPreset(path);
+  EXPECT_EQ(from_file.name(), "br100");
+  const DeviceParams a = toDeviceParams(embedded, "preset br100");
+  const DeviceParams b = toDeviceParams(from_file, path);
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.memory.capacity_bytes, b.memory.capacity_bytes);
+  EXPECT_DOUBLE_EQ(a.memory.bandwidth_bytes_per_s, b.memory.bandwidth_bytes_per_s);
+  EXPECT_DOUBLE_EQ(peak(a, DType::FP32), peak(b, DType::FP32));
+  EXPECT_DOUBLE_EQ(a.host_link.bandwidth_bytes_per_s, b.host_link.bandwidth_bytes_per_s);
+}
+
+TEST(LoadPreset, FileWithoutNameIsNamedByItsPath) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  p.clear_name();
+  const std::string path = writeTempFile("cardsim-unnamed.textproto", presetText(p));
+  const cfg::Preset loaded = loadPreset(path);
+  EXPECT_EQ(loaded.name(), path);
+  EXPECT_EQ(toDeviceParams(loaded, path).preset, path);
+}
+
+TEST(LoadPreset, FileWithErrorNamesTheFileAndLine) {
+  const std::string text =
+      "name: \"broken\"\n"
+      "device {\n"
+      "  nmae: \"X\"\n"
+      "}\n";
+  const std::string path = writeTempFile("cardsim-broken.textproto", text);
+  const std::string msg = configError([&] { loadPreset(path); });
+  EXPECT_TRUE(contains(msg, path + ":3:")) << msg;
+  EXPECT_TRUE(contains(msg, "device.nmae")) << msg;
+  EXPECT_TRUE(contains(msg, "vendor")) << msg;  // a valid key at that level
+}
+
+// ---- parsePresetText -------------------------------------------------------------------
+
+TEST(ParsePresetText, UnknownNestedKeyNamesOriginLinePathAndValidKeys) {
+  const std::string text =
+      "name: \"t\"\n"
+      "device {\n"
+      "  memory {\n"
+      "    bandwidht { value: \"1 GB/s\" }\n"
+      "  }\n"
+      "}\n";
+  const std::string msg = configError([&] { parsePresetText(text, "my-test-origin"); });
+  EXPECT_TRUE(contains(msg, "my-test-origin:4:")) << msg;
+  EXPECT_TRUE(contains(msg, "device.memory.bandwidht")) << msg;
+  for (const char* key : {"capacity", "bandwidth", "latency", "channels", "technology"})
+    EXPECT_TRUE(contains(msg, key)) << key << ": " << msg;
+}
+
+TEST(ParsePresetText, UnknownKeyOnOneLine) {
+  const std::string msg = configError([] {
+    parsePresetText("device { memory { bandwidht { value: \"1 GB/s\" } } }", "inline-origin");
+  });
+  EXPECT_TRUE(contains(msg, "inline-origin:1:")) << msg;
+  EXPECT_TRUE(contains(msg, "device.memory.bandwidht")) << msg;
+  EXPECT_TRUE(contains(msg, "capacity")) << msg;
+  EXPECT_TRUE(contains(msg, "bandwidth")) << msg;
+}
+
+TEST(ParsePresetText, UnknownTopLevelKeyListsTopLevelKeys) {
+  const std::string msg = configError([] { parsePresetText("\n\ndevise { }\n", "top"); });
+  EXPECT_TRUE(contains(msg, "top:3:")) << msg;
+  EXPECT_TRUE(contains(msg, "devise")) << msg;
+  for (const char* key : {"name", "description", "device", "sources"})
+    EXPECT_TRUE(contains(msg, key)) << key << ": " << msg;
+}
+
+TEST(ParsePresetText, SyntaxErrorNamesOrigin) {
+  const std::string msg =
+      configError([] { parsePresetText("name: \"x\"\ndevice {\n  name: \"y\"\n", "unclosed"); });
+  EXPECT_TRUE(contains(msg, "unclosed:")) << msg;
+}
+
+TEST(ParsePresetText, BadEnumValueIsAnError) {
+  const std::string msg = configError([] {
+    parsePresetText("device { memory { bandwidth { value: \"1 GB/s\" confidence: SURE } } }",
+                    "enum-origin");
+  });
+  EXPECT_TRUE(contains(msg, "enum-origin:1:")) << msg;
+  EXPECT_TRUE(contains(msg, "SURE")) << msg;
+}
+
+// A bad enum value: the key is the field, not the value.
+TEST(ParsePresetText, BadEnumValueNamesTheKeyNotTheValue) {
+  const std::string msg = configError([] {
+    parsePresetText("device { memory { bandwidth { value: \"1 GB/s\" confidence: SURE } } }",
+                    "enum-origin");
+  });
+  EXPECT_TRUE(contains(msg, "device.memory.bandwidth.confidence")) << msg;
+  EXPECT_FALSE(contains(msg, "bandwidth.SURE")) << msg;
+}
+
+TEST(ParsePresetText, CommentsAreAllowed) {
+  const cfg::Preset p = parsePresetText(
+      "# a comment\nname: \"c\"  # trailing\ndevice { name: \"D\" }\n", "comments");
+  EXPECT_EQ(p.name(), "c");
+  EXPECT_EQ(p.device().name(), "D");
+}
+
+// ---- toDeviceParams on the presets -----------------------------------------------------
+
+TEST(Presets, EveryPresetHasEveryQuantityWithConfidenceAndSources) {
+  const std::vector<std::string> paths = allQuantityPaths();
+  ASSERT_GE(paths.size(), 30u);  // the schema has dozens of numbers
+  for (const std::string& name : presetNames()) {
+    SCOPED_TRACE(name);
+    const cfg::Preset p = loadPreset(name);
+    std::set<std::string> source_ids;
+    for (const cfg::Source& s : p.sources()) {
+      EXPECT_FALSE(s.citation().empty()) << s.id();
+      source_ids.insert(s.id());
+    }
+    for (const std::string& path : paths) {
+      const cfg::Quantity* q = findQuantity(p.device(), path);
+      ASSERT_NE(q, nullptr) << path << " missing";
+      EXPECT_FALSE(trim(q->value()).empty()) << path;
+      EXPECT_NE(q->confidence(), cfg::CONFIDENCE_UNSET) << path;
+      EXPECT_NE(q->confidence(), cfg::OVERRIDDEN) << path << ": presets are not overrides";
+      if (q->confidence() == cfg::PUBLISHED || q->confidence() == cfg::DERIVED) {
+        EXPECT_FALSE(trim(q->source()).empty()) << path << " is "
+                                                 << cfg::Confidence_Name(q->confidence())
+                                                 << " without a source";
+      }
+      // Every cited id is listed in the preset's sources.
+      for (const std::string& id : split(q->source(), ','))
+        EXPECT_TRUE(source_ids.count(trim(id))) << path << " cites unknown source " << id;
+    }
+  }
+}
+
+TEST(Presets, EveryPresetConvertsWithPlausibleValues) {
+  const std::map<std::string, std::string> product = {
+      {"br100", "BR100"},         {"br104", "BR104"},
+      {"h100-sxm", "NVIDIA H100 80GB HBM3"}, {"mlu370-x4", "MLU370-X4"},
+      {"mlu370-x8", "MLU370-X8"}, {"mlu590", "MLU590"}};
+  for (const std::string& name : presetNames()) {
+    SCOPED_TRACE(name);
+    DeviceParams p;
+    ASSERT_NO_THROW(p = toDeviceParams(loadPreset(name), "preset " + name));
+    EXPECT_EQ(p.preset, name);
+    EXPECT_EQ(p.name, product.at(name));
+    EXPECT_FALSE(p.vendor.empty());
+
+    const auto& c = p.compute;
+    EXPECT_GE(c.clusters, 1u);
+    EXPECT_GE(c.cores_per_cluster, 1u);
+    EXPECT_GE(c.clock_hz, 0.5e9);
+    EXPECT_LE(c.clock_hz, 3e9);
+    EXPECT_GT(peak(p, DType::FP32), 1e12);
+    EXPECT_LT(peak(p, DType::FP32), 1e15);
+    for (size_t i = 0; i < c.peak_ops_per_s.size(); ++i) EXPECT_GE(c.peak_ops_per_s[i], 0.0);
+    EXPECT_GE(peak(p, DType::FP16), peak(p, DType::FP32));
+    EXPECT_GE(peak(p, DType::BF16), peak(p, DType::FP32));
+    EXPECT_GE(peak(p, DType::INT8), peak(p, DType::FP16));
+    for (double e : c.efficiency) {
+      EXPECT_GT(e, 0.0);
+      EXPECT_LE(e, 1.0);
+    }
+    EXPECT_GT(c.dispatch_latency_s, 0.0);
+    EXPECT_LT(c.dispatch_latency_s, 1e-3);
+    EXPECT_GT(c.graph_dispatch_latency_s, 0.0);
+    EXPECT_LE(c.graph_dispatch_latency_s, c.dispatch_latency_s);
+    EXPECT_GT(c.tile_bytes, 0.0);
+
+    EXPECT_GE(p.memory.capacity_bytes, 8ull * 1000 * 1000 * 1000);
+    EXPECT_LE(p.memory.capacity_bytes, 256ull * 1000 * 1000 * 1000);
+    EXPECT_GE(p.memory.bandwidth_bytes_per_s, 100e9);
+    EXPECT_LE(p.memory.bandwidth_bytes_per_s, 10e12);
+    EXPECT_GT(p.memory.latency_s, 0.0);
+    EXPECT_LT(p.memory.latency_s, 10e-6);
+    EXPECT_GE(p.memory.channels, 1u);
+    EXPECT_FALSE(p.memory.technology.empty());
+
+    const auto& h = p.host_link;
+    EXPECT_GE(h.pcie_generation, 3u);
+    EXPECT_LE(h.pcie_generation, 6u);
+    EXPECT_EQ(h.lanes, 16u);
+    EXPECT_GT(h.efficiency, 0.0);
+    EXPECT_LE(h.efficiency, 1.0);
+    EXPECT_GT(h.pageable_efficiency, 0.0);
+    EXPECT_LE(h.pageable_efficiency, 1.0);
+    EXPECT_GT(h.latency_s, 0.0);
+    EXPECT_DOUBLE_EQ(h.bandwidth_bytes_per_s,
+                     pcieLaneBytesPerSecond(h.pcie_generation) * h.lanes * h.efficiency);
+    // A PCIe link is far slower than device memory.
+    EXPECT_LT(h.bandwidth_bytes_per_s, p.memory.bandwidth_bytes_per_s);
+
+    EXPECT_GE(p.dma.engines, 1u);
+    EXPECT_GT(p.dma.d2d_latency_s, 0.0);
+    EXPECT_GE(p.queues.hardware_queues, 1u);
+    EXPECT_NE(p.queues.priority_least, p.queues.priority_greatest);
+
+    for (double o : {p.host.launch_overhead_s, p.host.memcpy_overhead_s, p.host.sync_overhead_s,
+                     p.host.event_overhead_s, p.host.alloc_overhead_s, p.host.query_overhead_s}) {
+      EXPECT_GT(o, 0.0);
+      EXPECT_LT(o, 1e-3);
+    }
+    EXPECT_GE(p.compute_capability_major, 1);
+    EXPECT_GE(p.compute_capability_minor, 0);
+  }
+}
+
+TEST(Presets, Mlu370X8Values) {
+  const DeviceParams p = toDeviceParams(loadPreset("mlu370-x8"), "preset mlu370-x8");
+  EXPECT_EQ(p.name, "MLU370-X8");
+  EXPECT_EQ(p.vendor, "Cambricon");
+  EXPECT_EQ(p.memory.capacity_bytes, 23374ull << 20);
+  EXPECT_DOUBLE_EQ(p.memory.bandwidth_bytes_per_s, 307.2e9);
+  EXPECT_DOUBLE_EQ(peak(p, DType::FP32), 12e12);
+  EXPECT_DOUBLE_EQ(peak(p, DType::TF32), 0.0);
+  EXPECT_DOUBLE_EQ(peak(p, DType::FP16), 48e12);
+  EXPECT_DOUBLE_EQ(peak(p, DType::INT8), 128e12);
+  EXPECT_DOUBLE_EQ(p.compute.clock_hz, 1.3e9);
+  EXPECT_EQ(p.compute.clusters, 8u);
+  EXPECT_EQ(p.compute.cores_per_cluster, 4u);
+  EXPECT_EQ(p.memory.technology, "LPDDR5");
+  EXPECT_DOUBLE_EQ(p.memory.latency_s, 600e-9);
+  EXPECT_EQ(p.host_link.pcie_generation, 4u);
+  EXPECT_EQ(p.host_link.lanes, 16u);
+  // PCIe 4.0: 16 GT/s per lane, 128b/130b, x16, 0.8 achieved.
+  EXPECT_DOUBLE_EQ(p.host_link.bandwidth_bytes_per_s,
+                   pcieBytesPerSecond(16, 128.0 / 130.0, 16, 0.8));
+  EXPECT_EQ(p.queues.priority_least, 7);
+  EXPECT_EQ(p.queues.priority_greatest, 0);
+  EXPECT_DOUBLE_EQ(p.host.launch_overhead_s, 4e-6);
+  EXPECT_DOUBLE_EQ(p.host.query_overhead_s, 0.5e-6);
+}
+
+TEST(Presets, Br100Values) {
+  const DeviceParams p = toDeviceParams(loadPreset("br100"), "preset br100");
+  EXPECT_EQ(p.name, "BR100");
+  EXPECT_EQ(p.vendor, "Biren");
+  EXPECT_EQ(p.memory.capacity_bytes, 64ull * 1000 * 1000 * 1000);
+  EXPECT_DOUBLE_EQ(p.memory.bandwidth_bytes_per_s, 1.64e12);
+  EXPECT_DOUBLE_EQ(peak(p, DType::FP32), 256e12);
+  EXPECT_DOUBLE_EQ(peak(p, DType::FP64), 0.0);
+  EXPECT_EQ(p.host_link.pcie_generation, 5u);
+  // PCIe 5.0: 32 GT/s per lane, 128b/130b, x16, 0.8 achieved.
+  EXPECT_DOUBLE_EQ(p.host_link.bandwidth_bytes_per_s,
+                   pcieBytesPerSecond(32, 128.0 / 130.0, 16, 0.8));
+  EXPECT_EQ(p.queues.priority_least, 0);
+  EXPECT_EQ(p.queues.priority_greatest, -3);
+}
+
+TEST(Presets, H100Values) {
+  const DeviceParams p = toDeviceParams(loadPreset("h100-sxm"), "preset h100-sxm");
+  EXPECT_EQ(p.vendor, "NVIDIA");
+  EXPECT_EQ(p.memory.capacity_bytes, 80ull * 1000 * 1000 * 1000);
+  EXPECT_DOUBLE_EQ(p.memory.bandwidth_bytes_per_s, 3.35e12);
+  EXPECT_DOUBLE_EQ(peak(p, DType::FP32), 66.9e12);
+  EXPECT_EQ(p.compute.clusters, 132u);
+  EXPECT_DOUBLE_EQ(p.compute.clock_hz, 1.98e9);
+}
+
+TEST(PcieLaneRate, ClosedForms) {
+  EXPECT_DOUBLE_EQ(pcieLaneBytesPerSecond(1), 2.5e9 * 0.8 / 8);
+  EXPECT_DOUBLE_EQ(pcieLaneBytesPerSecond(2), 5e9 * 0.8 / 8);
+  EXPECT_DOUBLE_EQ(pcieLaneBytesPerSecond(3), 8e9 * 128.0 / 130.0 / 8);
+  EXPECT_DOUBLE_EQ(pcieLaneBytesPerSecond(4), 16e9 * 128.0 / 130.0 / 8);
+  EXPECT_DOUBLE_EQ(pcieLaneBytesPerSecond(5), 32e9 * 128.0 / 130.0 / 8);
+  EXPECT_DOUBLE_EQ(pcieLaneBytesPerSecond(6), 64e9 * 242.0 / 256.0 / 8);
+  EXPECT_DOUBLE_EQ(pcieLaneBytesPerSecond(0), 0.0);
+  EXPECT_DOUBLE_EQ(pcieLaneBytesPerSecond(7), 0.0);
+}
+
+// ---- toDeviceParams validation ---------------------------------------------------------
+
+TEST(ToDeviceParams, PublishedQuantityWithoutSourceIsRejected) {
+  // Parse preset text, drop the source of a PUBLISHED number.
+  cfg::Preset p = parsePresetText(presetText(loadPreset("mlu370-x8")), "edited-text");
+  ASSERT_EQ(p.device().memory().capacity().confidence(), cfg::PUBLISHED);
+  p.mutable_device()->mutable_memory()->mutable_capacity()->clear_source();
+  const std::string msg = configError([&] { toDeviceParams(p, "edited-text"); });
+  EXPECT_TRUE(contains(msg, "edited-text")) << msg;
+  EXPECT_TRUE(contains(msg, "device.memory.capacity.source")) << msg;
+  EXPECT_TRUE(contains(msg, "PUBLISHED")) << msg;
+}
+
+TEST(ToDeviceParams, PublishedSourceRemovedInTextIsRejected) {
+  // The same, edited as text: a PUBLISHED quantity written without its source.
+  const std::string text =
+      "name: \"x\"\n" + presetText(loadPreset("br100")).substr(presetText(loadPreset("br100")).find("device {"));
+  cfg::Preset base = parsePresetText(text, "t");
+  ASSERT_NO_THROW(toDeviceParams(base, "t"));
+  cfg::Quantity* bw = base.mutable_device()->mutable_memory()->mutable_bandwidth();
+  ASSERT_EQ(bw->confidence(), cfg::PUBLISHED);
+  const std::string needle = "source: \"" + bw->source() + "\"";
+  std::string printed = presetText(base);
+  // Remove the source line that follows the bandwidth value.
+  const size_t at = printed.find(needle, printed.find("value: \"1.64 TB/s\""));
+  ASSERT_NE(at, std::string::npos);
+  printed.erase(at, needle.size());
+  const cfg::Preset edited = parsePresetText(printed, "edited.textproto");
+  const std::string msg = configError([&] { toDeviceParams(edited, "edited.textproto"); });
+  EXPECT_TRUE(contains(msg, "device.memory.bandwidth.source")) << msg;
+  EXPECT_FALSE(contains(msg, "device.memory.capacity")) << msg;
+}
+
+TEST(ToDeviceParams, EverySourcedQuantityNeedsItsSource) {
+  // For every preset and every PUBLISHED or DERIVED number, dropping its source is an error
+  // naming exactly that key.
+  for (const std::string& name : presetNames()) {
+    const cfg::Preset base = loadPreset(name);
+    int checked = 0;
+    for (const std::string& path : allQuantityPaths()) {
+      const cfg::Quantity* q = findQuantity(base.device(), path);
+      ASSERT_NE(q, nullptr) << name << " " << path;
+      if (q->confidence() != cfg::PUBLISHED && q->confidence() != cfg::DERIVED) continue;
+      cfg::Preset p = base;
+      mutableQuantity(p.mutable_device(), path)->clear_source();
+      const std::string msg = configError([&] { toDeviceParams(p, name); });
+      EXPECT_TRUE(contains(msg, "device." + path + ".source")) << name << ": " << msg;
+      ++checked;
+    }
+    EXPECT_GT(checked, 0) << name << " has no sourced numbers";
+  }
+}
+
+TEST(ToDeviceParams, AssumedQuantityNeedsNoSource) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  cfg::Quantity* q = p.mutable_device()->mutable_memory()->mutable_latency();
+  ASSERT_EQ(q->confidence(), cfg::ASSUMED);
+  q->clear_source();
+  EXPECT_NO_THROW(toDeviceParams(p, "assumed"));
+}
+
+TEST(ToDeviceParams, EveryQuantityNeedsAConfidence) {
+  const cfg::Preset base = loadPreset("mlu590");
+  for (const std::string& path : allQuantityPaths()) {
+    cfg::Preset p = base;
+    mutableQuantity(p.mutable_device(), path)->set_confidence(cfg::CONFIDENCE_UNSET);
+    const std::string msg = configError([&] { toDeviceParams(p, "conf"); });
+    EXPECT_TRUE(contains(msg, "device." + path + ".confidence")) << msg;
+  }
+}
+
+TEST(ToDeviceParams, EveryQuantityIsRequired) {
+  const cfg::Preset base = loadPreset("br104");
+  for (const std::string& path : allQuantityPaths()) {
+    cfg::Preset p = base;
+    clearQuantity(p.mutable_device(), path);
+    const std::string msg = configError([&] { toDeviceParams(p, "missing-origin"); });
+    EXPECT_TRUE(contains(msg, "device." + path + ": missing")) << msg;
+    EXPECT_TRUE(contains(msg, "missing-origin")) << msg;
+  }
+}
+
+TEST(ToDeviceParams, EmptyValueIsReportedOnce) {
+  cfg::Preset p = loadPreset("br104");
+  p.mutable_device()->mutable_memory()->mutable_bandwidth()->set_value("  ");
+  const std::string msg = configError([&] { toDeviceParams(p, "empty"); });
+  EXPECT_TRUE(contains(msg, "device.memory.bandwidth.value: missing")) << msg;
+  EXPECT_FALSE(contains(msg, "empty value")) << msg;
+}
+
+TEST(ToDeviceParams, MissingDeviceAndNameAreReported) {
+  const std::string msg = configError([] { toDeviceParams(cfg::Preset(), "empty-preset"); });
+  EXPECT_TRUE(contains(msg, "empty-preset")) << msg;
+  EXPECT_TRUE(contains(msg, "device: missing")) << msg;
+  EXPECT_TRUE(contains(msg, "device.name: missing")) << msg;
+}
+
+TEST(ToDeviceParams, OriginNamesThePresetWhenUnnamed) {
+  cfg::Preset p = loadPreset("br104");
+  p.clear_name();
+  EXPECT_EQ(toDeviceParams(p, "some origin").preset, "some origin");
+}
+
+// ---- applyOverride ---------------------------------------------------------------------
+
+TEST(ApplyOverride, SetsValueAndMarksOverridden) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  applyOverride(p, "memory.bandwidth=3.2TB/s", "cli");
+  const cfg::Quantity& q = p.device().memory().bandwidth();
+  EXPECT_EQ(q.value(), "3.2TB/s");
+  EXPECT_EQ(q.confidence(), cfg::OVERRIDDEN);
+  EXPECT_TRUE(contains(q.source(), "cli")) << q.source();
+  const DeviceParams d = toDeviceParams(p, "preset mlu370-x8 + overrides");
+  EXPECT_DOUBLE_EQ(d.memory.bandwidth_bytes_per_s, 3.2e12);
+  // Nothing else moved.
+  EXPECT_EQ(d.memory.capacity_bytes, 23374ull << 20);
+  EXPECT_EQ(p.device().memory().capacity().confidence(), cfg::PUBLISHED);
+}
+
+TEST(ApplyOverride, TrimsSpacesAroundKeyAndValue) {
+  cfg::Preset p = loadPreset("br100");
+  applyOverride(p, "  compute.clock =  2 GHz ", "cli");
+  EXPECT_EQ(p.device().compute().clock().value(), "2 GHz");
+  EXPECT_DOUBLE_EQ(toDeviceParams(p, "o").compute.clock_hz, 2e9);
+}
+
+TEST(ApplyOverride, NestedCountAndFraction) {
+  cfg::Preset p = loadPreset("br100");
+  applyOverride(p, "compute.peak.fp32=100 TFLOPS", "cli");
+  applyOverride(p, "compute.efficiency.gemm=0.6", "cli");
+  applyOverride(p, "host_link.lanes=8", "cli");
+  applyOverride(p, "queues.priority_greatest=-5", "cli");
+  const DeviceParams d = toDeviceParams(p, "o");
+  EXPECT_DOUBLE_EQ(peak(d, DType::FP32), 100e12);
+  EXPECT_DOUBLE_EQ(d.compute.efficiency[0], 0.6);
+  EXPECT_EQ(d.host_link.lanes, 8u);
+  EXPECT_EQ(d.queues.priority_greatest, -5);
+  EXPECT_DOUBLE_EQ(d.host_link.bandwidth_bytes_per_s,
+                   pcieBytesPerSecond(32, 128.0 / 130.0, 8, 0.8));
+}
+
+TEST(ApplyOverride, StringFields) {
+  cfg::Preset p = loadPreset("mlu590");
+  applyOverride(p, "name=MLU590-H8", "cli");
+  applyOverride(p, "memory.technology=HBM3", "cli");
+  const DeviceParams d = toDeviceParams(p, "o");
+  EXPECT_EQ(d.name, "MLU590-H8");
+  EXPECT_EQ(d.memory.technology, "HBM3");
+}
+
+TEST(ApplyOverride, LaterOverrideWins) {
+  cfg::Preset p = loadPreset("mlu590");
+  applyOverride(p, "memory.bandwidth=1 TB/s", "first");
+  applyOverride(p, "memory.bandwidth=1.5 TB/s", "second");
+  EXPECT_DOUBLE_EQ(toDeviceParams(p, "o").memory.bandwidth_bytes_per_s, 1.5e12);
+  EXPECT_TRUE(contains(p.device().memory().bandwidth().source(), "second"));
+}
+
+TEST(ApplyOverride, UnknownKeyNamesKeyAndListsValidKeysAtThatLevel) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  const std::string msg = configError([&] { applyOverride(p, "memory.bandwidht=1 GB/s", "cli"); });
+  EXPECT_TRUE(contains(msg, "cli")) << msg;
+  EXPECT_TRUE(contains(msg, "memory.bandwidht")) << msg;
+  for (const char* key : {"capacity", "bandwidth", "latency", "channels", "technology"})
+    EXPECT_TRUE(contains(msg, key)) << key << ": " << msg;
+  // The top-level keys are not listed for a second-level mistake.
+  EXPECT_FALSE(contains(msg, "host_link")) << msg;
+}
+
+TEST(ApplyOverride, UnknownTopLevelKeyListsDeviceKeys) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  const std::string msg = configError([&] { applyOverride(p, "memroy.bandwidth=1 GB/s", "cli"); });
+  EXPECT_TRUE(contains(msg, "memroy")) << msg;
+  for (const char* key : {"name", "vendor", "compute", "memory", "host_link", "dma", "queues",
+                          "host"})
+    EXPECT_TRUE(contains(msg, key)) << key << ": " << msg;
+}
+
+TEST(ApplyOverride, GroupIsNotAValue) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  const std::string msg = configError([&] { applyOverride(p, "memory=3", "cli"); });
+  EXPECT_TRUE(contains(msg, "memory")) << msg;
+  EXPECT_TRUE(contains(msg, "group")) << msg;
+  EXPECT_TRUE(contains(msg, "bandwidth")) << msg;  // names the keys under it
+  // And the preset is unchanged.
+  EXPECT_EQ(p.device().memory().bandwidth().value(), "307.2 GB/s");
+}
+
+TEST(ApplyOverride, QuantityHasNoSubKeys) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  const std::string msg =
+      configError([&] { applyOverride(p, "memory.bandwidth.value=1 GB/s", "cli"); });
+  EXPECT_TRUE(contains(msg, "memory.bandwidth")) << msg;
+}
+
+TEST(ApplyOverride, MalformedAssignments) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  EXPECT_TRUE(contains(configError([&] { applyOverride(p, "memory.bandwidth", "cli"); }),
+                       "key.path=value"));
+  EXPECT_TRUE(contains(configError([&] { applyOverride(p, "=3 GB/s", "cli"); }), "no key"));
+  EXPECT_TRUE(contains(configError([&] { applyOverride(p, "memory.bandwidth=  ", "cli"); }),
+                       "no value"));
+  EXPECT_TRUE(contains(configError([&] { applyOverride(p, "sources=x", "cli"); }), "sources"));
+}
+
+TEST(ApplyOverride, WrongUnitIsReportedByToDeviceParamsWithOrigin) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  ASSERT_NO_THROW(applyOverride(p, "memory.bandwidth=3.2 TB", "override \"memory.bandwidth=3.2 TB\""));
+  const std::string msg = configError([&] { toDeviceParams(p, "preset mlu370-x8 + overrides"); });
+  EXPECT_TRUE(contains(msg, "device.memory.bandwidth")) << msg;
+  EXPECT_TRUE(contains(msg, "override \"memory.bandwidth=3.2 TB\"")) << msg;
+  EXPECT_TRUE(contains(msg, "\"TB\"")) << msg;
+  EXPECT_TRUE(contains(msg, "GB/s")) << msg;  // lists valid units
+}
+
+TEST(ApplyOverride, ZeroHostOverheadIsRejected) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  applyOverride(p, "host.launch_overhead=0 us", "cli");
+  const std::string msg = configError([&] { toDeviceParams(p, "o"); });
+  EXPECT_TRUE(contains(msg, "device.host.launch_overhead")) << msg;
+  EXPECT_TRUE(contains(msg, "greater than 0")) << msg;
+  EXPECT_TRUE(contains(msg, "cli")) << msg;
+}
+
+TEST(ApplyOverride, EveryHostOverheadMustBePositive) {
+  for (const char* key : {"launch_overhead", "memcpy_overhead", "sync_overhead", "event_overhead",
+                          "alloc_overhead", "query_overhead"}) {
+    cfg::Preset p = loadPreset("br104");
+    applyOverride(p, std::string("host.") + key + "=0 ns", "cli");
+    const std::string msg = configError([&] { toDeviceParams(p, "o"); });
+    EXPECT_TRUE(contains(msg, std::string("device.host.") + key)) << msg;
+  }
+}
+
+TEST(ApplyOverride, RangeChecks) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"compute.clusters=0", "device.compute.clusters"},
+      {"memory.bandwidth=0 GB/s", "device.memory.bandwidth"},
+      {"memory.capacity=0 GiB", "device.memory.capacity"},
+      {"compute.peak.fp32=0 TFLOPS", "device.compute.peak.fp32"},
+      {"compute.efficiency.gemm=1.2", "device.compute.efficiency.gemm"},
+      {"host_link.lanes=3", "device.host_link.lanes"},
+      {"host_link.pcie_generation=7", "device.host_link.pcie_generation"},
+      {"dma.engines=-1", "device.dma.engines"},
+      {"compute.clusters=2.5", "device.compute.clusters"},
+  };
+  for (const auto& [assignment, key] : cases) {
+    cfg::Preset p = loadPreset("mlu370-x8");
+    applyOverride(p, assignment, "cli");
+    const std::string msg = configError([&] { toDeviceParams(p, "o"); });
+    EXPECT_TRUE(contains(msg, key)) << assignment << ": " << msg;
+  }
+}
+
+TEST(ApplyOverride, SeveralProblemsAreReportedTogether) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  applyOverride(p, "memory.bandwidth=3.2 TB", "a");
+  applyOverride(p, "compute.clock=fast", "b");
+  const std::string msg = configError([&] { toDeviceParams(p, "o"); });
+  EXPECT_TRUE(contains(msg, "device.memory.bandwidth")) << msg;
+  EXPECT_TRUE(contains(msg, "device.compute.clock")) << msg;
+}
+
+// Signed integers ("1e12" is not one) are range-checked, never cast blindly.
+TEST(ApplyOverride, SignedCountsOutOfIntRangeAreRejected) {
+  for (const char* assignment :
+       {"queues.priority_least=1e12", "queues.priority_greatest=-1e12",
+        "compute_capability_major=3e9", "compute_capability_minor=1e10"}) {
+    cfg::Preset p = loadPreset("mlu370-x8");
+    applyOverride(p, assignment, "cli");
+    const std::string key =
+        "device." + std::string(assignment).substr(0, std::string(assignment).find('='));
+    const std::string msg = configError([&] { toDeviceParams(p, "o"); });
+    EXPECT_TRUE(contains(msg, key)) << assignment << ": " << msg;
+  }
+}
+
+// A sub-key under a string field is not a group.
+TEST(ApplyOverride, SubKeyOfStringFieldIsNotCalledAGroup) {
+  cfg::Preset p = loadPreset("mlu370-x8");
+  const std::string msg = configError([&] { applyOverride(p, "name.x=3", "cli"); });
+  EXPECT_TRUE(contains(msg, "name.x")) << msg;
+  EXPECT_FALSE(contains(msg, "names a group")) << msg;
+  EXPECT_EQ(p.device().name(), "MLU370-X8");
+}
+
+// ---- applyOverridesFile ----------------------------------------------------------------
+
+TEST(ApplyOverridesFile, CommentsAndBlankLines) {
+  const std::string path = writeTempFile("cardsim-overrides-ok.conf",
+                                         "# tuned for a test\n"
+                                         "\n"
+                                         "memory.bandwidth = 1 TB/s   # measured\n"
+                                         "   \n"
+                                         "compute.clock=2 GHz\n"
+                                         "  # indented comment\n"
+                                         "memory.technology = HBM3\n");
+  cfg::Preset p = loadPreset("mlu370-x4");
+  applyOverridesFile(p, path);
+  const DeviceParams d = toDeviceParams(p, path);
+  EXPECT_DOUBLE_EQ(d.memory.bandwidth_bytes_per_s, 1e12);
+  EXPECT_DOUBLE_EQ(d.compute.clock_hz, 2e9);
+  EXPECT_EQ(d.memory.technology, "HBM3");
+  EXPECT_EQ(p.device().memory().bandwidth().confidence(), cfg::OVERRIDDEN);
+  EXPECT_TRUE(contains(p.device().memory().bandwidth().source(), path + ":3"))
+      << p.device().memory().bandwidth().source();
+  EXPECT_TRUE(contains(p.device().compute().clock().source(), path + ":5"))
+      << p.device().compute().clock().source();
+}
+
+TEST(ApplyOverridesFile, ErrorNamesFileAndLine) {
+  const std::string path = writeTempFile("cardsim-overrides-bad.conf",
+                                         "# header\n"
+                                         "memory.bandwidth = 1 TB/s\n"
+                                         "memory.bandwidht = 2 TB/s\n");
+  cfg::Preset p = loadPreset("mlu370-x4");
+  const std::string msg = configError([&] { applyOverridesFile(p, path); });
+  EXPECT_TRUE(contains(msg, path + ":3")) << msg;
+  EXPECT_TRUE(contains(msg, "memory.bandwidht")) << msg;
+}
+
+TEST(ApplyOverridesFile, BadValueNamesFileAndLineAtValidation) {
+  const std::string path = writeTempFile("cardsim-overrides-unit.conf",
+                                         "\n"
+                                         "memory.latency = 600 GHz\n");
+  cfg::Preset p = loadPreset("mlu370-x4");
+  applyOverridesFile(p, path);
+  const std::string msg = configError([&] { toDeviceParams(p, "o"); });
+  EXPECT_TRUE(contains(msg, "device.memory.latency")) << msg;
+  EXPECT_TRUE(contains(msg, path + ":2")) << msg;
+}
+
+TEST(ApplyOverridesFile, MissingFileNamesPath) {
+  cfg::Preset p = loadPreset("mlu370-x4");
+  const std::string path = ::testing::TempDir() + "cardsim-no-such-overrides.conf";
+  const std::string msg = configError([&] { applyOverridesFile(p, path); });
+  EXPECT_TRUE(contains(msg, path)) << msg;
+}
+
+// ---- loadDeviceParams ------------------------------------------------------------------
+
+TEST(LoadDeviceParams, PresetFileThenCommandLineOverrides) {
+  const std::string path = writeTempFile("cardsim-overrides-combined.conf",
+                                         "memory.bandwidth = 1 TB/s\n"
+                                         "compute.clock = 1.5 GHz\n");
+  SimOptions o;
+  o.preset = "br104";
+  o.overrides_file = path;
+  o.overrides = {"memory.bandwidth=2 TB/s"};
+  const DeviceParams d = loadDeviceParams(o);
+  EXPECT_EQ(d.name, "BR104");
+  EXPECT_DOUBLE_EQ(d.memory.bandwidth_bytes_per_s, 2e12);  // command line beats file
+  EXPECT_DOUBLE_EQ(d.compute.clock_hz, 1.5e9);
+}
+
+TEST(LoadDeviceParams, DefaultsGiveMlu370X8) {
+  const DeviceParams d = loadDeviceParams(SimOptions{});
+  EXPECT_EQ(d.name, "MLU370-X8");
+  EXPECT_DOUBLE_EQ(d.memory.bandwidth_bytes_per_s, 307.2e9);
+}
+
+TEST(LoadDeviceParams, WrongUnitOverrideNamesKeyAndOverride) {
+  SimOptions o;
+  o.preset = "mlu370-x8";
+  o.overrides = {"memory.bandwidth=3.2 TB"};
+  const std::string msg = configError([&] { loadDeviceParams(o); });
+  EXPECT_TRUE(contains(msg, "device.memory.bandwidth")) << msg;
+  EXPECT_TRUE(contains(msg, "memory.bandwidth=3.2 TB")) << msg;
+  EXPECT_TRUE(contains(msg, "mlu370-x8")) << msg;
+}
+
+TEST(LoadDeviceParams, PresetFromPath) {
+  const std::string path =
+      writeTempFile("cardsim-h100-copy.textproto", presetText(loadPreset("h100-sxm")));
+  SimOptions o;
+  o.preset = path;
+  const DeviceParams d = loadDeviceParams(o);
+  EXPECT_EQ(d.memory.capacity_bytes, 80ull * 1000 * 1000 * 1000);
+}
+
+TEST(LoadDeviceParams, UnknownPresetIsConfigError) {
+  SimOptions o;
+  o.preset = "nope";
+  const std::string msg = configError([&] { loadDeviceParams(o); });
+  EXPECT_TRUE(contains(msg, "mlu370-x8")) << msg;
+}
+
+// ---- SimOptions::fromEnvironment -------------------------------------------------------
+
+TEST(SimOptionsEnv, UnsetKeepsDefaults) {
+  ScopedEnv a("CARDSIM_PRESET", nullptr), b("CARDSIM_DEVICES", nullptr),
+      c("CARDSIM_CONFIG", nullptr);
+  SimOptions defaults;
+  defaults.preset = "br100";
+  defaults.devices = 3;
+  defaults.overrides = {"memory.bandwidth=1 TB/s"};
+  defaults.overrides_file = "/x/y.conf";
+  const SimOptions o = SimOptions::fromEnvironment(defaults);
+  EXPECT_EQ(o.preset, "br100");
+  EXPECT_EQ(o.devices, 3u);
+  EXPECT_EQ(o.overrides, defaults.overrides);
+  EXPECT_EQ(o.overrides_file, "/x/y.conf");
+}
+
+TEST(SimOptionsEnv, EmptyValuesKeepDefaults) {
+  ScopedEnv a("CARDSIM_PRESET", ""), b("CARDSIM_DEVICES", ""), c("CARDSIM_CONFIG", "");
+  const SimOptions o = SimOptions::fromEnvironment(SimOptions{});
+  EXPECT_EQ(o.preset, "mlu370-x8");
+  EXPECT_EQ(o.devices, 8u);
+  EXPECT_TRUE(o.overrides_file.empty());
+}
+
+TEST(SimOptionsEnv, ReadsAllThree) {
+  ScopedEnv a("CARDSIM_PRESET", "br104"), b("CARDSIM_DEVICES", "2"),
+      c("CARDSIM_CONFIG", "/tmp/cardsim-env.conf");
+  SimOptions defaults;
+  defaults.overrides = {"compute.clock=1 GHz"};
+  const SimOptions o = SimOptions::fromEnvironment(defaults);
+  EXPECT_EQ(o.preset, "br104");
+  EXPECT_EQ(o.devices, 2u);
+  EXPECT_EQ(o.overrides_file, "/tmp/cardsim-env.conf");
+  EXPECT_EQ(o.overrides, defaults.overrides);  // not touched by the environment
+}
+
+TEST(SimOptionsEnv, DeviceCountBounds) {
+  {
+    ScopedEnv d("CARDSIM_DEVICES", "1");
+    EXPECT_EQ(SimOptions::fromEnvironment(SimOptions{}).devices, 1u);
+  }
+  {
+    ScopedEnv d("CARDSIM_DEVICES", "4096");
+    EXPECT_EQ(SimOptions::fromEnvironment(SimOptions{}).devices, 4096u);
+  }
+}
+
+TEST(SimOptionsEnv, BadDeviceCountNamesTheVariable) {
+  for (const char* bad : {"abc", "0", "-1", "4097", "3x", "2.5", "99999999999999999999"}) {
+    ScopedEnv d("CARDSIM_DEVICES", bad);
+    const std::string msg = configError([] { SimOptions::fromEnvironment(SimOptions{}); });
+    EXPECT_TRUE(contains(msg, "CARDSIM_DEVICES")) << bad << ": " << msg;
+    EXPECT_TRUE(contains(msg, bad)) << bad << ": " << msg;
+  }
+}
+
+TEST(SimOptionsEnv, RestoresEnvironment) {
+  // The guard used above really restores: a sanity check on the test itself.
+  unsetenv("CARDSIM_TEST_PROBE");
+  {
+    ScopedEnv e("CARDSIM_TEST_PROBE", "1");
+    ASSERT_NE(std::getenv("CARDSIM_TEST_PROBE"), nullptr);
+  }
+  EXPECT_EQ(std::getenv("CARDSIM_TEST_PROBE"), nullptr);
+}
+
+TEST(SimOptionsEnv, ConfigFileFromEnvironmentIsApplied) {
+  const std::string path =
+      writeTempFile("cardsim-env-overrides.conf", "memory.bandwidth = 700 GB/s\n");
+  ScopedEnv a("CARDSIM_PRESET", "mlu370-x4"), b("CARDSIM_DEVICES", nullptr),
+      c("CARDSIM_CONFIG", path.c_str());
+  const DeviceParams d = loadDeviceParams(SimOptions::fromEnvironment(SimOptions{}));
+  EXPECT_EQ(d.name, "MLU370-X4");
+  EXPECT_DOUBLE_EQ(d.memory.bandwidth_bytes_per_s, 700e9);
+}
+
+}  // namespace
