@@ -1,6 +1,8 @@
 #include "device_models/Card.h"
 
 #include <cmath>
+
+#include "device_models/SimTime.h"
 #include <string>
 
 namespace cardsim::model {
@@ -72,7 +74,7 @@ void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
       const double dispatch = cmd.in_graph ? params_.compute.graph_dispatch_latency_s
                                            : params_.compute.dispatch_latency_s;
       if (dispatch > 0)
-        sc_core::wait(sc_core::sc_time(std::ceil(dispatch * 1e12 - 1e-6), sc_core::SC_PS));
+        sc_core::wait(toScTime(dispatch));
       clusters_.execute(cmd.kernel, cmd.priority_rank, waiter);
       break;
     }

@@ -3,14 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "device_models/SimTime.h"
+
 namespace cardsim::model {
-
-using sc_core::sc_time;
-using sc_core::SC_PS;
-
-namespace {
-sc_time seconds(double s) { return sc_time(std::ceil(s * 1e12 - 1e-6), SC_PS); }
-}  // namespace
 
 ClusterArray::ClusterArray(sc_core::sc_module_name name, const ComputeParams& params,
                            MemoryChannel& memory)
@@ -49,13 +44,13 @@ void ClusterArray::execute(const KernelCost& cost, int priority_rank, Waiter& wa
     const uint64_t phase_tiles = waves * held;
     const double compute_s = static_cast<double>(waves) * s.tile_compute_s;
     const double phase_bytes = static_cast<double>(phase_tiles) * s.tile_bytes;
-    const sc_time start = sc_core::sc_time_stamp();
-    if (latency > 0) sc_core::wait(seconds(latency));
+    const sc_core::sc_time start = sc_core::sc_time_stamp();
+    if (latency > 0) sc_core::wait(toScTime(latency));
     if (phase_bytes > 0) {
       waiter.pending = 1;
       memory_.transfer(phase_bytes, held, &waiter);
     }
-    if (compute_s > 0) sc_core::wait(seconds(compute_s));
+    if (compute_s > 0) sc_core::wait(toScTime(compute_s));
     if (phase_bytes > 0 && waiter.pending > 0) sc_core::wait(waiter.done);
     busy_cluster_s_ += (sc_core::sc_time_stamp() - start).to_seconds() * held;
     release(held);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "device_models/SimTime.h"
+
 namespace cardsim::model {
 
 DmaEngine::DmaEngine(sc_core::sc_module_name name, const DmaParams& params, HostLink& link,
@@ -23,7 +25,7 @@ void DmaEngine::transfer(CopyKind kind, uint64_t bytes, bool pageable, const Pee
       latency = params_.d2d_latency_s;
       break;
   }
-  if (latency > 0) sc_core::wait(sc_core::sc_time(std::ceil(latency * 1e12 - 1e-6), sc_core::SC_PS));
+  if (latency > 0) sc_core::wait(toScTime(latency));
   bytes_moved_ += bytes;
   if (bytes == 0) return;
   switch (kind) {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "device_models/SimTime.h"
+
 namespace cardsim::model {
 
 void SharedPipe::start(double bytes, double weight, Waiter* w) {
@@ -20,9 +22,7 @@ void SharedPipe::reschedule() {
   wake_.cancel();
   const double s = share_.secondsToNextFinish();
   if (s < 0) return;
-  // Round up to the next picosecond so the flow is really finished when we wake.
-  const double ps = std::ceil(s * 1e12 - 1e-6);
-  wake_.notify(sc_core::sc_time(ps > 0 ? ps : 0, sc_core::SC_PS));
+  wake_.notify(toScTime(s));  // rounded up: the flow is really finished when we wake
 }
 
 }  // namespace cardsim::model
