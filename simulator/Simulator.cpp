@@ -117,7 +117,7 @@ struct Simulator::Impl : model::ICompletionSink {
   void handle(Request* r);
   void onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
                   TimePs end) override;
-  void push(Item item);
+  uint64_t push(Item item);  // returns the command's seq (0 for a request)
   Reply ask(std::unique_ptr<Request> r);
   void shutdown();
 };
@@ -275,16 +275,19 @@ void Simulator::Impl::onComplete(DeviceId device, QueueId queue, const Command& 
   if (waits.empty()) sc_core::sc_pause();
 }
 
-void Simulator::Impl::push(Item item) {
+uint64_t Simulator::Impl::push(Item item) {
   bool notify = false;
+  uint64_t seq = 0;
   {
+    // seq is assigned under the intake lock so queue order and seq order agree.
     std::lock_guard<std::mutex> lock(mutex);
-    if (!item.request) item.cmd.seq = ++submitted[slot(item.device, item.queue)];
+    if (!item.request) item.cmd.seq = seq = ++submitted[slot(item.device, item.queue)];
     intake.push_back(std::move(item));
     notify = sleeping;
     sleeping = false;
   }
   if (notify) wake.notify_one();
+  return seq;
 }
 
 Reply Simulator::Impl::ask(std::unique_ptr<Request> r) {
@@ -377,19 +380,7 @@ QueuePoint Simulator::submit(DeviceId device, QueueId queue, Command cmd, double
   item.device = device;
   item.queue = queue;
   item.cmd = std::move(cmd);
-  // seq is assigned under the intake lock so queue order and seq order agree.
-  bool notify = false;
-  uint64_t seq;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    seq = ++impl_->submitted[impl_->slot(device, queue)];
-    item.cmd.seq = seq;
-    impl_->intake.push_back(std::move(item));
-    notify = impl_->sleeping;
-    impl_->sleeping = false;
-  }
-  if (notify) impl_->wake.notify_one();
-  return QueuePoint{device, queue, seq};
+  return QueuePoint{device, queue, impl_->push(std::move(item))};
 }
 
 QueuePoint Simulator::tail(DeviceId device, QueueId queue) const {

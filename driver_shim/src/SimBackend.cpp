@@ -321,8 +321,7 @@ class SimBackend final : public IBackend {
       // Queue 0 is the default stream's; created streams take the others in turn.
       const uint32_t q = params_.queues.hardware_queues;
       s->queue = QueueId{q == 1 ? 0 : 1 + (next_queue_[static_cast<size_t>(d)]++ % (q - 1))};
-      s->last = sim_.tail(dev(d), s->queue);
-      s->last.seq = 0;
+      s->last = {dev(d), s->queue, 0};   // nothing queued yet: synchronizing returns at once
       *out = s.get();
       streams_.push_back(std::move(s));   // kept: a destroyed handle must still be checkable
     }
@@ -643,11 +642,24 @@ class SimBackend final : public IBackend {
     return Status::Ok();
   }
 
+  // Launch names repeat (often the same literal): skip the shared table when this thread
+  // used the same name last time.
+  uint32_t nameId(std::string_view label) {
+    thread_local std::string last_name;
+    thread_local uint32_t last_id = 0;
+    thread_local const Simulator* last_sim = nullptr;
+    if (last_sim == &sim_ && last_id != 0 && label == last_name) return last_id;
+    last_id = sim_.internName(label);
+    last_name.assign(label);
+    last_sim = &sim_;
+    return last_id;
+  }
+
   Status submit(StreamObject* s, model::Command cmd, std::string_view label, double overhead,
                 model::QueuePoint* point) {
     cmd.stream_tag = s->id;
     cmd.priority_rank = s->rank;
-    cmd.name_id = sim_.internName(label);
+    cmd.name_id = nameId(label);
     return guard([&] {
       // The stream's lock keeps its commands in order when threads share a stream.
       std::lock_guard<std::mutex> lock(s->mutex);
