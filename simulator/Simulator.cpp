@@ -1,5 +1,7 @@
 #include "simulator/Simulator.h"
 
+#include <unistd.h>
+
 #include <systemc>
 
 #include <algorithm>
@@ -323,8 +325,10 @@ Simulator& Simulator::start(const SimOptions& options) {
   // Never deleted: SystemC's context lives as long as the process. The thread is
   // stopped at exit, before static destructors run.
   g_simulator = new Simulator(options);
+  static const pid_t owner = getpid();
   std::atexit([] {
-    if (g_simulator) g_simulator->impl_->shutdown();
+    // A forked child inherits this handler but not the simulation thread.
+    if (g_simulator && getpid() == owner) g_simulator->impl_->shutdown();
   });
   return *g_simulator;
 }

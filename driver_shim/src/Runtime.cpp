@@ -1,5 +1,8 @@
 // The public shim functions: pick the backend once per process, forward, and keep the
 // thread's last error.
+#include <pthread.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -21,6 +24,8 @@ const BackendEntry kBackends[] = {
 
 std::mutex g_mutex;
 std::unique_ptr<IBackend> g_backend;
+// Set in a child forked after initialization: the simulation thread stayed in the parent.
+std::atomic<bool> g_forked_child{false};
 InitOptions g_options;
 thread_local Status t_last_error;
 
@@ -40,6 +45,8 @@ Status initLocked(const InitOptions& options) {
     Status why;
     g_backend = e.create(options, &why);
     if (!g_backend) return why;
+    static std::once_flag at_fork;
+    std::call_once(at_fork, [] { pthread_atfork(nullptr, nullptr, [] { g_forked_child = true; }); });
     g_options = options;
     g_options.backend = name;
     return Status::Ok();
@@ -49,7 +56,18 @@ Status initLocked(const InitOptions& options) {
   return Status(Code::InitFailed, "unknown backend \"" + name + "\" (valid backends: " + valid + ")");
 }
 
+Status forkedChildError() {
+  return Status(Code::InitFailed,
+                "the runtime was initialized before this process was forked; a forked child "
+                "cannot use the devices (start workers with the 'spawn' method, or initialize "
+                "after forking)");
+}
+
 IBackend* backend(Status* why) {
+  if (g_forked_child.load(std::memory_order_relaxed)) {
+    *why = forkedChildError();
+    return nullptr;
+  }
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_backend) {
     Status s = initLocked(InitOptions{});
@@ -98,6 +116,7 @@ Status getLastError() {
 }
 
 Status initialize(const InitOptions& options) {
+  if (g_forked_child.load()) return remember(forkedChildError());
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_backend) {
     const bool same = (options.backend.empty() || options.backend == g_options.backend) &&

@@ -1,4 +1,7 @@
 // Devices, properties, memory capacity and lazy backing, copies and their data, errors.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <thread>
 
@@ -218,4 +221,27 @@ TEST(ShimMemory, BadPointersAndRangesAreNamed) {
   s = shim::free(d);
   EXPECT_EQ(s.code(), shim::Code::InvalidValue);
   EXPECT_NE(s.message().find("already freed"), std::string::npos) << s.message();
+}
+
+TEST(ShimInit, AForkedChildGetsAClearErrorAndExitsCleanly) {
+  startRuntime("mlu370-x8", 1);
+  void* d = nullptr;
+  ASSERT_SHIM_OK(shim::malloc(&d, 4096));
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int n = 0;
+    shim::Status s = shim::getDeviceCount(&n);
+    const bool clear = s.code() == shim::Code::InitFailed &&
+                       s.message().find("forked") != std::string::npos;
+    std::exit(clear ? 0 : 3);  // exit(), not _exit(): the inherited atexit handlers run
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // The parent is unaffected.
+  ASSERT_SHIM_OK(shim::memset(d, 1, 4096));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  ASSERT_SHIM_OK(shim::free(d));
 }
