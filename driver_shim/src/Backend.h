@@ -53,6 +53,13 @@ class IBackend {
   virtual Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost,
                               const std::function<void()>& work) = 0;
 
+  virtual Status streamBeginCapture(Stream stream) = 0;
+  virtual Status streamEndCapture(Stream stream, Graph* graph) = 0;
+  virtual Status streamIsCapturing(Stream stream, bool* capturing) = 0;
+  virtual Status graphNodeCount(Graph graph, std::size_t* count) = 0;
+  virtual Status graphLaunch(Graph graph, Stream stream) = 0;
+  virtual Status graphDestroy(Graph graph) = 0;
+
   virtual Status hostTimePs(uint64_t* ps) = 0;
   virtual Status setActivityRecording(bool on) = 0;
   virtual Status drainActivities(std::vector<ActivityRecord>* out) = 0;

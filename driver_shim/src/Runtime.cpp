@@ -217,6 +217,16 @@ Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost
                     const std::function<void()>& work) {
   CARDSIM_FORWARD(launchKernel(stream, name, cost, work));
 }
+Status streamBeginCapture(Stream stream) { CARDSIM_FORWARD(streamBeginCapture(stream)); }
+Status streamEndCapture(Stream stream, Graph* graph) {
+  CARDSIM_FORWARD(streamEndCapture(stream, graph));
+}
+Status streamIsCapturing(Stream stream, bool* capturing) {
+  CARDSIM_FORWARD(streamIsCapturing(stream, capturing));
+}
+Status graphNodeCount(Graph graph, std::size_t* count) { CARDSIM_FORWARD(graphNodeCount(graph, count)); }
+Status graphLaunch(Graph graph, Stream stream) { CARDSIM_FORWARD(graphLaunch(graph, stream)); }
+Status graphDestroy(Graph graph) { CARDSIM_FORWARD(graphDestroy(graph)); }
 Status hostTimePs(uint64_t* ps) { CARDSIM_FORWARD(hostTimePs(ps)); }
 Status setActivityRecording(bool on) { CARDSIM_FORWARD(setActivityRecording(on)); }
 Status drainActivities(std::vector<ActivityRecord>* out) { CARDSIM_FORWARD(drainActivities(out)); }

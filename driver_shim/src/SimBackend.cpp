@@ -20,6 +20,22 @@ struct StreamObject {
   std::atomic<bool> alive{true};
   std::mutex mutex;
   model::QueuePoint last;    // after this stream's latest command
+  // Stream capture: while `capture` is set, work is recorded into it instead of run.
+  std::unique_ptr<GraphObject> capture;
+  std::string capture_broken;  // why the capture was invalidated, if it was
+};
+
+// One recorded operation: its functional effect and its command for the model.
+struct GraphNode {
+  std::string name;
+  std::function<void()> work;
+  model::Command cmd;
+};
+
+struct GraphObject {
+  std::atomic<bool> alive{true};
+  int device = 0;
+  std::vector<GraphNode> nodes;
 };
 
 struct EventObject {
@@ -147,6 +163,12 @@ class SimBackend final : public IBackend {
     return Status::Ok();
   }
   Status deviceSynchronize() override {
+    {
+      std::lock_guard<std::mutex> lock(streams_mutex_);
+      for (auto& st : streams_)
+        if (st->alive && st->device == t_current_device && capturing(st.get()))
+          return breakCapture(st.get(), "deviceSynchronize");
+    }
     return guard([&] {
       sim_.waitFor(sim_.deviceTails(dev(t_current_device)), params_.host.sync_overhead_s);
       return Status::Ok();
@@ -212,12 +234,19 @@ class SimBackend final : public IBackend {
     DeviceMemory::Found f;
     if (bytes > 0) {
       if (Status st = checkDeviceRange(what, "destination", ptr, bytes, &f); !st.ok()) return st;
-      std::memset(ptr, value, bytes);
     }
     model::Command cmd;
     cmd.kind = CommandKind::Copy;
     cmd.copy_kind = model::CopyKind::Memset;
     cmd.bytes = bytes;
+    auto work = [ptr, value, bytes] {
+      if (bytes > 0) std::memset(ptr, value, bytes);
+    };
+    if (capturing(s)) {
+      if (!async) return breakCapture(s, what);
+      return record(s, "memset", work, std::move(cmd));
+    }
+    work();
     return submitAndMaybeWait(s, std::move(cmd), "memset", params_.host.memcpy_overhead_s, !async);
   }
 
@@ -253,8 +282,11 @@ class SimBackend final : public IBackend {
                                             ": destination is device memory of device " +
                                             std::to_string(fd.device));
     }
-    std::memmove(dst, src, bytes);
-    if (kind == MemcpyKind::HostToHost) return Status::Ok();
+    if (kind == MemcpyKind::HostToHost) {
+      if (capturing(s)) return breakCapture(s, "memcpy HostToHost");
+      std::memmove(dst, src, bytes);
+      return Status::Ok();
+    }
 
     model::Command cmd;
     cmd.kind = CommandKind::Copy;
@@ -281,10 +313,16 @@ class SimBackend final : public IBackend {
       cmd.copy_kind = model::CopyKind::DeviceToDevice;
     }
     cmd.pageable = pageable;
+    auto work = [dst, src, bytes] { std::memmove(dst, src, bytes); };
+    const char* label = model::copyKindName(cmd.copy_kind);
+    if (capturing(s)) {
+      if (!async) return breakCapture(s, what);
+      return record(s, label, work, std::move(cmd));
+    }
+    work();
     // Copies from or to pageable host memory are staged and block the host, as on the card.
     const bool wait = !async || pageable;
-    return submitAndMaybeWait(s, std::move(cmd), model::copyKindName(cmd.copy_kind),
-                              params_.host.memcpy_overhead_s, wait);
+    return submitAndMaybeWait(s, std::move(cmd), label, params_.host.memcpy_overhead_s, wait);
   }
 
   Status memcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
@@ -336,6 +374,7 @@ class SimBackend final : public IBackend {
   Status streamSynchronize(Stream stream) override {
     StreamObject* s = nullptr;
     if (Status st = resolve(stream, "streamSynchronize", &s); !st.ok()) return st;
+    if (capturing(s)) return breakCapture(s, "streamSynchronize");
     return guard([&] {
       sim_.waitFor({lastOf(s)}, params_.host.sync_overhead_s);
       return Status::Ok();
@@ -344,6 +383,7 @@ class SimBackend final : public IBackend {
   Status streamQuery(Stream stream) override {
     StreamObject* s = nullptr;
     if (Status st = resolve(stream, "streamQuery", &s); !st.ok()) return st;
+    if (capturing(s)) return breakCapture(s, "streamQuery");
     return guard([&] {
       return sim_.query({lastOf(s)}, params_.host.query_overhead_s)
                  ? Status::Ok()
@@ -375,6 +415,7 @@ class SimBackend final : public IBackend {
     StreamObject* s = nullptr;
     if (Status st = resolve(stream, "streamWaitEvent", &s); !st.ok()) return st;
     if (Status st = checkEvent(event, "streamWaitEvent"); !st.ok()) return st;
+    if (capturing(s)) return breakCapture(s, "streamWaitEvent (events in a capture are not supported yet)");
     model::QueuePoint point;
     {
       std::lock_guard<std::mutex> lock(event->mutex);
@@ -416,6 +457,7 @@ class SimBackend final : public IBackend {
     if (Status st = checkEvent(event, "eventRecord"); !st.ok()) return st;
     StreamObject* s = nullptr;
     if (Status st = resolve(stream, "eventRecord", &s); !st.ok()) return st;
+    if (capturing(s)) return breakCapture(s, "eventRecord (events in a capture are not supported yet)");
     auto slot = std::make_shared<model::EventSlot>();
     model::Command cmd;
     cmd.kind = CommandKind::EventRecord;
@@ -495,6 +537,15 @@ class SimBackend final : public IBackend {
                     "launchKernel '" + std::string(kname) + "': " + params_.name + " (preset " +
                         params_.preset + ") has no " + model::dtypeName(toModel(cost.dtype)) +
                         " throughput (compute.peak." + model::dtypeName(toModel(cost.dtype)) + " is 0)");
+    model::Command cmd;
+    cmd.kind = CommandKind::Kernel;
+    cmd.kernel.kernel_class = toModel(cost.kernel_class);
+    cmd.kernel.dtype = toModel(cost.dtype);
+    cmd.kernel.flops = cost.flops;
+    cmd.kernel.bytes_read = cost.bytes_read;
+    cmd.kernel.bytes_written = cost.bytes_written;
+    cmd.kernel.tiles = cost.tiles;
+    if (capturing(s)) return record(s, kname, work, std::move(cmd));
     if (work) {
       try {
         work();
@@ -504,15 +555,88 @@ class SimBackend final : public IBackend {
         return Status(Code::KernelFailed, "kernel '" + std::string(kname) + "' failed");
       }
     }
-    model::Command cmd;
-    cmd.kind = CommandKind::Kernel;
-    cmd.kernel.kernel_class = toModel(cost.kernel_class);
-    cmd.kernel.dtype = toModel(cost.dtype);
-    cmd.kernel.flops = cost.flops;
-    cmd.kernel.bytes_read = cost.bytes_read;
-    cmd.kernel.bytes_written = cost.bytes_written;
-    cmd.kernel.tiles = cost.tiles;
     return submitAndMaybeWait(s, std::move(cmd), kname, params_.host.launch_overhead_s, false);
+  }
+
+  // ---- graphs
+  Status streamBeginCapture(Stream stream) override {
+    if (!stream)
+      return Status(Code::InvalidValue, "streamBeginCapture: the default stream cannot be captured");
+    if (Status st = checkStream(stream, "streamBeginCapture"); !st.ok()) return st;
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    if (stream->capture)
+      return Status(Code::InvalidValue, "streamBeginCapture: stream " + std::to_string(stream->id) +
+                                            " is already capturing");
+    stream->capture = std::make_unique<GraphObject>();
+    stream->capture->device = stream->device;
+    stream->capture_broken.clear();
+    return Status::Ok();
+  }
+  Status streamEndCapture(Stream stream, Graph* graph) override {
+    if (!graph) return nullArg("streamEndCapture", "graph");
+    *graph = nullptr;
+    if (!stream) return Status(Code::InvalidValue, "streamEndCapture: the default stream never captures");
+    if (Status st = checkStream(stream, "streamEndCapture"); !st.ok()) return st;
+    std::unique_ptr<GraphObject> g;
+    std::string broken;
+    {
+      std::lock_guard<std::mutex> lock(stream->mutex);
+      if (!stream->capture && stream->capture_broken.empty())
+        return Status(Code::InvalidValue, "streamEndCapture: stream " + std::to_string(stream->id) +
+                                              " is not capturing");
+      g = std::move(stream->capture);
+      broken.swap(stream->capture_broken);
+    }
+    if (!broken.empty())
+      return Status(Code::InvalidValue, "streamEndCapture: the capture was invalidated by " + broken);
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    *graph = g.get();
+    graphs_.push_back(std::move(g));
+    return Status::Ok();
+  }
+  Status streamIsCapturing(Stream stream, bool* is) override {
+    if (!is) return nullArg("streamIsCapturing", "capturing");
+    StreamObject* s = nullptr;
+    if (Status st = resolve(stream, "streamIsCapturing", &s); !st.ok()) return st;
+    *is = capturing(s);
+    return Status::Ok();
+  }
+  Status graphNodeCount(Graph graph, std::size_t* count) override {
+    if (!count) return nullArg("graphNodeCount", "count");
+    if (Status st = checkGraph(graph, "graphNodeCount"); !st.ok()) return st;
+    *count = graph->nodes.size();
+    return Status::Ok();
+  }
+  Status graphLaunch(Graph graph, Stream stream) override {
+    if (Status st = checkGraph(graph, "graphLaunch"); !st.ok()) return st;
+    StreamObject* s = nullptr;
+    if (Status st = resolve(stream, "graphLaunch", &s); !st.ok()) return st;
+    if (s->device != graph->device)
+      return Status(Code::InvalidValue, "graphLaunch: graph was captured on device " +
+                                            std::to_string(graph->device) + ", stream is on device " +
+                                            std::to_string(s->device));
+    if (capturing(s)) return breakCapture(s, "graphLaunch (nested graphs are not supported)");
+    double overhead = params_.host.launch_overhead_s;  // one launch for the whole graph
+    for (GraphNode& n : graph->nodes) {
+      if (n.work) {
+        try {
+          n.work();
+        } catch (const std::exception& e) {
+          return Status(Code::KernelFailed, "graph node '" + n.name + "' failed: " + e.what());
+        }
+      }
+      model::Command cmd = n.cmd;
+      cmd.in_graph = true;
+      if (Status st = submit(s, std::move(cmd), n.name, overhead, nullptr); !st.ok()) return st;
+      overhead = kGraphNodeHostSeconds;
+    }
+    return Status::Ok();
+  }
+  Status graphDestroy(Graph graph) override {
+    if (Status st = checkGraph(graph, "graphDestroy"); !st.ok()) return st;
+    graph->alive = false;
+    graph->nodes.clear();
+    return Status::Ok();
   }
 
   // ---- time and activities
@@ -610,6 +734,33 @@ class SimBackend final : public IBackend {
     *out = stream;
     return Status::Ok();
   }
+  // Host cost of each graph node after the first: small but > 0, as every call must be.
+  static constexpr double kGraphNodeHostSeconds = 1e-9;
+
+  bool capturing(StreamObject* s) {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    return s->capture != nullptr;
+  }
+  Status breakCapture(StreamObject* s, const std::string& what) {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    s->capture.reset();
+    s->capture_broken = what;
+    return Status(Code::NotSupported, what + " is not allowed while stream " + std::to_string(s->id) +
+                                          " is capturing; the capture is invalidated");
+  }
+  Status record(StreamObject* s, std::string_view name, std::function<void()> work,
+                model::Command cmd) {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    if (!s->capture) return Status(Code::Internal, "stream stopped capturing");
+    s->capture->nodes.push_back(GraphNode{std::string(name), std::move(work), std::move(cmd)});
+    return Status::Ok();
+  }
+  Status checkGraph(Graph g, const char* fn) {
+    if (!g) return Status(Code::InvalidHandle, std::string(fn) + ": graph is null");
+    if (!g->alive.load()) return Status(Code::InvalidHandle, std::string(fn) + ": graph was destroyed");
+    return Status::Ok();
+  }
+
   bool pointOf(Event e, model::QueuePoint* p) {
     std::lock_guard<std::mutex> lock(e->mutex);
     if (!e->recorded) return false;
@@ -687,6 +838,7 @@ class SimBackend final : public IBackend {
   std::mutex streams_mutex_;
   std::deque<std::unique_ptr<StreamObject>> streams_;
   std::deque<std::unique_ptr<EventObject>> events_;
+  std::deque<std::unique_ptr<GraphObject>> graphs_;
   std::vector<uint32_t> next_queue_;
   uint32_t next_stream_id_ = 1;
 };

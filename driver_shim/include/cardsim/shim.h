@@ -192,6 +192,23 @@ struct KernelCost {
 Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost,
                     const std::function<void()>& work);
 
+// ---- Graphs (stream capture) -------------------------------------------------------------
+
+// While a stream captures, kernels, memsets and asynchronous copies queued on it are
+// recorded instead of run; synchronizing calls on it fail and invalidate the capture, as
+// on the card. A launched graph runs its recorded work in order and queues it with the
+// card's lower per-kernel graph dispatch cost, for one host launch overhead (plus 1 ns per
+// node). Events inside a capture are not supported yet. The default stream cannot capture.
+struct GraphObject;
+using Graph = GraphObject*;
+
+Status streamBeginCapture(Stream stream);
+Status streamEndCapture(Stream stream, Graph* graph);
+Status streamIsCapturing(Stream stream, bool* capturing);
+Status graphNodeCount(Graph graph, std::size_t* count);
+Status graphLaunch(Graph graph, Stream stream);
+Status graphDestroy(Graph graph);
+
 // ---- Simulated time and activity records ------------------------------------------
 
 // This thread's virtual host clock, in picoseconds.

@@ -1,0 +1,139 @@
+// Stream capture and graph replay.
+#include "ShimTestUtil.h"
+#include "device_models/Command.h"
+
+namespace shim = cardsim::shim;
+using namespace cardsim::testing;
+
+namespace {
+
+shim::KernelCost small(double bytes) {
+  shim::KernelCost c;
+  c.kernel_class = shim::KernelClass::Elementwise;
+  c.bytes_read = bytes / 2;
+  c.bytes_written = bytes / 2;
+  c.flops = bytes / 8;
+  c.tiles = 1;
+  return c;
+}
+
+}  // namespace
+
+TEST(ShimGraphs, CaptureRecordsWithoutRunningAndEachLaunchReplaysInOrder) {
+  startRuntime("mlu370-x8", 1);
+  shim::Stream s;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  int* d = nullptr;
+  ASSERT_SHIM_OK(shim::malloc(reinterpret_cast<void**>(&d), 16 * sizeof(int)));
+  std::vector<int> host(16, 0);
+  std::vector<std::string> order;
+
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  bool capturing = false;
+  ASSERT_SHIM_OK(shim::streamIsCapturing(s, &capturing));
+  EXPECT_TRUE(capturing);
+  ASSERT_SHIM_OK(shim::memsetAsync(d, 0, 16 * sizeof(int), s));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "add1", small(64), [&] {
+    order.push_back("add1");
+    for (int i = 0; i < 16; ++i) d[i] += 1;
+  }));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "times3", small(64), [&] {
+    order.push_back("times3");
+    for (int i = 0; i < 16; ++i) d[i] *= 3;
+  }));
+  ASSERT_SHIM_OK(shim::memcpyAsync(host.data(), d, 16 * sizeof(int), shim::MemcpyKind::DeviceToHost, s));
+  shim::Graph g = nullptr;
+  ASSERT_SHIM_OK(shim::streamEndCapture(s, &g));
+  EXPECT_TRUE(order.empty());                 // nothing ran while capturing
+  EXPECT_EQ(host, std::vector<int>(16, 0));
+  size_t nodes = 0;
+  ASSERT_SHIM_OK(shim::graphNodeCount(g, &nodes));
+  EXPECT_EQ(nodes, 4u);
+
+  for (int launch = 0; launch < 2; ++launch) {
+    ASSERT_SHIM_OK(shim::graphLaunch(g, s));
+    ASSERT_SHIM_OK(shim::streamSynchronize(s));
+    EXPECT_EQ(host, std::vector<int>(16, 3));  // memset, +1, *3, copied back
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"add1", "times3", "add1", "times3"}));
+  ASSERT_SHIM_OK(shim::graphDestroy(g));
+  EXPECT_EQ(shim::graphLaunch(g, s).code(), shim::Code::InvalidHandle);
+}
+
+TEST(ShimGraphs, AGraphLaunchCostsOneHostLaunchAndTheGraphDispatchLatency) {
+  auto p = startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  shim::Stream s;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  constexpr int kKernels = 5;
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  for (int i = 0; i < kKernels; ++i) ASSERT_SHIM_OK(shim::launchKernel(s, "g", small(1e6), {}));
+  shim::Graph g;
+  ASSERT_SHIM_OK(shim::streamEndCapture(s, &g));
+
+  uint64_t t0, t1;
+  ASSERT_SHIM_OK(shim::hostTimePs(&t0));
+  ASSERT_SHIM_OK(shim::graphLaunch(g, s));
+  ASSERT_SHIM_OK(shim::hostTimePs(&t1));
+  using cardsim::model::secondsToPs;
+  EXPECT_EQ(t1 - t0, secondsToPs(p.host.launch_overhead_s) + (kKernels - 1) * secondsToPs(1e-9));
+  ASSERT_SHIM_OK(shim::streamSynchronize(s));
+  for (int i = 0; i < kKernels; ++i) ASSERT_SHIM_OK(shim::launchKernel(s, "plain", small(1e6), {}));
+  ASSERT_SHIM_OK(shim::streamSynchronize(s));
+  auto acts = drain();
+  auto in_graph = named(acts, "g"), plain = named(acts, "plain");
+  ASSERT_EQ(in_graph.size(), static_cast<size_t>(kKernels));
+  ASSERT_EQ(plain.size(), static_cast<size_t>(kKernels));
+  const double saved = p.compute.dispatch_latency_s - p.compute.graph_dispatch_latency_s;
+  EXPECT_GT(saved, 0);
+  EXPECT_NEAR(durationS(plain[0]) - durationS(in_graph[0]), saved, 1e-12);
+}
+
+TEST(ShimGraphs, SynchronizingACapturingStreamInvalidatesTheCapture) {
+  startRuntime("mlu370-x8", 1);
+  shim::Stream s;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "k", small(64), {}));
+  shim::Status st = shim::streamSynchronize(s);
+  EXPECT_EQ(st.code(), shim::Code::NotSupported);
+  EXPECT_NE(st.message().find("capturing"), std::string::npos) << st.message();
+  shim::Graph g = nullptr;
+  st = shim::streamEndCapture(s, &g);
+  EXPECT_EQ(st.code(), shim::Code::InvalidValue);
+  EXPECT_NE(st.message().find("invalidated by streamSynchronize"), std::string::npos) << st.message();
+  EXPECT_EQ(g, nullptr);
+  // The stream works normally afterwards.
+  int ran = 0;
+  ASSERT_SHIM_OK(shim::launchKernel(s, "k", small(64), [&] { ran = 1; }));
+  ASSERT_SHIM_OK(shim::streamSynchronize(s));
+  EXPECT_EQ(ran, 1);
+  // Synchronizing the device, or a synchronous copy, during capture is illegal as well.
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  EXPECT_EQ(shim::deviceSynchronize().code(), shim::Code::NotSupported);
+  EXPECT_EQ(shim::streamEndCapture(s, &g).code(), shim::Code::InvalidValue);
+  int* d = nullptr;
+  ASSERT_SHIM_OK(shim::malloc(reinterpret_cast<void**>(&d), 64));
+  int h[16] = {};
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  // memcpy() runs on the default stream, which is not capturing: allowed.
+  ASSERT_SHIM_OK(shim::memcpy(h, d, 64, shim::MemcpyKind::DeviceToHost));
+  ASSERT_SHIM_OK(shim::streamEndCapture(s, &g));
+}
+
+TEST(ShimGraphs, CaptureErrorsAreNamed) {
+  startRuntime("mlu370-x8", 1);
+  EXPECT_EQ(shim::streamBeginCapture(nullptr).code(), shim::Code::InvalidValue);
+  shim::Stream s;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  shim::Graph g;
+  shim::Status st = shim::streamEndCapture(s, &g);
+  EXPECT_EQ(st.code(), shim::Code::InvalidValue);
+  EXPECT_NE(st.message().find("not capturing"), std::string::npos);
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  EXPECT_EQ(shim::streamBeginCapture(s).code(), shim::Code::InvalidValue);
+  shim::Event e;
+  ASSERT_SHIM_OK(shim::eventCreate(&e));
+  EXPECT_EQ(shim::eventRecord(e, s).code(), shim::Code::NotSupported);
+  EXPECT_EQ(shim::streamEndCapture(s, &g).code(), shim::Code::InvalidValue);
+}
