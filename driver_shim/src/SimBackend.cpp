@@ -22,6 +22,7 @@ struct StreamObject {
   model::QueuePoint last;    // after this stream's latest command
   // Stream capture: while `capture` is set, work is recorded into it instead of run.
   std::unique_ptr<GraphObject> capture;
+  std::atomic<bool> capturing{false};  // capture != nullptr, readable without the lock
   std::string capture_broken;  // why the capture was invalidated, if it was
 };
 
@@ -569,6 +570,7 @@ class SimBackend final : public IBackend {
                                             " is already capturing");
     stream->capture = std::make_unique<GraphObject>();
     stream->capture->device = stream->device;
+    stream->capturing = true;
     stream->capture_broken.clear();
     return Status::Ok();
   }
@@ -585,6 +587,7 @@ class SimBackend final : public IBackend {
         return Status(Code::InvalidValue, "streamEndCapture: stream " + std::to_string(stream->id) +
                                               " is not capturing");
       g = std::move(stream->capture);
+      stream->capturing = false;
       broken.swap(stream->capture_broken);
     }
     if (!broken.empty())
@@ -737,13 +740,11 @@ class SimBackend final : public IBackend {
   // Host cost of each graph node after the first: small but > 0, as every call must be.
   static constexpr double kGraphNodeHostSeconds = 1e-9;
 
-  bool capturing(StreamObject* s) {
-    std::lock_guard<std::mutex> lock(s->mutex);
-    return s->capture != nullptr;
-  }
+  bool capturing(StreamObject* s) { return s->capturing.load(std::memory_order_acquire); }
   Status breakCapture(StreamObject* s, const std::string& what) {
     std::lock_guard<std::mutex> lock(s->mutex);
     s->capture.reset();
+    s->capturing = false;
     s->capture_broken = what;
     return Status(Code::NotSupported, what + " is not allowed while stream " + std::to_string(s->id) +
                                           " is capturing; the capture is invalidated");

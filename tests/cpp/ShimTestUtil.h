@@ -51,6 +51,19 @@ inline std::vector<shim::ActivityRecord> named(const std::vector<shim::ActivityR
   return out;
 }
 
+// An elementwise kernel moving `bytes` (half read, half written) at one op per 4-byte
+// element: far below the ridge point, so memory-bound.
+inline shim::KernelCost memoryBound(double bytes, uint32_t tiles) {
+  shim::KernelCost c;
+  c.kernel_class = shim::KernelClass::Elementwise;
+  c.dtype = shim::DataType::Float32;
+  c.bytes_read = bytes / 2;
+  c.bytes_written = bytes / 2;
+  c.flops = bytes / 8;
+  c.tiles = tiles;
+  return c;
+}
+
 inline double seconds(uint64_t ps) { return static_cast<double>(ps) * 1e-12; }
 inline double durationS(const shim::ActivityRecord& a) { return seconds(a.end_ps - a.start_ps); }
 

@@ -5,20 +5,6 @@
 namespace shim = cardsim::shim;
 using namespace cardsim::testing;
 
-namespace {
-
-shim::KernelCost small(double bytes) {
-  shim::KernelCost c;
-  c.kernel_class = shim::KernelClass::Elementwise;
-  c.bytes_read = bytes / 2;
-  c.bytes_written = bytes / 2;
-  c.flops = bytes / 8;
-  c.tiles = 1;
-  return c;
-}
-
-}  // namespace
-
 TEST(ShimGraphs, CaptureRecordsWithoutRunningAndEachLaunchReplaysInOrder) {
   startRuntime("mlu370-x8", 1);
   shim::Stream s;
@@ -33,11 +19,11 @@ TEST(ShimGraphs, CaptureRecordsWithoutRunningAndEachLaunchReplaysInOrder) {
   ASSERT_SHIM_OK(shim::streamIsCapturing(s, &capturing));
   EXPECT_TRUE(capturing);
   ASSERT_SHIM_OK(shim::memsetAsync(d, 0, 16 * sizeof(int), s));
-  ASSERT_SHIM_OK(shim::launchKernel(s, "add1", small(64), [&] {
+  ASSERT_SHIM_OK(shim::launchKernel(s, "add1", memoryBound(64, 1), [&] {
     order.push_back("add1");
     for (int i = 0; i < 16; ++i) d[i] += 1;
   }));
-  ASSERT_SHIM_OK(shim::launchKernel(s, "times3", small(64), [&] {
+  ASSERT_SHIM_OK(shim::launchKernel(s, "times3", memoryBound(64, 1), [&] {
     order.push_back("times3");
     for (int i = 0; i < 16; ++i) d[i] *= 3;
   }));
@@ -67,7 +53,7 @@ TEST(ShimGraphs, AGraphLaunchCostsOneHostLaunchAndTheGraphDispatchLatency) {
   ASSERT_SHIM_OK(shim::streamCreate(&s));
   constexpr int kKernels = 5;
   ASSERT_SHIM_OK(shim::streamBeginCapture(s));
-  for (int i = 0; i < kKernels; ++i) ASSERT_SHIM_OK(shim::launchKernel(s, "g", small(1e6), {}));
+  for (int i = 0; i < kKernels; ++i) ASSERT_SHIM_OK(shim::launchKernel(s, "g", memoryBound(1e6, 1), {}));
   shim::Graph g;
   ASSERT_SHIM_OK(shim::streamEndCapture(s, &g));
 
@@ -78,7 +64,7 @@ TEST(ShimGraphs, AGraphLaunchCostsOneHostLaunchAndTheGraphDispatchLatency) {
   using cardsim::model::secondsToPs;
   EXPECT_EQ(t1 - t0, secondsToPs(p.host.launch_overhead_s) + (kKernels - 1) * secondsToPs(1e-9));
   ASSERT_SHIM_OK(shim::streamSynchronize(s));
-  for (int i = 0; i < kKernels; ++i) ASSERT_SHIM_OK(shim::launchKernel(s, "plain", small(1e6), {}));
+  for (int i = 0; i < kKernels; ++i) ASSERT_SHIM_OK(shim::launchKernel(s, "plain", memoryBound(1e6, 1), {}));
   ASSERT_SHIM_OK(shim::streamSynchronize(s));
   auto acts = drain();
   auto in_graph = named(acts, "g"), plain = named(acts, "plain");
@@ -94,7 +80,7 @@ TEST(ShimGraphs, SynchronizingACapturingStreamInvalidatesTheCapture) {
   shim::Stream s;
   ASSERT_SHIM_OK(shim::streamCreate(&s));
   ASSERT_SHIM_OK(shim::streamBeginCapture(s));
-  ASSERT_SHIM_OK(shim::launchKernel(s, "k", small(64), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "k", memoryBound(64, 1), {}));
   shim::Status st = shim::streamSynchronize(s);
   EXPECT_EQ(st.code(), shim::Code::NotSupported);
   EXPECT_NE(st.message().find("capturing"), std::string::npos) << st.message();
@@ -105,7 +91,7 @@ TEST(ShimGraphs, SynchronizingACapturingStreamInvalidatesTheCapture) {
   EXPECT_EQ(g, nullptr);
   // The stream works normally afterwards.
   int ran = 0;
-  ASSERT_SHIM_OK(shim::launchKernel(s, "k", small(64), [&] { ran = 1; }));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "k", memoryBound(64, 1), [&] { ran = 1; }));
   ASSERT_SHIM_OK(shim::streamSynchronize(s));
   EXPECT_EQ(ran, 1);
   // Synchronizing the device, or a synchronous copy, during capture is illegal as well.

@@ -4,26 +4,12 @@
 namespace shim = cardsim::shim;
 using namespace cardsim::testing;
 
-namespace {
-
-shim::KernelCost streaming(double bytes, uint32_t tiles) {
-  shim::KernelCost c;
-  c.kernel_class = shim::KernelClass::Elementwise;
-  c.bytes_read = bytes / 2;
-  c.bytes_written = bytes / 2;
-  c.flops = bytes / 8;
-  c.tiles = tiles;
-  return c;
-}
-
-}  // namespace
-
 TEST(ShimStreams, QueryIsNotReadyWhileWorkIsPendingThenSuccess) {
   startRuntime("mlu370-x8", 1);
   shim::Stream s;
   ASSERT_SHIM_OK(shim::streamCreate(&s));
   ASSERT_SHIM_OK(shim::streamQuery(s));  // idle
-  ASSERT_SHIM_OK(shim::launchKernel(s, "long", streaming(3e9, 8), {}));   // ~10 ms
+  ASSERT_SHIM_OK(shim::launchKernel(s, "long", memoryBound(3e9, 8), {}));   // ~10 ms
   shim::Status q = shim::streamQuery(s);
   EXPECT_EQ(q.code(), shim::Code::NotReady);
   EXPECT_TRUE(shim::getLastError().ok());  // NotReady is not an error
@@ -41,10 +27,10 @@ TEST(ShimStreams, EventWaitOrdersWorkAcrossStreamsAndDevices) {
   ASSERT_SHIM_OK(shim::setDevice(0));
   shim::Event ready;
   ASSERT_SHIM_OK(shim::eventCreate(&ready, shim::kEventDisableTiming));
-  ASSERT_SHIM_OK(shim::launchKernel(producer, "produce", streaming(1e9, 8), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(producer, "produce", memoryBound(1e9, 8), {}));
   ASSERT_SHIM_OK(shim::eventRecord(ready, producer));
   ASSERT_SHIM_OK(shim::streamWaitEvent(consumer, ready));
-  ASSERT_SHIM_OK(shim::launchKernel(consumer, "consume", streaming(1e6, 8), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(consumer, "consume", memoryBound(1e6, 8), {}));
   ASSERT_SHIM_OK(shim::streamSynchronize(consumer));
   auto acts = drain();
   auto prod = named(acts, "produce").at(0), cons = named(acts, "consume").at(0);
@@ -61,8 +47,8 @@ TEST(ShimStreams, WithoutAnEventTwoStreamsRunConcurrently) {
   shim::Stream a, b;
   ASSERT_SHIM_OK(shim::streamCreate(&a));
   ASSERT_SHIM_OK(shim::streamCreate(&b));
-  ASSERT_SHIM_OK(shim::launchKernel(a, "a", streaming(1e9, 4), {}));
-  ASSERT_SHIM_OK(shim::launchKernel(b, "b", streaming(1e9, 4), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(a, "a", memoryBound(1e9, 4), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(b, "b", memoryBound(1e9, 4), {}));
   ASSERT_SHIM_OK(shim::deviceSynchronize());
   auto acts = drain();
   EXPECT_LT(named(acts, "b").at(0).start_ps, named(acts, "a").at(0).end_ps);
@@ -75,8 +61,8 @@ TEST(ShimStreams, StreamsBeyondTheHardwareQueuesShareOneAndSerialize) {
   shim::Stream a, b;
   ASSERT_SHIM_OK(shim::streamCreate(&a));
   ASSERT_SHIM_OK(shim::streamCreate(&b));
-  ASSERT_SHIM_OK(shim::launchKernel(a, "a", streaming(1e9, 4), {}));
-  ASSERT_SHIM_OK(shim::launchKernel(b, "b", streaming(1e9, 4), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(a, "a", memoryBound(1e9, 4), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(b, "b", memoryBound(1e9, 4), {}));
   ASSERT_SHIM_OK(shim::deviceSynchronize());
   auto acts = drain();
   auto ka = named(acts, "a").at(0), kb = named(acts, "b").at(0);
@@ -99,9 +85,9 @@ TEST(ShimStreams, PrioritiesClampToTheCardsRangeAndUrgentStreamsGetClustersFirst
   EXPECT_EQ(prio, 0);
   const uint32_t all = p.compute.clusters;
   // The filler holds every cluster; then a low- and a high-priority kernel queue for them.
-  ASSERT_SHIM_OK(shim::launchKernel(filler, "filler", streaming(2e9, all), {}));
-  ASSERT_SHIM_OK(shim::launchKernel(low, "low", streaming(1e8, all), {}));
-  ASSERT_SHIM_OK(shim::launchKernel(high, "high", streaming(1e8, all), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(filler, "filler", memoryBound(2e9, all), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(low, "low", memoryBound(1e8, all), {}));
+  ASSERT_SHIM_OK(shim::launchKernel(high, "high", memoryBound(1e8, all), {}));
   ASSERT_SHIM_OK(shim::deviceSynchronize());
   auto acts = drain();
   auto f = named(acts, "filler").at(0), l = named(acts, "low").at(0), h = named(acts, "high").at(0);
@@ -142,20 +128,20 @@ TEST(ShimStreams, HandlesAreCheckedAndEventsFollowVendorSemantics) {
 
 TEST(ShimStreams, AKernelThatThrowsFailsItsLaunchOnly) {
   startRuntime("mlu370-x8", 1);
-  shim::Status st = shim::launchKernel(nullptr, "broken", streaming(1e6, 1),
+  shim::Status st = shim::launchKernel(nullptr, "broken", memoryBound(1e6, 1),
                                        [] { throw std::runtime_error("index out of range"); });
   EXPECT_EQ(st.code(), shim::Code::KernelFailed);
   EXPECT_NE(st.message().find("broken"), std::string::npos);
   EXPECT_NE(st.message().find("index out of range"), std::string::npos);
   int x = 0;
-  ASSERT_SHIM_OK(shim::launchKernel(nullptr, "fine", streaming(1e6, 1), [&] { x = 1; }));
+  ASSERT_SHIM_OK(shim::launchKernel(nullptr, "fine", memoryBound(1e6, 1), [&] { x = 1; }));
   ASSERT_SHIM_OK(shim::deviceSynchronize());
   EXPECT_EQ(x, 1);
 }
 
 TEST(ShimStreams, UnsupportedDataTypeNamesThePresetKey) {
   startRuntime("mlu370-x8", 1);   // no TF32 on MLU370
-  shim::KernelCost c = streaming(1e6, 1);
+  shim::KernelCost c = memoryBound(1e6, 1);
   c.dtype = shim::DataType::TFloat32;
   shim::Status st = shim::launchKernel(nullptr, "tf32 gemm", c, {});
   EXPECT_EQ(st.code(), shim::Code::NotSupported);

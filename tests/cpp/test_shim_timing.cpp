@@ -32,17 +32,6 @@ double eff(const cardsim::model::DeviceParams& p, KernelClass k) {
   return p.compute.efficiency[static_cast<size_t>(k)];
 }
 
-shim::KernelCost memoryBound(double bytes, uint32_t tiles) {
-  shim::KernelCost c;
-  c.kernel_class = shim::KernelClass::Elementwise;
-  c.dtype = shim::DataType::Float32;
-  c.bytes_read = bytes / 2;
-  c.bytes_written = bytes / 2;
-  c.flops = bytes / 8;  // one op per 4-byte element: far below the ridge point
-  c.tiles = tiles;
-  return c;
-}
-
 shim::KernelCost computeBound(double flops, uint32_t tiles) {
   shim::KernelCost c;
   c.kernel_class = shim::KernelClass::Gemm;
