@@ -43,10 +43,19 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# torch_mlu, torch_supa, torch_supa_ext and cardsim_torch live in accelerators/python; the
+# build puts the extension module there. A .pth file makes them importable from the venv
+# (and from the processes DeepSpeed's launcher and torchrun start with it).
+site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ "$(cat "$site/cardsim.pth" 2>/dev/null)" != "$root/accelerators/python" ]; then
+  echo "$root/accelerators/python" > "$site/cardsim.pth"
+fi
+
 # ---- Build -----------------------------------------------------------------------------
-if [ ! -f build/build.ninja ]; then
+if [ ! -f build/build.ninja ] || ! grep -q "^CARDSIM_PYTHON:FILEPATH=$root/.venv/bin/python$" build/CMakeCache.txt; then
   log "configuring build/"
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCARDSIM_PYTHON="$root/.venv/bin/python" >/dev/null
 fi
 log "building"
 if ! cmake --build build -- -j"$(nproc)" > build/last-build.log 2>&1; then

@@ -1,0 +1,360 @@
+#include "DeviceAllocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "DeviceRuntime.h"
+#include "KernelLaunch.h"
+
+namespace cardsim::accel {
+
+using kernels::throwIfFailed;
+namespace stats = c10::CachingDeviceAllocator;
+constexpr auto kDev = c10::DeviceType::PrivateUse1;
+
+namespace {
+
+constexpr size_t kRound = 512;                 // allocation granularity, as torch.cuda's
+constexpr size_t kSmall = 1 << 20;             // blocks up to 1 MiB count as the small pool
+constexpr size_t kMaxDevices = 64;
+
+struct Block {
+  void* ptr = nullptr;
+  size_t size = 0;          // rounded: what the device gave
+  size_t requested = 0;     // what the caller asked for
+  c10::DeviceIndex device = 0;
+  c10::StreamId stream = 0; // the stream it was allocated on; reuse stays on that stream
+  std::vector<c10::Stream> uses;   // other streams recorded with record_stream
+};
+
+struct DeviceState {
+  std::multimap<size_t, Block*> cached;                         // free, by size
+  std::unordered_map<void*, Block*> blocks;                      // every block held
+  std::vector<std::pair<Block*, std::vector<shim::Event>>> pending;  // freed, streams busy
+  stats::DeviceStats stats;
+};
+
+std::recursive_mutex g_mutex;
+DeviceState g_devices[kMaxDevices];
+
+size_t roundUp(size_t n) { return (n + kRound - 1) / kRound * kRound; }
+
+template <typename F>
+void forPools(size_t size, F&& f) {
+  f(static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE));
+  f(static_cast<size_t>(size <= kSmall ? c10::CachingAllocator::StatType::SMALL_POOL
+                                       : c10::CachingAllocator::StatType::LARGE_POOL));
+}
+
+std::string mib(double bytes) {
+  char buf[64];
+  if (bytes >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1ull << 30));
+  else std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1 << 20));
+  return buf;
+}
+
+// Moves freed blocks whose recorded streams have finished (in simulated time) to the cache.
+void collectPending(DeviceState& d, bool wait) {
+  auto& p = d.pending;
+  for (size_t i = 0; i < p.size();) {
+    bool done = true;
+    for (shim::Event e : p[i].second) {
+      if (wait) (void)shim::eventSynchronize(e);
+      else if (shim::eventQuery(e).code() == shim::Code::NotReady) done = false;
+    }
+    if (!done) { ++i; continue; }
+    for (shim::Event e : p[i].second) (void)shim::eventDestroy(e);
+    Block* b = p[i].first;
+    d.cached.emplace(b->size, b);
+    p[i] = p.back();
+    p.pop_back();
+  }
+}
+
+// Returns every cached block of the device to the shim.
+void releaseCached(DeviceState& d) {
+  for (auto& [size, b] : d.cached) {
+    (void)shim::free(b->ptr);
+    forPools(b->size, [&](size_t k) {
+      d.stats.reserved_bytes[k].decrease(b->size);
+      d.stats.segment[k].decrease(1);
+    });
+    d.stats.num_device_free++;
+    d.blocks.erase(b->ptr);
+    delete b;
+  }
+  d.cached.clear();
+}
+
+void freeBlock(void* ptr) {
+  if (!ptr) return;
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  for (auto& d : g_devices) {
+    auto it = d.blocks.find(ptr);
+    if (it == d.blocks.end()) continue;
+    Block* b = it->second;
+    forPools(b->size, [&](size_t k) {
+      d.stats.allocation[k].decrease(1);
+      d.stats.active[k].decrease(1);
+      d.stats.allocated_bytes[k].decrease(b->size);
+      d.stats.active_bytes[k].decrease(b->size);
+      d.stats.requested_bytes[k].decrease(b->requested);
+    });
+    if (b->uses.empty()) {
+      d.cached.emplace(b->size, b);
+      return;
+    }
+    // Used by other streams: reusable once they have reached this point in simulated time.
+    std::vector<shim::Event> events;
+    try {
+      for (const c10::Stream& s : b->uses) {
+        const c10::DeviceIndex prev = currentDevice();
+        setCurrentDevice(s.device_index());
+        shim::Event e = nullptr;
+        if (shim::eventCreate(&e, shim::kEventDisableTiming).ok()) {
+          if (shim::eventRecord(e, shimStream(s)).ok()) events.push_back(e);
+          else (void)shim::eventDestroy(e);
+        }
+        setCurrentDevice(prev);
+      }
+    } catch (...) {
+    }
+    b->uses.clear();
+    d.pending.emplace_back(b, std::move(events));
+    return;
+  }
+}
+
+void rawDelete(void* ptr) { freeBlock(ptr); }
+
+}  // namespace
+
+at::DataPtr CachingAllocator::allocate(size_t bytes) {
+  const c10::DeviceIndex device = currentDevice();
+  const c10::Device where(kDev, device);
+  if (bytes == 0) return at::DataPtr(nullptr, nullptr, &rawDelete, where);
+  const size_t size = roundUp(bytes);
+  const c10::StreamId stream = accel::currentStream(device).id();
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  DeviceState& d = g_devices[device];
+  collectPending(d, false);
+  Block* b = nullptr;
+  // Best fit on the same stream, wasting at most an eighth (or 1 MiB) of the block.
+  const size_t limit = size + std::max(size / 8, kSmall);
+  for (auto it = d.cached.lower_bound(size); it != d.cached.end() && it->first <= limit; ++it)
+    if (it->second->stream == stream) {
+      b = it->second;
+      d.cached.erase(it);
+      break;
+    }
+  if (!b) {
+    void* ptr = nullptr;
+    shim::Status st = shim::malloc(&ptr, size);
+    if (st.code() == shim::Code::OutOfMemory) {
+      // Wait for freed blocks, give the whole cache back, try once more.
+      d.stats.num_alloc_retries++;
+      collectPending(d, true);
+      releaseCached(d);
+      st = shim::malloc(&ptr, size);
+    }
+    if (st.code() == shim::Code::OutOfMemory) {
+      d.stats.num_ooms++;
+      size_t free_b = 0, total_b = 0;
+      (void)shim::memGetInfo(&free_b, &total_b);
+      const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, personality().device, " out of memory. Tried to allocate ",
+                       mib(static_cast<double>(bytes)), " (", personality().device, ":", int(device),
+                       "; ", mib(static_cast<double>(total_b)), " total capacity; ",
+                       mib(static_cast<double>(d.stats.allocated_bytes[agg].current)),
+                       " already allocated; ", mib(static_cast<double>(free_b)), " free; ",
+                       mib(static_cast<double>(d.stats.reserved_bytes[agg].current)),
+                       " reserved in total by the allocator)");
+    }
+    throwIfFailed(st, "device malloc");
+    b = new Block;
+    b->ptr = ptr;
+    b->size = size;
+    b->device = device;
+    b->stream = stream;
+    d.blocks[ptr] = b;
+    d.stats.num_device_alloc++;
+    forPools(size, [&](size_t k) {
+      d.stats.reserved_bytes[k].increase(size);
+      d.stats.segment[k].increase(1);
+    });
+  }
+  b->requested = bytes;
+  forPools(b->size, [&](size_t k) {
+    d.stats.allocation[k].increase(1);
+    d.stats.active[k].increase(1);
+    d.stats.allocated_bytes[k].increase(b->size);
+    d.stats.active_bytes[k].increase(b->size);
+    d.stats.requested_bytes[k].increase(bytes);
+  });
+  return at::DataPtr(b->ptr, b->ptr, &rawDelete, where);
+}
+
+at::DeleterFnPtr CachingAllocator::raw_deleter() const { return &rawDelete; }
+
+void CachingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  throwIfFailed(shim::memcpy(dest, src, count, shim::MemcpyKind::DeviceToDevice), "copy_data");
+}
+
+bool CachingAllocator::initialized() { return true; }
+
+void CachingAllocator::emptyCache(c10::MempoolId_t) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  for (auto& d : g_devices) {
+    collectPending(d, true);
+    releaseCached(d);
+  }
+}
+
+void CachingAllocator::recordStream(const at::DataPtr& ptr, c10::Stream stream) {
+  if (!ptr.get()) return;
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  for (auto& d : g_devices) {
+    auto it = d.blocks.find(ptr.get());
+    if (it == d.blocks.end()) continue;
+    Block* b = it->second;
+    if (stream.id() == b->stream && stream.device_index() == b->device) return;
+    for (const auto& u : b->uses)
+      if (u == stream) return;
+    b->uses.push_back(stream);
+    return;
+  }
+}
+
+stats::DeviceStats CachingAllocator::getDeviceStats(c10::DeviceIndex device) {
+  checkIndex(device);
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  return g_devices[device].stats;
+}
+
+void CachingAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  checkIndex(device);
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  auto& s = g_devices[device].stats;
+  for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                    &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
+    for (auto& st : *arr) st.reset_accumulated();
+  s.num_alloc_retries = 0;
+  s.num_ooms = 0;
+  s.num_device_alloc = 0;
+  s.num_device_free = 0;
+}
+
+void CachingAllocator::resetPeakStats(c10::DeviceIndex device) {
+  checkIndex(device);
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  auto& s = g_devices[device].stats;
+  for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                    &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
+    for (auto& st : *arr) st.reset_peak();
+}
+
+std::pair<size_t, size_t> CachingAllocator::getMemoryInfo(c10::DeviceIndex device) {
+  const c10::DeviceIndex prev = currentDevice();
+  setCurrentDevice(device);
+  size_t free_b = 0, total_b = 0;
+  shim::Status st = shim::memGetInfo(&free_b, &total_b);
+  setCurrentDevice(prev);
+  throwIfFailed(st, "memGetInfo");
+  return {free_b, total_b};
+}
+
+size_t CachingAllocator::allocatedBytes(c10::DeviceIndex device) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  return static_cast<size_t>(g_devices[device].stats.allocated_bytes[0].current);
+}
+
+std::string CachingAllocator::summary(c10::DeviceIndex device) {
+  const stats::DeviceStats s = getDeviceStats(device);
+  std::string out;
+  char line[256];
+  const std::string title = personality().device + " memory summary, device " + std::to_string(device);
+  out += "|" + std::string(75, '=') + "|\n";
+  std::snprintf(line, sizeof line, "| %-73s |\n", title.c_str());
+  out += line;
+  out += "|" + std::string(75, '-') + "|\n";
+  std::snprintf(line, sizeof line, "| %-22s | %14s | %14s | %14s |\n", "Metric", "Current", "Peak",
+                "Tot. Alloc");
+  out += line;
+  auto row = [&](const char* name, const c10::CachingAllocator::StatArray& a, bool bytes) {
+    const auto& st = a[0];
+    auto fmt = [&](int64_t v) { return bytes ? mib(static_cast<double>(v)) : std::to_string(v); };
+    std::snprintf(line, sizeof line, "| %-22s | %14s | %14s | %14s |\n", name, fmt(st.current).c_str(),
+                  fmt(st.peak).c_str(), fmt(st.allocated).c_str());
+    out += line;
+  };
+  row("Allocated memory", s.allocated_bytes, true);
+  row("Active memory", s.active_bytes, true);
+  row("Requested memory", s.requested_bytes, true);
+  row("Reserved memory", s.reserved_bytes, true);
+  row("Allocations", s.allocation, false);
+  row("Device segments", s.segment, false);
+  std::snprintf(line, sizeof line, "| %-22s | %14lld | %-31s |\n", "Allocation retries",
+                static_cast<long long>(s.num_alloc_retries), "");
+  out += line;
+  std::snprintf(line, sizeof line, "| %-22s | %14lld | %-31s |\n", "Out-of-memory errors",
+                static_cast<long long>(s.num_ooms), "");
+  out += line;
+  out += "|" + std::string(75, '=') + "|\n";
+  return out;
+}
+
+CachingAllocator& deviceAllocator() {
+  static CachingAllocator a;
+  return a;
+}
+
+namespace {
+
+struct PinnedAllocator final : public c10::Allocator {
+  static void release(void* p) { (void)shim::hostFree(p); }
+  at::DataPtr allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (bytes > 0) throwIfFailed(shim::hostMalloc(&p, bytes), "pinned host malloc");
+    return at::DataPtr(p, p, &release, c10::Device(c10::DeviceType::CPU));
+  }
+  at::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+}  // namespace
+
+c10::Allocator& pinnedAllocator() {
+  static PinnedAllocator a;
+  return a;
+}
+
+void resizeDeviceStorage(const c10::Storage& storage, size_t newsize) {
+  c10::StorageImpl* st = storage.unsafeGetStorageImpl();
+  TORCH_CHECK(st->resizable(), "trying to resize storage that is not resizable");
+  const c10::DeviceIndex prev = currentDevice();
+  setCurrentDevice(storage.device().index());
+  at::DataPtr fresh = deviceAllocator().allocate(newsize);
+  const size_t keep = std::min(newsize, st->nbytes());
+  if (keep > 0 && st->data())
+    throwIfFailed(shim::memcpy(fresh.get(), st->data(), keep, shim::MemcpyKind::DeviceToDevice),
+                  "storage resize");
+  st->set_data_ptr_noswap(std::move(fresh));
+  st->set_nbytes(newsize);
+  setCurrentDevice(prev);
+}
+
+}  // namespace cardsim::accel
+
+namespace {
+cardsim::accel::CachingAllocator* const g_registered = [] {
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, &cardsim::accel::deviceAllocator());
+  return &cardsim::accel::deviceAllocator();
+}();
+}  // namespace

@@ -1,0 +1,204 @@
+// cardsim_torch._C: the Python face of the device runtime, shared by torch_mlu and
+// torch_supa (each activates it with its own personality).
+#include <torch/extension.h>
+
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "DeviceAllocator.h"
+#include "DeviceRuntime.h"
+#include "HostExecution.h"
+#include "KernelLaunch.h"
+#include "OptimizerOps.h"
+
+namespace py = pybind11;
+using namespace cardsim;
+using cardsim::kernels::throwIfFailed;
+
+namespace {
+
+constexpr auto kDev = c10::DeviceType::PrivateUse1;
+
+c10::DeviceIndex resolve(int64_t device) {
+  const c10::DeviceIndex d = device < 0 ? accel::currentDevice() : static_cast<c10::DeviceIndex>(device);
+  accel::checkIndex(d);
+  return d;
+}
+
+py::tuple streamTuple(const c10::Stream& s) {
+  return py::make_tuple(s.id(), static_cast<int>(s.device_index()), static_cast<int>(s.device_type()));
+}
+
+c10::Stream streamFrom(int64_t id, int64_t device) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kDev, resolve(device)), id);
+}
+
+py::dict flattenStats(const c10::CachingDeviceAllocator::DeviceStats& s) {
+  py::dict out;
+  const char* pools[] = {"all", "small_pool", "large_pool"};
+  auto arr = [&](const std::string& name, const c10::CachingAllocator::StatArray& a) {
+    for (size_t k = 0; k < 3; ++k) {
+      const std::string p = name + "." + pools[k] + ".";
+      out[py::str(p + "current")] = a[k].current;
+      out[py::str(p + "peak")] = a[k].peak;
+      out[py::str(p + "allocated")] = a[k].allocated;
+      out[py::str(p + "freed")] = a[k].freed;
+    }
+  };
+  arr("allocation", s.allocation);
+  arr("segment", s.segment);
+  arr("active", s.active);
+  arr("inactive_split", s.inactive_split);
+  arr("allocated_bytes", s.allocated_bytes);
+  arr("reserved_bytes", s.reserved_bytes);
+  arr("active_bytes", s.active_bytes);
+  arr("inactive_split_bytes", s.inactive_split_bytes);
+  arr("requested_bytes", s.requested_bytes);
+  out["num_alloc_retries"] = s.num_alloc_retries;
+  out["num_ooms"] = s.num_ooms;
+  out["num_sync_all_streams"] = s.num_sync_all_streams;
+  out["num_device_alloc"] = s.num_device_alloc;
+  out["num_device_free"] = s.num_device_free;
+  out["max_split_size"] = s.max_split_size;
+  out["oversize_allocations.current"] = s.oversize_allocations.current;
+  out["oversize_allocations.peak"] = s.oversize_allocations.peak;
+  out["oversize_segments.current"] = s.oversize_segments.current;
+  out["oversize_segments.peak"] = s.oversize_segments.peak;
+  return out;
+}
+
+// A captured graph: the shim graph recorded from one stream.
+class Graph {
+ public:
+  ~Graph() { reset(); }
+  void captureBegin(int64_t stream_id, int64_t device) {
+    TORCH_CHECK(!graph_ && !stream_, "this graph already holds a capture; call reset() first");
+    TORCH_CHECK(stream_id != 0, "graphs cannot be captured on the default stream; use a side stream");
+    c10::Stream s = streamFrom(stream_id, device);
+    c10::DeviceGuard guard(s.device());
+    stream_ = accel::shimStream(s);
+    device_ = s.device_index();
+    throwIfFailed(shim::streamBeginCapture(stream_), "capture_begin");
+  }
+  void captureEnd() {
+    TORCH_CHECK(stream_ && !graph_, "capture_end without capture_begin");
+    c10::DeviceGuard guard(c10::Device(kDev, device_));
+    shim::Graph g = nullptr;
+    shim::Status st = shim::streamEndCapture(stream_, &g);
+    throwIfFailed(st, "capture_end");
+    graph_ = g;
+  }
+  void replay(int64_t stream_id, int64_t device) {
+    TORCH_CHECK(graph_, "replay: nothing captured");
+    c10::Stream s = streamFrom(stream_id, device);
+    c10::DeviceGuard guard(s.device());
+    throwIfFailed(shim::graphLaunch(graph_, accel::shimStream(s)), "replay");
+  }
+  size_t nodes() const {
+    size_t n = 0;
+    if (graph_) throwIfFailed(shim::graphNodeCount(graph_, &n), "graphNodeCount");
+    return n;
+  }
+  void reset() {
+    if (graph_) (void)shim::graphDestroy(graph_);
+    graph_ = nullptr;
+    stream_ = nullptr;
+  }
+
+ private:
+  shim::Graph graph_ = nullptr;
+  shim::Stream stream_ = nullptr;
+  c10::DeviceIndex device_ = 0;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "cardsim device runtime for PyTorch (shared by torch_mlu and torch_supa)";
+  m.def("_activate", [](const std::string& device, const std::string& visible_env,
+                        const std::string& default_preset) {
+    accel::activate({device, visible_env, default_preset});
+    accel::registerHooks();
+  });
+  m.def("_register_fused_adam", &kernels::registerFusedAdam);
+  m.def("_register_deepspeed_ops", &kernels::registerDeepSpeedOps);
+  m.def("_device_count", [] { return accel::deviceCount(); });
+  m.def("_current_device", [] { return static_cast<int>(accel::currentDevice()); });
+  m.def("_set_device", [](int64_t d) { accel::setCurrentDevice(resolve(d)); });
+  m.def("_synchronize", [](int64_t d) {
+    py::gil_scoped_release nogil;
+    c10::impl::getDeviceGuardImpl(kDev)->synchronizeDevice(resolve(d));
+  });
+  m.def("_device_properties", [](int64_t d) {
+    const int s = accel::toShim(resolve(d));
+    shim::DeviceProperties p;
+    throwIfFailed(shim::getDeviceProperties(&p, s), "getDeviceProperties");
+    py::dict out;
+    out["name"] = p.name;
+    out["vendor"] = p.vendor;
+    out["preset"] = p.preset;
+    out["total_memory"] = p.total_memory_bytes;
+    out["cluster_count"] = p.cluster_count;
+    out["cores_per_cluster"] = p.cores_per_cluster;
+    out["clock_hz"] = p.clock_hz;
+    out["memory_bandwidth"] = p.memory_bandwidth_bytes_per_s;
+    out["memory_technology"] = p.memory_technology;
+    out["peak_fp64_flops"] = p.peak_fp64_flops;
+    out["peak_fp32_flops"] = p.peak_fp32_flops;
+    out["peak_tf32_flops"] = p.peak_tf32_flops;
+    out["peak_fp16_flops"] = p.peak_fp16_flops;
+    out["peak_bf16_flops"] = p.peak_bf16_flops;
+    out["peak_int8_ops"] = p.peak_int8_ops;
+    out["major"] = p.compute_capability_major;
+    out["minor"] = p.compute_capability_minor;
+    out["pcie_generation"] = p.pcie_generation;
+    out["pcie_lanes"] = p.pcie_lanes;
+    out["host_link_bandwidth"] = p.host_link_bandwidth_bytes_per_s;
+    out["dma_engines"] = p.dma_engines;
+    out["hardware_queues"] = p.hardware_queues;
+    return out;
+  });
+  m.def("_mem_get_info", [](int64_t d) { return accel::deviceAllocator().getMemoryInfo(resolve(d)); });
+  m.def("_memory_stats", [](int64_t d) { return flattenStats(accel::deviceAllocator().getDeviceStats(resolve(d))); });
+  m.def("_reset_peak_memory_stats", [](int64_t d) { accel::deviceAllocator().resetPeakStats(resolve(d)); });
+  m.def("_reset_accumulated_memory_stats", [](int64_t d) {
+    accel::deviceAllocator().resetAccumulatedStats(resolve(d));
+  });
+  m.def("_empty_cache", [] { accel::deviceAllocator().emptyCache(); });
+  m.def("_memory_summary", [](int64_t d) { return accel::deviceAllocator().summary(resolve(d)); });
+  m.def("_current_stream", [](int64_t d) { return streamTuple(accel::currentStream(resolve(d))); });
+  m.def("_default_stream", [](int64_t d) { return streamTuple(accel::defaultStream(resolve(d))); });
+  m.def("_set_stream", [](int64_t id, int64_t d) { accel::setCurrentStream(streamFrom(id, d)); });
+  m.def("_stream_priority", [](int64_t id, int64_t d) { return accel::streamPriority(streamFrom(id, d)); });
+  m.def("_event_elapsed_time", [](uintptr_t start, uintptr_t end) {
+    TORCH_CHECK(start && end, "elapsed_time: both events must have been recorded");
+    return c10::impl::getDeviceGuardImpl(kDev)->elapsedTime(reinterpret_cast<void*>(start),
+                                                           reinterpret_cast<void*>(end), -1);
+  });
+  m.def("_is_stream_capturing", [](int64_t id, int64_t d) {
+    return c10::impl::getDeviceGuardImpl(kDev)->isStreamCapturing(streamFrom(id, d));
+  });
+  m.def("_stream_priority_range", [] { return py::make_tuple(0, accel::greatestPriority()); });
+  m.def("_host_time_ns", [] {
+    uint64_t ps = 0;
+    throwIfFailed(shim::hostTimePs(&ps), "hostTimePs");
+    return static_cast<double>(ps) / 1000.0;
+  });
+  m.def("_fallback_operators", &kernels::fallbackOperators);
+  m.def("_costed_operators", &kernels::costedOperators);
+  m.def("_cpu_alias", [](const at::Tensor& t) {
+    TORCH_CHECK(t.device().type() == kDev, "_cpu_alias expects a device tensor, got ", t.device());
+    return kernels::cpuAlias(t);
+  });
+  m.def("_is_initialized", &accel::isReady);
+  m.def("_default_generator", [](int64_t d) {
+    return at::detail::getPrivateUse1Hooks().getDefaultGenerator(resolve(d));
+  });
+  py::class_<Graph>(m, "_Graph")
+      .def(py::init<>())
+      .def("capture_begin", &Graph::captureBegin)
+      .def("capture_end", &Graph::captureEnd)
+      .def("replay", &Graph::replay, py::call_guard<py::gil_scoped_release>())
+      .def("node_count", &Graph::nodes)
+      .def("reset", &Graph::reset);
+}

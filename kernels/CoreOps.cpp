@@ -1,0 +1,218 @@
+// Device kernels that cannot run through CPU views: allocation, views and metadata,
+// copies between host and device or between devices, and reading a scalar back.
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/_reshape_alias_cpu_dispatch.h>
+#include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/view_cpu_dispatch.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "CostModel.h"
+#include "KernelLaunch.h"
+
+namespace cardsim::kernels {
+namespace {
+
+constexpr auto kDev = c10::DeviceType::PrivateUse1;
+
+c10::Device targetDevice(std::optional<c10::Device> device_opt) {
+  c10::Device d = c10::device_or_default(device_opt);
+  TORCH_CHECK(d.type() == kDev, "expected a device of the card, got ", d);
+  if (!d.has_index())
+    d = c10::Device(kDev, c10::impl::getDeviceGuardImpl(kDev)->getDevice().index());
+  return d;
+}
+
+at::Tensor emptyMemoryFormat(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                             std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                             std::optional<bool> pin_memory,
+                             std::optional<c10::MemoryFormat> memory_format) {
+  const c10::Device d = targetDevice(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "only strided tensors are supported on the card, got layout ", c10::layout_or_default(layout));
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "device tensors cannot be pinned");
+  c10::DeviceGuard guard(d);
+  return at::detail::empty_generic(size, c10::GetAllocator(kDev), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor emptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                        std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                        std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  const c10::Device d = targetDevice(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "only strided tensors are supported on the card");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "device tensors cannot be pinned");
+  c10::DeviceGuard guard(d);
+  return at::detail::empty_strided_generic(size, stride, c10::GetAllocator(kDev),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor asStrided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                     std::optional<int64_t> offset) {
+  return at::cpu::as_strided(self, size, stride, offset);
+}
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::cpu::view(self, size); }
+at::Tensor reshapeAlias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::cpu::_reshape_alias(self, size, stride);
+}
+
+// Grows the storage of a device tensor: new device memory, old bytes copied on the card.
+void growStorage(const at::Tensor& self, size_t nbytes) {
+  c10::StorageImpl* st = self.storage().unsafeGetStorageImpl();
+  TORCH_CHECK(st->resizable(), "trying to resize storage that is not resizable");
+  c10::DeviceGuard guard(self.device());
+  c10::Allocator* alloc = st->allocator() ? st->allocator() : c10::GetAllocator(kDev);
+  at::DataPtr fresh = alloc->allocate(nbytes);
+  const size_t keep = std::min(nbytes, st->nbytes());
+  if (keep > 0 && st->data())
+    throwIfFailed(shim::memcpyAsync(fresh.get(), st->data(), keep, shim::MemcpyKind::DeviceToDevice,
+                                    currentStream(self.device().index())),
+                  "resize_");
+  st->set_data_ptr_noswap(std::move(fresh));
+  st->set_nbytes(nbytes);
+}
+
+const at::Tensor& resize(const at::Tensor& self, c10::IntArrayRef size,
+                         std::optional<c10::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  if (memory_format.has_value()) {
+    TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve,
+                "unsupported memory format Preserve for resize_");
+    impl->empty_tensor_restride(*memory_format);
+  }
+  const size_t need = at::detail::computeStorageNbytes(self.sizes(), self.strides(),
+                                                       self.dtype().itemsize(),
+                                                       self.storage_offset());
+  if (self.numel() > 0 && need > self.storage().nbytes()) growStorage(self, need);
+  return self;
+}
+
+at::Tensor& setStorage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                       c10::IntArrayRef stride) {
+  return at::cpu::set_(self, source, offset, size, stride);
+}
+at::Tensor& setSource(at::Tensor& self, c10::Storage source) { return at::cpu::set_(self, source); }
+at::Tensor& setTensor(at::Tensor& self, const at::Tensor& source) { return at::cpu::set_(self, source); }
+at::Tensor& setEmpty(at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::GetAllocator(kDev), true);
+  return at::cpu::set_(self, storage, 0, {0}, {});
+}
+
+bool plainCopy(const at::Tensor& src, const at::Tensor& dst) {
+  return src.is_contiguous() && dst.is_contiguous() && src.scalar_type() == dst.scalar_type() &&
+         src.sizes().equals(dst.sizes()) && !src.is_conj() && !dst.is_conj() && !src.is_neg() &&
+         !dst.is_neg();
+}
+
+void syncStream(c10::DeviceIndex device) {
+  c10::DeviceGuard guard(c10::Device(kDev, device));
+  throwIfFailed(shim::streamSynchronize(currentStream(device)), "synchronize after a copy");
+}
+
+// Elementwise copy between two tensors of one device (strides, broadcast, dtype change).
+void deviceCopyKernel(const at::Tensor& src, const at::Tensor& dst) {
+  shim::KernelCost cost;
+  cost.kernel_class = shim::KernelClass::Elementwise;
+  cost.dtype = costDtype(dst.scalar_type(), dst.device().index());
+  cost.bytes_read = static_cast<double>(dst.numel()) * src.element_size();
+  cost.bytes_written = tensorBytes(dst);
+  at::Tensor s = cpuAlias(src), d = cpuAlias(dst);
+  launch(dst.device().index(), "aten::copy_", cost, [s, d]() mutable { d.copy_(s); });
+}
+
+at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (dst.numel() == 0) return dst;
+  const at::Tensor src = self.sizes().equals(dst.sizes()) ? self : self.expand_as(dst);
+  const bool src_dev = src.device().type() == kDev;
+  const bool dst_dev = dst.device().type() == kDev;
+  if (src_dev && dst_dev) {
+    const auto sd = src.device().index(), dd = dst.device().index();
+    c10::DeviceGuard guard(dst.device());
+    if (sd == dd) {
+      if (plainCopy(src, dst))
+        throwIfFailed(shim::memcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(),
+                                        shim::MemcpyKind::DeviceToDevice, currentStream(dd)),
+                      "copy between device tensors");
+      else
+        deviceCopyKernel(src, dst);
+    } else {
+      // Across devices: make it contiguous and of the target type on the source card,
+      // move the bytes over the link, lay them out on the target card.
+      at::Tensor packed = plainCopy(src, dst) ? src : src.to(dst.scalar_type()).contiguous();
+      at::Tensor landed = dst.is_contiguous() ? dst : at::empty_like(dst, at::MemoryFormat::Contiguous);
+      throwIfFailed(shim::memcpyPeerAsync(landed.data_ptr(), dd, packed.data_ptr(), sd,
+                                          landed.nbytes(), currentStream(dd)),
+                    "copy between devices");
+      if (!landed.is_same(dst)) deviceCopyKernel(landed, dst);
+      if (!non_blocking) syncStream(dd);
+    }
+    return dst;
+  }
+  if (dst_dev) {   // host -> device
+    const auto dd = dst.device().index();
+    c10::DeviceGuard guard(dst.device());
+    at::Tensor host = (src.scalar_type() == dst.scalar_type() && src.is_contiguous() &&
+                       !src.is_conj() && !src.is_neg())
+                          ? src
+                          : src.to(dst.scalar_type()).contiguous().resolve_conj().resolve_neg();
+    at::Tensor landed = dst.is_contiguous() ? dst : at::empty_like(dst, at::MemoryFormat::Contiguous);
+    throwIfFailed(shim::memcpyAsync(landed.data_ptr(), host.data_ptr(), landed.nbytes(),
+                                    shim::MemcpyKind::HostToDevice, currentStream(dd)),
+                  "copy from host to device");
+    if (!landed.is_same(dst)) deviceCopyKernel(landed, dst);
+    if (!non_blocking) syncStream(dd);
+    return dst;
+  }
+  // device -> host
+  const auto sd = src.device().index();
+  c10::DeviceGuard guard(src.device());
+  at::Tensor packed = (src.scalar_type() == dst.scalar_type() && src.is_contiguous() &&
+                       !src.is_conj() && !src.is_neg())
+                          ? src
+                          : src.to(dst.scalar_type()).contiguous();
+  const bool direct = dst.is_contiguous() && !dst.is_conj() && !dst.is_neg();
+  at::Tensor landed = direct ? dst : at::empty(dst.sizes(), dst.options());
+  throwIfFailed(shim::memcpyAsync(landed.data_ptr(), packed.data_ptr(), landed.nbytes(),
+                                  shim::MemcpyKind::DeviceToHost, currentStream(sd)),
+                "copy from device to host");
+  if (!direct) dst.copy_(landed);
+  if (!non_blocking) syncStream(sd);
+  return dst;
+}
+
+at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
+  if (!dst.sizes().equals(self.sizes())) dst.resize_(self.sizes());
+  return copyFrom(self, dst, false);
+}
+
+at::Scalar localScalarDense(const at::Tensor& self) {
+  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  copyFrom(self, host, false);
+  return host.item();
+}
+
+}  // namespace
+}  // namespace cardsim::kernels
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using namespace cardsim::kernels;
+  m.impl("empty.memory_format", TORCH_FN(emptyMemoryFormat));
+  m.impl("empty_strided", TORCH_FN(emptyStrided));
+  m.impl("as_strided", TORCH_FN(asStrided));
+  m.impl("view", TORCH_FN(view));
+  m.impl("_reshape_alias", TORCH_FN(reshapeAlias));
+  m.impl("resize_", TORCH_FN(resize));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(setStorage));
+  m.impl("set_.source_Storage", TORCH_FN(setSource));
+  m.impl("set_.source_Tensor", TORCH_FN(setTensor));
+  m.impl("set_", TORCH_FN(setEmpty));
+  m.impl("_copy_from", TORCH_FN(copyFrom));
+  m.impl("_copy_from_and_resize", TORCH_FN(copyFromAndResize));
+  m.impl("_local_scalar_dense", TORCH_FN(localScalarDense));
+}

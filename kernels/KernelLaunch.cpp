@@ -1,0 +1,98 @@
+#include "KernelLaunch.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+
+namespace cardsim::kernels {
+
+void throwIfFailed(const shim::Status& s, const char* what) {
+  if (s.ok()) return;
+  const std::string msg = std::string(what) + ": " + s.toString();
+  switch (s.code()) {
+    case shim::Code::OutOfMemory: TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+    case shim::Code::InvalidDevice:
+    case shim::Code::InvalidValue: TORCH_CHECK_VALUE(false, msg);
+    case shim::Code::NotSupported: TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
+    default: TORCH_CHECK(false, msg);
+  }
+}
+
+shim::Stream currentStream(c10::DeviceIndex device) {
+  const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1);
+  const c10::Stream s = impl->getStream(c10::Device(c10::DeviceType::PrivateUse1, device));
+  return static_cast<shim::Stream>(impl->getStreamNativeHandle(s));
+}
+
+at::Tensor cpuAlias(const at::Tensor& t) {
+  const c10::Storage& st = t.storage();
+  auto storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), st.sym_nbytes(),
+      at::DataPtr(const_cast<void*>(st.data()), at::Device(at::kCPU)), c10::GetCPUAllocator(),
+      /*resizable=*/true);
+  at::Tensor a = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  a.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.is_conj()) a._set_conj(true);
+  if (t.is_neg()) a._set_neg(true);
+  return a;
+}
+
+namespace {
+// Per device: does the card have fp64 units? Read once from its properties.
+constexpr int kMaxDevices = 64;
+std::array<std::atomic<int>, kMaxDevices> g_has_fp64{};  // 0 unknown, 1 yes, 2 no
+
+bool hasFp64(c10::DeviceIndex device) {
+  if (device < 0 || device >= kMaxDevices) return true;
+  int v = g_has_fp64[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    // The guard maps torch's (visible) index to the physical one; the preset is the same
+    // for every device of the process, so the properties of any device answer.
+    shim::DeviceProperties p;
+    v = (shim::getDeviceProperties(&p, 0).ok() && p.peak_fp64_flops <= 0) ? 2 : 1;
+    g_has_fp64[device].store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+}  // namespace
+
+shim::DataType costDtype(at::ScalarType t, c10::DeviceIndex device) {
+  switch (t) {
+    case at::kDouble:
+    case at::kComplexDouble:
+      return hasFp64(device) ? shim::DataType::Float64 : shim::DataType::Float32;
+    case at::kHalf: return shim::DataType::Float16;
+    case at::kBFloat16: return shim::DataType::BFloat16;
+    default: return shim::DataType::Float32;
+  }
+}
+
+double flopScale(at::ScalarType t, c10::DeviceIndex device) {
+  if ((t == at::kDouble || t == at::kComplexDouble) && !hasFp64(device)) return 4.0;
+  return 1.0;
+}
+
+bool isCapturing(shim::Stream stream) {
+  bool capturing = false;
+  if (!stream) return false;   // the default stream cannot capture
+  throwIfFailed(shim::streamIsCapturing(stream, &capturing), "streamIsCapturing");
+  return capturing;
+}
+
+void launch(c10::DeviceIndex device, const char* name, const shim::KernelCost& cost,
+            const std::function<void()>& work) {
+  shim::Stream stream = currentStream(device);
+  if (isCapturing(stream)) {
+    throwIfFailed(shim::launchKernel(stream, name, cost, work), name);
+    return;
+  }
+  if (work) work();
+  throwIfFailed(shim::launchKernel(stream, name, cost, nullptr), name);
+}
+
+}  // namespace cardsim::kernels

@@ -1,0 +1,39 @@
+// What every device kernel needs: the shim stream behind the current torch stream, CPU
+// views of device memory (device memory is host-addressable), and a launch that runs the
+// functional body on this thread and hands the cost descriptor to the timing model.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <functional>
+
+#include "cardsim/shim.h"
+
+namespace cardsim::kernels {
+
+// Throws the torch error matching a failed shim Status (OutOfMemory ->
+// torch.OutOfMemoryError, InvalidDevice/InvalidValue -> ValueError-like c10 errors).
+void throwIfFailed(const shim::Status& s, const char* what);
+
+// The shim stream behind the current c10 stream of `device` (nullptr: the default stream).
+shim::Stream currentStream(c10::DeviceIndex device);
+
+// A CPU tensor over the same bytes as the device tensor `t` (same sizes, strides,
+// offset, conj/neg bits). It does not own the memory; a resize re-homes it in CPU memory.
+at::Tensor cpuAlias(const at::Tensor& t);
+
+// The model's data type for a tensor's element type (integers and bool are timed as
+// fp32 vector work; fp64 on a card without fp64 units is timed as emulated fp32).
+shim::DataType costDtype(at::ScalarType t, c10::DeviceIndex device);
+// Multiplier on flops for `costDtype` substitutions (fp64 emulated on fp32: 4).
+double flopScale(at::ScalarType t, c10::DeviceIndex device);
+
+bool isCapturing(shim::Stream stream);
+
+// Runs `work` now (exceptions propagate unchanged) and queues `cost` on the current
+// stream of `device`. While that stream captures a graph, `work` is recorded instead.
+void launch(c10::DeviceIndex device, const char* name, const shim::KernelCost& cost,
+            const std::function<void()>& work);
+
+}  // namespace cardsim::kernels
