@@ -192,9 +192,17 @@ at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar localScalarDense(const at::Tensor& self) {
-  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   copyFrom(self, host, false);
   return host.item();
+}
+
+// Marks the tensor's memory as used by `stream`: the allocator reuses it only after the
+// stream has reached this point.
+void recordStream(at::Tensor& self, c10::Stream stream) {
+  c10::impl::getDeviceGuardImpl(kDev)->recordDataPtrOnStream(self.storage().data_ptr(), stream);
 }
 
 }  // namespace
@@ -215,4 +223,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(copyFrom));
   m.impl("_copy_from_and_resize", TORCH_FN(copyFromAndResize));
   m.impl("_local_scalar_dense", TORCH_FN(localScalarDense));
+  m.impl("record_stream", TORCH_FN(recordStream));
 }

@@ -489,14 +489,14 @@ def build(p, _C) -> types.ModuleType:
         _range_stack()
 
     @contextlib.contextmanager
-    def range(msg: str, *args, **kwargs):
+    def range_ctx(msg: str, *args, **kwargs):
         range_push(msg.format(*args, **kwargs))
         try:
             yield
         finally:
             range_pop()
 
-    prof.range_push, prof.range_pop, prof.mark, prof.range = range_push, range_pop, mark, range
+    prof.range_push, prof.range_pop, prof.mark, prof.range = range_push, range_pop, mark, range_ctx
 
     # ---- amp -------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
-_GLOO_OPS = {ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND,
-             ReduceOp.BOR, ReduceOp.BXOR}
+_GLOO_OPS = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND,
+             ReduceOp.BOR, ReduceOp.BXOR)
 
 
 class _DoneWork(dist._Work):
@@ -153,7 +153,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def _reduce_op(self, op):
         if op == ReduceOp.AVG:
             return ReduceOp.SUM
-        if op not in _GLOO_OPS:
+        if not any(op == k for k in _GLOO_OPS):
             raise ValueError(f"{self._name}: reduce op {op} is not supported")
         return op
 
@@ -279,6 +279,29 @@ class CardsimProcessGroup(dist.ProcessGroup):
                                                       list(output_split_sizes),
                                                       list(input_split_sizes),
                                                       opts or dist.AllToAllOptions()), [output])
+
+    # The names torch.distributed uses for the tensor forms of these collectives.
+    def all_gather_single(self, output, input, opts=None):
+        return self._allgather_base(output, input, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter_base(output, input, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    # Collectives complete at the call, so a coalescing block needs no batching.
+    def _start_coalescing(self, device):
+        self._coalesced = []
+
+    def _end_coalescing(self, device):
+        return _DoneWork([])
 
     def barrier(self, opts=None):
         self._gloo.barrier(dist.BarrierOptions()).wait()
