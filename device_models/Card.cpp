@@ -24,6 +24,7 @@ const char* commandKindName(CommandKind k) {
     case CommandKind::Copy: return "copy";
     case CommandKind::EventRecord: return "event record";
     case CommandKind::EventWait: return "event wait";
+    case CommandKind::Collective: return "collective";
   }
   return "?";
 }
@@ -94,6 +95,9 @@ void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
       break;
     case CommandKind::EventWait:
       events_.waitFor(cmd.wait_for);
+      break;
+    case CommandKind::Collective:
+      if (cmd.duration_ps > 0) sc_core::wait(sc_core::sc_time(static_cast<double>(cmd.duration_ps), sc_core::SC_PS));
       break;
   }
 }

@@ -42,7 +42,9 @@ struct KernelCost {
 enum class CopyKind : uint8_t { HostToDevice, DeviceToHost, DeviceToDevice, PeerToPeer, Memset };
 const char* copyKindName(CopyKind k);
 
-enum class CommandKind : uint8_t { Kernel, Copy, EventRecord, EventWait };
+// Collective: a communication step whose duration the host computed (alpha-beta) until the
+// collective fabric is modelled; it holds no card resource, only its queue.
+enum class CommandKind : uint8_t { Kernel, Copy, EventRecord, EventWait, Collective };
 const char* commandKindName(CommandKind k);
 
 // Written by the simulation thread when an event's record point completes.
@@ -67,6 +69,7 @@ struct Command {
   bool in_graph = false;       // launched as part of a graph: lower dispatch cost
   std::shared_ptr<EventSlot> event;  // EventRecord
   QueuePoint wait_for;               // EventWait
+  TimePs duration_ps = 0;            // Collective
 };
 
 // Receives every completed command, in the simulation thread.

@@ -184,6 +184,33 @@ PYBIND11_MODULE(_C, m) {
     throwIfFailed(shim::hostTimePs(&ps), "hostTimePs");
     return static_cast<double>(ps) / 1000.0;
   });
+  // A collective's alpha-beta time on the device's current stream: with no fabric model
+  // yet, cards on one host talk over PCIe, so alpha is the host link's transfer latency
+  // per algorithm step and beta its achieved one-direction bandwidth. Returns seconds.
+  m.def("_charge_collective", [](int64_t d, const std::string& name, int64_t steps, double wire_bytes) {
+    const c10::DeviceIndex dev = resolve(d);
+    shim::DeviceProperties p;
+    throwIfFailed(shim::getDeviceProperties(&p, accel::toShim(dev)), "getDeviceProperties");
+    const double seconds = static_cast<double>(steps) * p.host_link_latency_s +
+                           (p.host_link_bandwidth_bytes_per_s > 0 ? wire_bytes / p.host_link_bandwidth_bytes_per_s : 0);
+    c10::DeviceGuard guard(c10::Device(kDev, dev));
+    throwIfFailed(shim::launchCollective(kernels::currentStream(dev), name, seconds), name.c_str());
+    return seconds;
+  });
+  m.def("_set_activity_recording", [](bool on) {
+    throwIfFailed(shim::setActivityRecording(on), "setActivityRecording");
+  });
+  // Completed device work since the last drain: (kind, torch device or -1, stream id, name,
+  // start ns, end ns, flops, bytes).
+  m.def("_drain_activities", [] {
+    std::vector<shim::ActivityRecord> recs;
+    throwIfFailed(shim::drainActivities(&recs), "drainActivities");
+    py::list out;
+    for (const auto& r : recs)
+      out.append(py::make_tuple(shim::activityKindName(r.kind), static_cast<int>(accel::fromShim(r.device)),
+                                r.stream_id, r.name, r.start_ps / 1000.0, r.end_ps / 1000.0, r.flops, r.bytes));
+    return out;
+  });
   m.def("_fallback_operators", &kernels::fallbackOperators);
   m.def("_costed_operators", &kernels::costedOperators);
   m.def("_cpu_alias", [](const at::Tensor& t) {

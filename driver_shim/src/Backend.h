@@ -53,6 +53,8 @@ class IBackend {
   virtual Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost,
                               const std::function<void()>& work) = 0;
 
+  virtual Status launchCollective(Stream stream, std::string_view name, double seconds) = 0;
+
   virtual Status streamBeginCapture(Stream stream) = 0;
   virtual Status streamEndCapture(Stream stream, Graph* graph) = 0;
   virtual Status streamIsCapturing(Stream stream, bool* capturing) = 0;

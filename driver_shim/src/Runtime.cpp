@@ -152,6 +152,7 @@ const char* activityKindName(ActivityRecord::Kind k) {
     case ActivityRecord::Kind::Memset: return "memset";
     case ActivityRecord::Kind::EventRecord: return "event record";
     case ActivityRecord::Kind::EventWait: return "event wait";
+    case ActivityRecord::Kind::Collective: return "collective";
   }
   return "?";
 }
@@ -216,6 +217,9 @@ Status eventElapsedTime(float* ms, Event start, Event end) {
 Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost,
                     const std::function<void()>& work) {
   CARDSIM_FORWARD(launchKernel(stream, name, cost, work));
+}
+Status launchCollective(Stream stream, std::string_view name, double seconds) {
+  CARDSIM_FORWARD(launchCollective(stream, name, seconds));
 }
 Status streamBeginCapture(Stream stream) { CARDSIM_FORWARD(streamBeginCapture(stream)); }
 Status streamEndCapture(Stream stream, Graph* graph) {

@@ -159,6 +159,7 @@ class SimBackend final : public IBackend {
     p->pcie_generation = params_.host_link.pcie_generation;
     p->pcie_lanes = params_.host_link.lanes;
     p->host_link_bandwidth_bytes_per_s = params_.host_link.bandwidth_bytes_per_s;
+    p->host_link_latency_s = params_.host_link.latency_s;
     p->dma_engines = params_.dma.engines;
     p->hardware_queues = params_.queues.hardware_queues;
     return Status::Ok();
@@ -559,6 +560,19 @@ class SimBackend final : public IBackend {
     return submitAndMaybeWait(s, std::move(cmd), kname, params_.host.launch_overhead_s, false);
   }
 
+  Status launchCollective(Stream stream, std::string_view cname, double seconds) override {
+    StreamObject* s = nullptr;
+    if (Status st = resolve(stream, "launchCollective", &s); !st.ok()) return st;
+    if (!(seconds >= 0))
+      return Status(Code::InvalidValue, "launchCollective '" + std::string(cname) +
+                                            "': duration must be a non-negative number of seconds");
+    model::Command cmd;
+    cmd.kind = CommandKind::Collective;
+    cmd.duration_ps = model::secondsToPs(seconds);
+    if (capturing(s)) return record(s, cname, nullptr, std::move(cmd));
+    return submitAndMaybeWait(s, std::move(cmd), cname, params_.host.launch_overhead_s, false);
+  }
+
   // ---- graphs
   Status streamBeginCapture(Stream stream) override {
     if (!stream)
@@ -686,6 +700,7 @@ class SimBackend final : public IBackend {
       case CommandKind::Kernel: return ActivityRecord::Kind::Kernel;
       case CommandKind::EventRecord: return ActivityRecord::Kind::EventRecord;
       case CommandKind::EventWait: return ActivityRecord::Kind::EventWait;
+      case CommandKind::Collective: return ActivityRecord::Kind::Collective;
       case CommandKind::Copy: break;
     }
     switch (a.copy_kind) {

@@ -120,6 +120,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         from . import _C
         self._alias = _C._cpu_alias
+        self._charge_fn = _C._charge_collective
         self._name = backend_name
         self._device_type = device_type
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank,
@@ -141,10 +142,25 @@ class CardsimProcessGroup(dist.ProcessGroup):
         # them: functionally it has (kernels run at launch), so nothing to wait for.
         return None
 
-    def _done(self, h: _Host, work, result):
+    def _done(self, h: _Host, work, result, kind: str | None = None, sized=None):
         work.wait()
         h.finish()
+        if kind is not None:
+            self._charge(kind, sized)
         return _DoneWork(result)
+
+    def _charge(self, kind: str, tensors) -> None:
+        """Queues the collective's alpha-beta time on the device's current stream."""
+        if tensors is None:
+            return
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        dev = [t for t in tensors if t.device.type == self._device_type]
+        if not dev:
+            return
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        steps, wire = collective_cost(kind, nbytes, self.size())
+        self._charge_fn(dev[0].device.index, f"{self._name}:{kind}", steps, wire)
 
     @staticmethod
     def _avg(op) -> bool:
@@ -166,9 +182,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         host = [h(t, written=True) for t in tensors]
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op)
-        w = self._gloo.allreduce(host, o)
-        w.wait()
-        h.finish()
+        self._done(h, self._gloo.allreduce(host, o), tensors, "all_reduce", tensors)
         if self._avg(op):
             for t in tensors:
                 t.div_(self.size())
@@ -187,12 +201,13 @@ class CardsimProcessGroup(dist.ProcessGroup):
         outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
         ins = [h(t) for t in input_tensors]
         return self._done(h, self._gloo.allgather(outs, ins, opts or dist.AllgatherOptions()),
-                          output_tensors)
+                          output_tensors, "all_gather", [t for lst in output_tensors for t in lst])
 
     def _allgather_base(self, output, input, opts=None):
         h = self._host()
         return self._done(h, self._gloo._allgather_base(h(output, True), h(input),
-                                                        opts or dist.AllgatherOptions()), [output])
+                                                        opts or dist.AllgatherOptions()), [output],
+                          "all_gather", output)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         for o, i in zip(outputs, inputs):
@@ -211,10 +226,14 @@ class CardsimProcessGroup(dist.ProcessGroup):
         # then keep this rank's slice (same bytes, simpler and available everywhere).
         for out, ins in zip(output_tensors, input_tensors):
             full = torch.stack([t.reshape(-1) for t in ins])
+            h = self._host()
             o = dist.AllreduceOptions()
-            o.reduceOp = op
-            self.allreduce([full], o)
+            o.reduceOp = self._reduce_op(op)
+            self._done(h, self._gloo.allreduce([h(full, True)], o), None)
+            if self._avg(op):
+                full.div_(self.size())
             out.copy_(full[self.rank()].reshape(out.shape))
+            self._charge("reduce_scatter", full)
         return _DoneWork(output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
@@ -232,7 +251,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         h = self._host()
         host = [h(t, written=True) for t in tensors]
-        return self._done(h, self._gloo.broadcast(host, opts or dist.BroadcastOptions()), tensors)
+        return self._done(h, self._gloo.broadcast(host, opts or dist.BroadcastOptions()), tensors,
+                          "broadcast", tensors)
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
@@ -243,7 +263,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         o.reduceOp = self._reduce_op(op)
         o.rootRank = opts.rootRank
         o.rootTensor = opts.rootTensor
-        self._done(h, self._gloo.reduce(host, o), tensors)
+        self._done(h, self._gloo.reduce(host, o), tensors, "reduce", tensors)
         if self._avg(op) and self.rank() == opts.rootRank:
             for t in tensors:
                 t.div_(self.size())
@@ -253,13 +273,15 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
         ins = [h(t) for t in input_tensors]
-        return self._done(h, self._gloo.gather(outs, ins, opts or dist.GatherOptions()), output_tensors)
+        return self._done(h, self._gloo.gather(outs, ins, opts or dist.GatherOptions()), output_tensors,
+                          "gather", input_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         h = self._host()
         outs = [h(t, written=True) for t in output_tensors]
         ins = [[h(t) for t in lst] for lst in input_tensors]
-        return self._done(h, self._gloo.scatter(outs, ins, opts or dist.ScatterOptions()), output_tensors)
+        return self._done(h, self._gloo.scatter(outs, ins, opts or dist.ScatterOptions()), output_tensors,
+                          "scatter", output_tensors)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         # As all_to_all_single over the concatenation (Gloo has no list form).
@@ -278,7 +300,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return self._done(h, self._gloo.alltoall_base(h(output, True), h(input),
                                                       list(output_split_sizes),
                                                       list(input_split_sizes),
-                                                      opts or dist.AllToAllOptions()), [output])
+                                                      opts or dist.AllToAllOptions()), [output],
+                          "all_to_all", input)
 
     # The names torch.distributed uses for the tensor forms of these collectives.
     def all_gather_single(self, output, input, opts=None):
@@ -312,6 +335,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def send(self, tensors, dst: int, tag: int = 0):
         h = self._host()
         host = [h(t) for t in tensors]
+        self._charge("send", tensors)
         return _PendingWork(self._gloo.send(host, dst, tag), h.finish, tensors)
 
     def recv(self, tensors, src: int, tag: int = 0):

@@ -94,6 +94,7 @@ struct DeviceProperties {
   uint32_t pcie_generation = 0;
   uint32_t pcie_lanes = 0;
   double host_link_bandwidth_bytes_per_s = 0;  // one direction, achieved
+  double host_link_latency_s = 0;              // fixed cost of one transfer over it
   uint32_t dma_engines = 0;
   uint32_t hardware_queues = 0;
 };
@@ -192,6 +193,11 @@ struct KernelCost {
 Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost,
                     const std::function<void()>& work);
 
+// Queues `seconds` of device time on `stream` for a communication step whose duration the
+// caller modelled (the alpha-beta cost of a collective, until the fabric model times it).
+// It occupies the stream's queue only, no compute or memory resource.
+Status launchCollective(Stream stream, std::string_view name, double seconds);
+
 // ---- Graphs (stream capture) -------------------------------------------------------------
 
 // While a stream captures, kernels, memsets and asynchronous copies queued on it are
@@ -216,7 +222,7 @@ Status hostTimePs(uint64_t* ps);
 
 struct ActivityRecord {
   enum class Kind { Kernel, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, MemcpyPeer, Memset,
-                    EventRecord, EventWait };
+                    EventRecord, EventWait, Collective };
   Kind kind = Kind::Kernel;
   int device = 0;
   uint32_t stream_id = 0;
