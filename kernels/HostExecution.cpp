@@ -314,13 +314,14 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   c10::DeviceGuard device_guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
   shim::Stream stream = currentStream(call.device);
-  TORCH_CHECK(!isCapturing(stream), "operator ", entry.name,
-              " runs on the host through CPU views of device memory and cannot be captured "
-              "into a graph; capture only operators with device kernels");
+  const bool capturing = isCapturing(stream);
   if (entry.fallback) {
     std::lock_guard<std::mutex> lock(g_fallback_mutex);
     g_fallback_ops.insert(entry.name);
   }
+  // A graph replays the operator on the same (host-converted) arguments.
+  std::vector<c10::IValue> replay_args;
+  if (capturing) replay_args.assign(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
@@ -345,7 +346,28 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (const auto& [dev, a] : call.aliases)
       if (call.written.count(dev.unsafeGetTensorImpl())) outputs.push_back(dev);
   shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device);
-  throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
+  if (!capturing) {
+    throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
+    return;
+  }
+  // Captured: the results above already have their device memory; a replay recomputes
+  // them on the host and writes them there. The graph keeps every device tensor alive.
+  std::vector<at::Tensor> keep_alive;
+  for (const auto& [dev, a] : call.aliases) keep_alive.push_back(dev);
+  std::vector<at::Tensor> results;   // device results by return position (undefined: none)
+  for (size_t i = stack->size() - nret; i < stack->size(); ++i)
+    results.push_back((*stack)[i].isTensor() ? (*stack)[i].toTensor() : at::Tensor());
+  auto work = [op, replay_args, results, keep_alive]() {
+    torch::jit::Stack st(replay_args);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &st);
+    for (size_t i = 0; i < results.size() && i < st.size(); ++i) {
+      if (!results[i].defined() || !st[i].isTensor()) continue;
+      const at::Tensor& r = st[i].toTensor();
+      at::Tensor dst = cpuAlias(results[i]);
+      if (r.data_ptr() != dst.data_ptr()) dst.copy_(r);
+    }
+  };
+  throwIfFailed(shim::launchKernel(stream, entry.name, cost, work), entry.name.c_str());
 }
 
 void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) { runOnHost(op, stack); }

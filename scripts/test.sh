@@ -10,12 +10,19 @@ status=0
 echo "== ctest"
 ctest --test-dir build --output-on-failure -j"$(nproc)" || status=1
 
-echo "== pytest"
+echo "== pytest (device suite as mlu, end-to-end, demo)"
 set +e
 .venv/bin/python -m pytest -q tests/python
 rc=$?
 set -e
 # 5 = no tests collected: fail loudly rather than pass on nothing.
+[ $rc -ne 0 ] && status=1
+
+echo "== pytest (device suite as supa)"
+set +e
+CARDSIM_TEST_CARD=supa .venv/bin/python -m pytest -q tests/python/device
+rc=$?
+set -e
 [ $rc -ne 0 ] && status=1
 
 exit $status

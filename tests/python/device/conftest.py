@@ -1,0 +1,22 @@
+"""The device suite runs in-process against one personality: CARDSIM_TEST_CARD=mlu
+(default) or supa. scripts/test.sh runs it once for each."""
+import importlib
+import os
+
+import pytest
+import torch
+
+CARD = os.environ.get("CARDSIM_TEST_CARD", "mlu")
+importlib.import_module(f"torch_{CARD}")
+
+
+@pytest.fixture(scope="session")
+def card() -> str:
+    """The device type name: 'mlu' or 'supa'."""
+    return CARD
+
+
+@pytest.fixture(scope="session")
+def dm():
+    """The torch.cuda-like module of the card: torch.mlu or torch.supa."""
+    return getattr(torch, CARD)
