@@ -372,6 +372,126 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) { runOnHost(op, stack); }
 
+// ---- Unboxed binary arithmetic ----------------------------------------------------------
+// The commonest kernels skip the boxed path: the result is allocated on the device with the
+// broadcast shape and promoted type, and the CPU kernel writes straight into it. Anything
+// unusual (strided operands, tensors of another device) takes the boxed path.
+
+constexpr auto kDev = c10::DeviceType::PrivateUse1;
+
+c10::OperatorHandle opHandle(const char* name, const char* overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+}
+
+// `b` may be the same device's tensor or a CPU scalar (a wrapped Python number).
+bool fastOperands(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.is_contiguous() || a.device().type() != kDev) return false;
+  if (b.device().type() == kDev) return b.device() == a.device() && b.is_contiguous();
+  return b.device().is_cpu() && b.dim() == 0;
+}
+
+shim::KernelCost elementwiseCost(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  shim::KernelCost c;
+  const auto device = out.device().index();
+  c.kernel_class = shim::KernelClass::Elementwise;
+  c.dtype = costDtype(out.scalar_type(), device);
+  c.flops = static_cast<double>(out.numel()) * flopScale(out.scalar_type(), device);
+  c.bytes_read = tensorBytes(a) + (b.device().type() == kDev ? tensorBytes(b) : 0.0);
+  c.bytes_written = tensorBytes(out);
+  return c;
+}
+
+at::Tensor boxedCall(const c10::OperatorHandle& op, torch::jit::Stack st) {
+  runOnHost(op, &st);
+  return st[0].toTensor();
+}
+
+enum class Bin { Add, Sub, Mul, Div };
+
+void hostBinary(Bin k, at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  switch (k) {
+    case Bin::Add: at::add_out(out, a, b, alpha); break;
+    case Bin::Sub: at::sub_out(out, a, b, alpha); break;
+    case Bin::Mul: at::mul_out(out, a, b); break;
+    case Bin::Div: at::div_out(out, a, b); break;
+  }
+}
+
+template <Bin K>
+const char* binName() {
+  switch (K) {
+    case Bin::Add: return "aten::add.Tensor";
+    case Bin::Sub: return "aten::sub.Tensor";
+    case Bin::Mul: return "aten::mul.Tensor";
+    case Bin::Div: return "aten::div.Tensor";
+  }
+  return "";
+}
+
+template <Bin K>
+const char* binBase() {
+  switch (K) {
+    case Bin::Add: return "aten::add";
+    case Bin::Sub: return "aten::sub";
+    case Bin::Mul: return "aten::mul";
+    case Bin::Div: return "aten::div";
+  }
+  return "";
+}
+
+template <Bin K>
+at::Tensor binary(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  if (!fastOperands(a, b)) {
+    static const c10::OperatorHandle op = opHandle(binBase<K>(), "Tensor");
+    if constexpr (K == Bin::Add || K == Bin::Sub) return boxedCall(op, {a, b, alpha});
+    else return boxedCall(op, {a, b});
+  }
+  at::ScalarType dt = at::result_type(a, b);
+  if (K == Bin::Div && at::isIntegralType(dt, /*includeBool=*/true))
+    dt = c10::typeMetaToScalarType(at::get_default_dtype());
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = at::empty(at::infer_size(a.sizes(), b.sizes()), a.options().dtype(dt));
+  at::Tensor oa = cpuAlias(out), aa = cpuAlias(a);
+  at::Tensor ba = b.device().type() == kDev ? cpuAlias(b) : b;
+  launch(a.device().index(), binName<K>(), elementwiseCost(out, a, b),
+         [oa, aa, ba, alpha]() mutable { hostBinary(K, oa, aa, ba, alpha); });
+  return out;
+}
+
+template <Bin K>
+at::Tensor& binaryInplace(at::Tensor& self, const at::Tensor& b, const at::Scalar& alpha) {
+  if (!fastOperands(self, b) || !c10::IntArrayRef(at::infer_size(self.sizes(), b.sizes())).equals(self.sizes())) {
+    static const c10::OperatorHandle op = opHandle((std::string(binBase<K>()) + "_").c_str(), "Tensor");
+    if constexpr (K == Bin::Add || K == Bin::Sub) boxedCall(op, {self, b, alpha});
+    else boxedCall(op, {self, b});
+    return self;
+  }
+  c10::DeviceGuard guard(self.device());
+  at::Tensor sa = cpuAlias(self);
+  at::Tensor ba = b.device().type() == kDev ? cpuAlias(b) : b;
+  launch(self.device().index(), binName<K>(), elementwiseCost(self, self, b),
+         [sa, ba, alpha]() mutable { hostBinary(K, sa, sa, ba, alpha); });
+  return self;
+}
+
+at::Tensor fast_add(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return binary<Bin::Add>(a, b, alpha); }
+at::Tensor fast_sub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return binary<Bin::Sub>(a, b, alpha); }
+at::Tensor fast_mul(const at::Tensor& a, const at::Tensor& b) { return binary<Bin::Mul>(a, b, 1); }
+at::Tensor fast_div(const at::Tensor& a, const at::Tensor& b) { return binary<Bin::Div>(a, b, 1); }
+at::Tensor& fast_add_(at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return binaryInplace<Bin::Add>(a, b, alpha); }
+at::Tensor& fast_sub_(at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return binaryInplace<Bin::Sub>(a, b, alpha); }
+at::Tensor& fast_mul_(at::Tensor& a, const at::Tensor& b) { return binaryInplace<Bin::Mul>(a, b, 1); }
+at::Tensor& fast_div_(at::Tensor& a, const at::Tensor& b) { return binaryInplace<Bin::Div>(a, b, 1); }
+
+// Registered after the table, so these win for their names.
+const char* const kUnboxed[] = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor",
+                                "add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor"};
+bool isUnboxed(const char* name) {
+  for (const char* n : kUnboxed)
+    if (std::strcmp(n, name) == 0) return true;
+  return false;
+}
+
 }  // namespace
 
 std::vector<std::string> fallbackOperators() {
@@ -392,6 +512,15 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  for (const auto& c : cardsim::kernels::costedTable())
-    m.impl(c.name, torch::CppFunction::makeFromBoxedFunction<&cardsim::kernels::hostKernel>());
+  using namespace cardsim::kernels;
+  for (const auto& c : costedTable())
+    if (!isUnboxed(c.name)) m.impl(c.name, torch::CppFunction::makeFromBoxedFunction<&hostKernel>());
+  m.impl("add.Tensor", TORCH_FN(fast_add));
+  m.impl("sub.Tensor", TORCH_FN(fast_sub));
+  m.impl("mul.Tensor", TORCH_FN(fast_mul));
+  m.impl("div.Tensor", TORCH_FN(fast_div));
+  m.impl("add_.Tensor", TORCH_FN(fast_add_));
+  m.impl("sub_.Tensor", TORCH_FN(fast_sub_));
+  m.impl("mul_.Tensor", TORCH_FN(fast_mul_));
+  m.impl("div_.Tensor", TORCH_FN(fast_div_));
 }

@@ -277,6 +277,9 @@ void Simulator::Impl::onComplete(DeviceId device, QueueId queue, const Command& 
   if (waits.empty()) sc_core::sc_pause();
 }
 
+// Commands gathered before the simulation thread is woken without a request.
+constexpr size_t kIntakeBatch = 1024;
+
 uint64_t Simulator::Impl::push(Item item) {
   bool notify = false;
   uint64_t seq = 0;
@@ -284,9 +287,12 @@ uint64_t Simulator::Impl::push(Item item) {
     // seq is assigned under the intake lock so queue order and seq order agree.
     std::lock_guard<std::mutex> lock(mutex);
     if (!item.request) item.cmd.seq = seq = ++submitted[slot(item.device, item.queue)];
+    const bool is_request = item.request != nullptr;
     intake.push_back(std::move(item));
-    notify = sleeping;
-    sleeping = false;
+    // Commands alone need no simulation until someone asks for a time (a request) or the
+    // intake grows: waking the thread per command would cost two context switches each.
+    notify = sleeping && (is_request || intake.size() >= kIntakeBatch);
+    if (notify) sleeping = false;
   }
   if (notify) wake.notify_one();
   return seq;

@@ -91,13 +91,11 @@ void releaseCached(DeviceState& d) {
   d.cached.clear();
 }
 
-void freeBlock(void* ptr) {
-  if (!ptr) return;
+// Returns a block to its device's cache (or to the pending list while other streams use it).
+void releaseBlock(Block* b) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  for (auto& d : g_devices) {
-    auto it = d.blocks.find(ptr);
-    if (it == d.blocks.end()) continue;
-    Block* b = it->second;
+  {
+    DeviceState& d = g_devices[b->device];
     forPools(b->size, [&](size_t k) {
       d.stats.allocation[k].decrease(1);
       d.stats.active[k].decrease(1);
@@ -126,18 +124,26 @@ void freeBlock(void* ptr) {
     }
     b->uses.clear();
     d.pending.emplace_back(b, std::move(events));
-    return;
   }
 }
 
-void rawDelete(void* ptr) { freeBlock(ptr); }
+// The DataPtr's context is its Block: freeing needs no search.
+void deleteBlock(void* ctx) {
+  if (ctx) releaseBlock(static_cast<Block*>(ctx));
+}
+
+Block* findBlock(const void* ptr) {
+  for (auto& d : g_devices)
+    if (auto it = d.blocks.find(const_cast<void*>(ptr)); it != d.blocks.end()) return it->second;
+  return nullptr;
+}
 
 }  // namespace
 
 at::DataPtr CachingAllocator::allocate(size_t bytes) {
   const c10::DeviceIndex device = currentDevice();
   const c10::Device where(kDev, device);
-  if (bytes == 0) return at::DataPtr(nullptr, nullptr, &rawDelete, where);
+  if (bytes == 0) return at::DataPtr(nullptr, nullptr, &deleteBlock, where);
   const size_t size = roundUp(bytes);
   const c10::StreamId stream = accel::currentStream(device).id();
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
@@ -196,10 +202,12 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
     d.stats.active_bytes[k].increase(b->size);
     d.stats.requested_bytes[k].increase(bytes);
   });
-  return at::DataPtr(b->ptr, b->ptr, &rawDelete, where);
+  return at::DataPtr(b->ptr, b, &deleteBlock, where);
 }
 
-at::DeleterFnPtr CachingAllocator::raw_deleter() const { return &rawDelete; }
+// DataPtrs carry their Block as context (so frees need no search), which the raw
+// allocation API does not allow: it is not offered.
+at::DeleterFnPtr CachingAllocator::raw_deleter() const { return nullptr; }
 
 void CachingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
   throwIfFailed(shim::memcpy(dest, src, count, shim::MemcpyKind::DeviceToDevice), "copy_data");
@@ -218,16 +226,12 @@ void CachingAllocator::emptyCache(c10::MempoolId_t) {
 void CachingAllocator::recordStream(const at::DataPtr& ptr, c10::Stream stream) {
   if (!ptr.get()) return;
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  for (auto& d : g_devices) {
-    auto it = d.blocks.find(ptr.get());
-    if (it == d.blocks.end()) continue;
-    Block* b = it->second;
-    if (stream.id() == b->stream && stream.device_index() == b->device) return;
-    for (const auto& u : b->uses)
-      if (u == stream) return;
-    b->uses.push_back(stream);
-    return;
-  }
+  Block* b = ptr.get_deleter() == &deleteBlock ? static_cast<Block*>(ptr.get_context()) : findBlock(ptr.get());
+  if (!b) return;
+  if (stream.id() == b->stream && stream.device_index() == b->device) return;
+  for (const auto& u : b->uses)
+    if (u == stream) return;
+  b->uses.push_back(stream);
 }
 
 stats::DeviceStats CachingAllocator::getDeviceStats(c10::DeviceIndex device) {
