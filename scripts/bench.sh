@@ -5,3 +5,4 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 scripts/setup.sh >&2
 build/benchmarks/cardsim_bench_sim
+.venv/bin/python benchmarks/torch_overhead.py
