@@ -274,6 +274,127 @@ struct HostCall {
   }
 };
 
+// While the stream captures a graph, nothing runs: the operator's meta kernel gives the
+// results' shapes, the results get device memory, and the graph records a closure that
+// runs the CPU kernel on the host views and writes the results into that memory.
+void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall& call,
+                   torch::jit::Stack* stack, size_t base, shim::Stream stream) {
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  std::vector<c10::IValue> replay_args(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
+  // Meta twins of the host views, sharing a meta storage wherever the device tensors share one.
+  std::unordered_map<const void*, c10::Storage> meta_storage;       // device data -> meta storage
+  std::unordered_map<const c10::TensorImpl*, std::pair<at::Tensor, at::Tensor>> twin_of;  // alias -> (meta, device)
+  std::vector<std::pair<at::Tensor, at::Tensor>> twins;             // (meta, device)
+  auto metaOf = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || !t.device().is_cpu()) return t;
+    const at::Tensor* dev = nullptr;
+    for (const auto& [d, a] : call.aliases)
+      if (a.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) dev = &d;
+    if (!dev) return t.to(at::kMeta);   // a CPU operand of the call (a scalar tensor)
+    const void* key = dev->storage().data();
+    auto it = meta_storage.find(key);
+    if (it == meta_storage.end())
+      it = meta_storage.emplace(key, c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                                         c10::StorageImpl::use_byte_size_t(), dev->storage().nbytes(),
+                                         at::DataPtr(nullptr, c10::Device(c10::kMeta)), nullptr, false))).first;
+    at::Tensor m = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(it->second), c10::DispatchKeySet(c10::DispatchKey::Meta), t.dtype());
+    m.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    twins.emplace_back(m, *dev);
+    return m;
+  };
+  torch::jit::Stack meta(replay_args);
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = meta[i];
+    const c10::IValue& orig = replay_args[i];
+    if (v.isTensor()) {
+      v = metaOf(v.toTensor());
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorList()) out.push_back(metaOf(t));
+      v = std::move(out);
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> out;
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+        out.push_back(t.has_value() ? std::optional<at::Tensor>(metaOf(*t)) : std::nullopt);
+      v = std::move(out);
+    } else if (v.isDevice() && orig.isDevice()) {
+      v = c10::Device(c10::kMeta);
+    }
+  }
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "operator ", entry.name, " cannot be captured into a graph: its result "
+                "shapes are unknown without running it (", e.what_without_backtrace(), ")");
+  }
+  // Arguments the operator resizes (out= tensors of the wrong shape) get their new shape now.
+  for (const auto& [m, dev] : twins) {
+    if (m.sizes().equals(dev.sizes()) && m.strides().equals(dev.strides())) continue;
+    at::Tensor d = dev;
+    if (m.storage().nbytes() > dev.storage().nbytes()) d.resize_(m.sizes());
+    d.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes(), m.strides(), m.storage_offset());
+  }
+  auto deviceOf = [&](const at::Tensor& r) -> at::Tensor {
+    if (!r.defined() || r.device().type() != c10::kMeta) return r;
+    for (const auto& [m, dev] : twins)
+      if (m.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return dev;
+    for (const auto& [m, dev] : twins)
+      if (m.storage().unsafeGetStorageImpl() == r.storage().unsafeGetStorageImpl()) {
+        at::Tensor v = at::detail::make_tensor<c10::TensorImpl>(
+            c10::Storage(dev.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), r.dtype());
+        v.unsafeGetTensorImpl()->set_sizes_and_strides(r.sizes(), r.strides(), r.storage_offset());
+        return v;
+      }
+    return at::empty_strided(r.sizes(), r.strides(),
+                             r.options().device(c10::DeviceType::PrivateUse1, call.device));
+  };
+  const size_t nret = schema.returns().size();
+  std::vector<at::Tensor> outputs;
+  std::vector<at::Tensor> destinations;   // host views of the results, by return position
+  std::vector<c10::Storage> keep_alive;   // the graph holds the memory it reads and writes
+  for (const auto& [dev, a] : call.aliases) keep_alive.push_back(dev.storage());
+  stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
+  for (size_t i = meta.size() - nret; i < meta.size(); ++i) {
+    c10::IValue& v = meta[i];
+    if (v.isTensor()) {
+      at::Tensor d = deviceOf(v.toTensor());
+      outputs.push_back(d);
+      destinations.push_back(d.defined() ? cpuAlias(d) : at::Tensor());
+      if (d.defined()) keep_alive.push_back(d.storage());
+      stack->push_back(d);
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorList()) {
+        at::Tensor d = deviceOf(t);
+        out.push_back(d);
+        outputs.push_back(d);
+        keep_alive.push_back(d.storage());
+      }
+      destinations.emplace_back();   // lists are written in place (views) or not at all
+      stack->push_back(std::move(out));
+    } else {
+      destinations.emplace_back();
+      stack->push_back(v);
+    }
+  }
+  if (outputs.empty())
+    for (const auto& [dev, a] : call.aliases)
+      if (call.written.count(dev.unsafeGetTensorImpl())) outputs.push_back(dev);
+  shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device);
+  auto work = [op, replay_args, destinations, keep_alive]() {
+    torch::jit::Stack st(replay_args);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &st);
+    for (size_t i = 0; i < destinations.size() && i < st.size(); ++i) {
+      if (!destinations[i].defined() || !st[i].isTensor()) continue;
+      const at::Tensor& r = st[i].toTensor();
+      if (r.data_ptr() != destinations[i].data_ptr()) at::Tensor(destinations[i]).copy_(r);
+    }
+  };
+  throwIfFailed(shim::launchKernel(stream, entry.name, cost, work), entry.name.c_str());
+}
+
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpEntry& entry = entryFor(op);
   const auto& schema = op.schema();
@@ -319,9 +440,10 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     std::lock_guard<std::mutex> lock(g_fallback_mutex);
     g_fallback_ops.insert(entry.name);
   }
-  // A graph replays the operator on the same (host-converted) arguments.
-  std::vector<c10::IValue> replay_args;
-  if (capturing) replay_args.assign(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
+  if (capturing) {
+    captureOnHost(op, entry, call, stack, base, stream);
+    return;
+  }
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
@@ -346,28 +468,7 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (const auto& [dev, a] : call.aliases)
       if (call.written.count(dev.unsafeGetTensorImpl())) outputs.push_back(dev);
   shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device);
-  if (!capturing) {
-    throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
-    return;
-  }
-  // Captured: the results above already have their device memory; a replay recomputes
-  // them on the host and writes them there. The graph keeps every device tensor alive.
-  std::vector<at::Tensor> keep_alive;
-  for (const auto& [dev, a] : call.aliases) keep_alive.push_back(dev);
-  std::vector<at::Tensor> results;   // device results by return position (undefined: none)
-  for (size_t i = stack->size() - nret; i < stack->size(); ++i)
-    results.push_back((*stack)[i].isTensor() ? (*stack)[i].toTensor() : at::Tensor());
-  auto work = [op, replay_args, results, keep_alive]() {
-    torch::jit::Stack st(replay_args);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &st);
-    for (size_t i = 0; i < results.size() && i < st.size(); ++i) {
-      if (!results[i].defined() || !st[i].isTensor()) continue;
-      const at::Tensor& r = st[i].toTensor();
-      at::Tensor dst = cpuAlias(results[i]);
-      if (r.data_ptr() != dst.data_ptr()) dst.copy_(r);
-    }
-  };
-  throwIfFailed(shim::launchKernel(stream, entry.name, cost, work), entry.name.c_str());
+  throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
 }
 
 void hostKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) { runOnHost(op, stack); }

@@ -17,7 +17,6 @@ void throwIfFailed(const shim::Status& s, const char* what) {
     case shim::Code::OutOfMemory: TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
     case shim::Code::InvalidDevice:
     case shim::Code::InvalidValue: TORCH_CHECK_VALUE(false, msg);
-    case shim::Code::NotSupported: TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
     default: TORCH_CHECK(false, msg);
   }
 }

@@ -27,6 +27,7 @@ struct Block {
   void* ptr = nullptr;
   size_t size = 0;          // rounded: what the device gave
   size_t requested = 0;     // what the caller asked for
+  size_t used = 0;          // requested, rounded: what counts as allocated
   c10::DeviceIndex device = 0;
   c10::StreamId stream = 0; // the stream it was allocated on; reuse stays on that stream
   std::vector<c10::Stream> uses;   // other streams recorded with record_stream
@@ -99,8 +100,8 @@ void releaseBlock(Block* b) {
     forPools(b->size, [&](size_t k) {
       d.stats.allocation[k].decrease(1);
       d.stats.active[k].decrease(1);
-      d.stats.allocated_bytes[k].decrease(b->size);
-      d.stats.active_bytes[k].decrease(b->size);
+      d.stats.allocated_bytes[k].decrease(b->used);
+      d.stats.active_bytes[k].decrease(b->used);
       d.stats.requested_bytes[k].decrease(b->requested);
     });
     if (b->uses.empty()) {
@@ -194,12 +195,15 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
       d.stats.segment[k].increase(1);
     });
   }
+  // A reused cached block may be larger than asked for (blocks are not split): allocated
+  // bytes count the rounded request, as torch.cuda's do; reserved bytes count the blocks.
   b->requested = bytes;
+  b->used = size;
   forPools(b->size, [&](size_t k) {
     d.stats.allocation[k].increase(1);
     d.stats.active[k].increase(1);
-    d.stats.allocated_bytes[k].increase(b->size);
-    d.stats.active_bytes[k].increase(b->size);
+    d.stats.allocated_bytes[k].increase(b->used);
+    d.stats.active_bytes[k].increase(b->used);
     d.stats.requested_bytes[k].increase(bytes);
   });
   return at::DataPtr(b->ptr, b, &deleteBlock, where);

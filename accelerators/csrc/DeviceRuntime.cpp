@@ -4,6 +4,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -76,6 +77,9 @@ void ensureReady() {
   } else {
     for (int i = 0; i < g_shim_count; ++i) g_visible.push_back(i);
   }
+  TORCH_CHECK_VALUE(g_visible.size() <= static_cast<size_t>(kMaxDevices), g_shim_count,
+                    " devices configured (CARDSIM_DEVICES); torch_", g_personality.device,
+                    " supports at most ", kMaxDevices, " per process");
   throwIfFailed(shim::deviceGetStreamPriorityRange(&g_least, &g_greatest), "stream priority range");
   for (auto& p : g_pool) p.assign(g_visible.size(), {});
   for (auto& n : g_pool_next) n.assign(g_visible.size(), 0);
@@ -156,7 +160,7 @@ c10::Stream newStream(c10::DeviceIndex index, int priority) {
   throwIfFailed(shim::getDevice(&prev), "getDevice");
   throwIfFailed(shim::setDevice(dev), "setDevice");
   shim::Stream s = nullptr;
-  shim::Status st = shim::streamCreate(&s, toShimPriority(std::min(priority, 0)));
+  shim::Status st = shim::streamCreate(&s, toShimPriority(std::clamp(priority, greatestPriority(), 0)));
   (void)shim::setDevice(prev);
   throwIfFailed(st, "streamCreate");
   std::lock_guard<std::mutex> lock(g_stream_mutex);
@@ -203,13 +207,14 @@ int streamPriority(const c10::Stream& s) {
   int p = 0;
   throwIfFailed(shim::streamGetPriority(shimStream(s), &p), "streamGetPriority");
   const int step = g_greatest < g_least ? 1 : -1;
-  return (p - g_least) / step;
+  return -std::abs((p - g_least) / step);
 }
 
 int greatestPriority() {
   ensureReady();
+  // torch exposes at most four levels, -3..0, whatever the queue range (as torch_mlu does).
   const int step = g_greatest < g_least ? 1 : -1;
-  return (g_greatest - g_least) / step;
+  return std::max(-3, -std::abs((g_greatest - g_least) / step));
 }
 
 namespace {

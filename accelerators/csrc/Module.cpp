@@ -19,8 +19,9 @@ namespace {
 
 constexpr auto kDev = c10::DeviceType::PrivateUse1;
 
+// -1 means the current device, as in torch.cuda; other negative indices are errors.
 c10::DeviceIndex resolve(int64_t device) {
-  const c10::DeviceIndex d = device < 0 ? accel::currentDevice() : static_cast<c10::DeviceIndex>(device);
+  const c10::DeviceIndex d = device == -1 ? accel::currentDevice() : static_cast<c10::DeviceIndex>(device);
   accel::checkIndex(d);
   return d;
 }
@@ -85,7 +86,8 @@ class Graph {
     c10::DeviceGuard guard(c10::Device(kDev, device_));
     shim::Graph g = nullptr;
     shim::Status st = shim::streamEndCapture(stream_, &g);
-    throwIfFailed(st, "capture_end");
+    stream_ = nullptr;
+    TORCH_CHECK(st.ok(), "capture_end: ", st.toString());
     graph_ = g;
   }
   void replay(int64_t stream_id, int64_t device) {

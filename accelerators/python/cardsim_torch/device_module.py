@@ -236,8 +236,10 @@ def build(p, _C) -> types.ModuleType:
         return _wrap_stream(_C._default_stream(_stream_device(device)))
 
     def set_stream(stream) -> None:
+        """Makes `stream` current on its device, and that device current (as torch.cuda)."""
         if stream is None:
             return
+        set_device(stream.device_index)
         _C._set_stream(stream.stream_id, stream.device_index)
 
     class StreamContext:

@@ -203,16 +203,12 @@ def test_other_calls_reject_invalid_index(dm):
     assert dm.current_device() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="negative index silently means the current device; "
-                   "torch.cuda.get_device_properties(-2) raises AssertionError('Invalid device id')")
 def test_get_device_properties_negative_index(dm):
     """A negative index is not a device (torch.cuda raises)."""
     with pytest.raises(INVALID_INDEX_ERRORS):
         dm.get_device_properties(-2)
 
 
-@pytest.mark.xfail(strict=True, reason="memory_stats(-2) returns the current device's stats; "
-                   "torch.cuda raises 'Invalid device argument -2'")
 def test_memory_stats_negative_index(dm):
     """memory_stats(-2) is rejected as in torch.cuda."""
     with pytest.raises(INVALID_INDEX_ERRORS, match="-2"):
@@ -389,9 +385,6 @@ def test_memory_allocated_rounds_to_granularity(dm, card, numel):
     assert dm.memory_allocated() == before
 
 
-@pytest.mark.xfail(strict=True, reason="the allocator never splits cached blocks: a 4-byte "
-                   "tensor takes a freed 4096-byte (up to size+1 MiB) block whole and "
-                   "memory_allocated grows by 4096; torch.cuda splits and counts 512")
 def test_memory_allocated_small_after_free(dm, card):
     """With a larger block cached, a 1-float tensor still counts 512 bytes."""
     dm.synchronize()
@@ -721,9 +714,6 @@ def test_graph_replay_repeats_inplace_work(dm, card):
     assert torch.equal(acc.cpu() - after_capture, torch.tensor([2.0, 4.0, 6.0]))
 
 
-@pytest.mark.xfail(strict=True, reason="capture runs host-executed (boxed) ops such as addcmul_ "
-                   "and exp eagerly as well as recording them; torch.cuda and DESIGN.md: capture "
-                   "records instead of running")
 def test_graph_capture_does_not_execute(dm, card):
     """Work inside a capture runs only at replay, as with CUDA graphs."""
     G = graph_class(dm, card)
@@ -755,8 +745,6 @@ def test_graph_capture_matmul_2d(dm, card):
     assert torch.equal(c.cpu(), na)
 
 
-@pytest.mark.xfail(strict=True, reason="replay fails: graph node 'aten::mm' output shape [4] "
-                   "vs [1, 4] (matmul's in-place squeeze_ on the mm output)")
 def test_graph_capture_vector_matrix(dm, card):
     """torch.matmul(vector, matrix) (and F.linear on a 1-D input) replays."""
     G = graph_class(dm, card)
@@ -771,8 +759,6 @@ def test_graph_capture_vector_matrix(dm, card):
     assert out.cpu().tolist() == [1.0, 2.0, 3.0, 4.0]
 
 
-@pytest.mark.xfail(strict=True, reason="replay of a host-executed op writes through the output's "
-                   "metadata as changed later by an in-place view op (t_): silently wrong result")
 def test_graph_capture_inplace_metadata_op(dm, card):
     """x.view(2, 2).exp().t_() replays to the transposed result."""
     G = graph_class(dm, card)
@@ -810,9 +796,6 @@ def test_graph_replay_is_cheaper_than_eager(dm, card):
     assert 0 < h1 - h0 < h2 - h1
 
 
-@pytest.mark.xfail(strict=True, reason="synchronize during capture raises NotImplementedError, "
-                   "but graph.__exit__'s capture_end then raises ValueError over it; torch.cuda "
-                   "raises RuntimeError throughout")
 def test_graph_capture_rejects_synchronize(dm, card):
     """Synchronizing inside a capture is illegal and raises RuntimeError."""
     G = graph_class(dm, card)

@@ -72,8 +72,6 @@ def test_stream_priority(dm):
     assert -100 < p < 0
 
 
-@pytest.mark.xfail(strict=True, reason="MLU priorities clamp to -7; torch_mlu exposes -3..0 "
-                   "(vendor-facts.md: MLUStream.h)")
 def test_stream_priority_range_mlu(dm, card):
     """MLU: the greatest priority torch_mlu exposes is -3."""
     if card != "mlu":
@@ -103,8 +101,6 @@ def test_set_stream(dm):
     assert dm.current_stream() == dm.default_stream()
 
 
-@pytest.mark.xfail(strict=True, reason="set_stream(stream of device 1) keeps device 0 current; "
-                   "torch.cuda.set_stream / torch.accelerator.set_stream switch the device")
 def test_set_stream_other_device_switches_device(dm):
     """As in torch.cuda, setting a stream of another device makes that device current."""
     s1 = dm.Stream(device=1)
