@@ -122,7 +122,10 @@ void deviceCopyKernel(const at::Tensor& src, const at::Tensor& dst) {
   cost.dtype = costDtype(dst.scalar_type(), dst.device().index());
   cost.bytes_read = static_cast<double>(dst.numel()) * src.element_size();
   cost.bytes_written = tensorBytes(dst);
-  at::Tensor s = cpuAlias(src), d = cpuAlias(dst);
+  // Views of one storage share one host storage, so ATen rejects partial overlaps as on the CPU.
+  const c10::Storage hs = cpuAliasStorage(src);
+  at::Tensor s = cpuAliasOver(hs, src);
+  at::Tensor d = dst.storage().is_alias_of(src.storage()) ? cpuAliasOver(hs, dst) : cpuAlias(dst);
   launch(dst.device().index(), "aten::copy_", cost, [s, d]() mutable { d.copy_(s); });
 }
 
@@ -135,7 +138,7 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
     const auto sd = src.device().index(), dd = dst.device().index();
     c10::DeviceGuard guard(dst.device());
     if (sd == dd) {
-      if (plainCopy(src, dst))
+      if (plainCopy(src, dst) && !src.storage().is_alias_of(dst.storage()))
         throwIfFailed(shim::memcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(),
                                         shim::MemcpyKind::DeviceToDevice, currentStream(dd)),
                       "copy between device tensors");
@@ -144,7 +147,11 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
     } else {
       // Across devices: make it contiguous and of the target type on the source card,
       // move the bytes over the link, lay them out on the target card.
-      at::Tensor packed = plainCopy(src, dst) ? src : src.to(dst.scalar_type()).contiguous();
+      at::Tensor packed = src;
+      if (!plainCopy(src, dst)) {
+        packed = at::empty(src.sizes(), src.options().dtype(dst.scalar_type()));
+        deviceCopyKernel(src, packed);
+      }
       at::Tensor landed = dst.is_contiguous() ? dst : at::empty_like(dst, at::MemoryFormat::Contiguous);
       throwIfFailed(shim::memcpyPeerAsync(landed.data_ptr(), dd, packed.data_ptr(), sd,
                                           landed.nbytes(), currentStream(dd)),
@@ -172,10 +179,11 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
   // device -> host
   const auto sd = src.device().index();
   c10::DeviceGuard guard(src.device());
-  at::Tensor packed = (src.scalar_type() == dst.scalar_type() && src.is_contiguous() &&
-                       !src.is_conj() && !src.is_neg())
-                          ? src
-                          : src.to(dst.scalar_type()).contiguous();
+  at::Tensor packed = src;
+  if (src.scalar_type() != dst.scalar_type() || !src.is_contiguous() || src.is_conj() || src.is_neg()) {
+    packed = at::empty(src.sizes(), src.options().dtype(dst.scalar_type()));
+    deviceCopyKernel(src, packed);   // lays out, converts and resolves conj/neg on the card
+  }
   const bool direct = dst.is_contiguous() && !dst.is_conj() && !dst.is_neg();
   at::Tensor landed = direct ? dst : at::empty(dst.sizes(), dst.options());
   throwIfFailed(shim::memcpyAsync(landed.data_ptr(), packed.data_ptr(), landed.nbytes(),
@@ -207,6 +215,17 @@ void recordStream(at::Tensor& self, c10::Stream stream) {
 
 }  // namespace
 }  // namespace cardsim::kernels
+
+// Copies resolve conjugate and negative bits themselves (the host kernel sees them on its
+// views); going through those fallbacks would recurse (they clone, which copies).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace cardsim::kernels;

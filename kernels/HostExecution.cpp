@@ -178,6 +178,7 @@ struct OpEntry {
   bool fallback = true;
   std::vector<size_t> generator_args;   // positions of Generator? arguments
   std::vector<size_t> written_args;     // positions of arguments the op writes (a!)
+  bool cpu_operands_allowed = false;    // indexing: CPU index tensors are accepted
 };
 
 std::mutex g_fallback_mutex;
@@ -203,6 +204,9 @@ const OpEntry& entryFor(const c10::OperatorHandle& op) {
         e->fallback = false;
         break;
       }
+    for (const char* n : {"index.Tensor", "index.Tensor_out", "index_put_", "index_put",
+                          "_index_put_impl_", "_unsafe_index.Tensor", "_unsafe_index_put"})
+      if (short_name == n) e->cpu_operands_allowed = true;
     const auto gen_type = c10::OptionalType::create(c10::GeneratorType::get());
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       const auto& a = schema.arguments()[i];
@@ -219,16 +223,37 @@ struct HostCall {
   std::vector<std::pair<at::Tensor, at::Tensor>> aliases;   // (device tensor, CPU alias)
   std::vector<at::Tensor> tensor_args;                      // device tensors, schema order
   std::set<const c10::TensorImpl*> written;                 // device tensors the op writes
+  std::optional<c10::Device> cpu_seen;                      // a CPU operand met before any device one
   c10::DeviceIndex device = -1;
   bool writing = false;                                     // converting a written argument
+  bool cpu_operands_allowed = false;                        // indexing takes CPU index tensors
+  const char* op_name = "";
+  // One CPU storage per device storage, so ATen sees arguments that share memory as aliases.
+  std::unordered_map<const c10::StorageImpl*, c10::Storage> host_storage;
 
   at::Tensor toHost(const at::Tensor& t) {
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) {
+      // As on CUDA, only CPU scalars (0-dim tensors) may join device tensors in a kernel.
+      if (t.defined() && t.dim() > 0 && !cpu_operands_allowed && device >= 0)
+        TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                    "devices, ", c10::Device(c10::DeviceType::PrivateUse1, device), " and ", t.device(),
+                    "! (in ", op_name, ")");
+      if (t.defined() && t.dim() > 0 && !cpu_operands_allowed) cpu_seen = t.device();
       tensor_args.emplace_back();
       return t;
     }
-    if (device < 0) device = t.device().index();
-    at::Tensor a = cpuAlias(t);
+    if (device < 0) {
+      device = t.device().index();
+      if (cpu_seen.has_value())
+        TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                    "devices, ", t.device(), " and ", *cpu_seen, "! (in ", op_name, ")");
+    }
+    TORCH_CHECK(t.device().index() == device, "Expected all tensors to be on the same device, but "
+                "found at least two devices, ", c10::Device(c10::DeviceType::PrivateUse1, device),
+                " and ", t.device(), "! (in ", op_name, ")");
+    auto [it, fresh] = host_storage.try_emplace(t.storage().unsafeGetStorageImpl());
+    if (fresh) it->second = cpuAliasStorage(t);
+    at::Tensor a = cpuAliasOver(it->second, t);
     aliases.emplace_back(t, a);
     tensor_args.push_back(t);
     if (writing) written.insert(t.unsafeGetTensorImpl());
@@ -401,6 +426,8 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t nargs = schema.arguments().size();
   const size_t base = stack->size() - nargs;
   HostCall call;
+  call.op_name = entry.name.c_str();
+  call.cpu_operands_allowed = entry.cpu_operands_allowed;
   for (size_t i = 0; i < nargs; ++i) {
     c10::IValue& v = (*stack)[base + i];
     call.writing = std::find(entry.written_args.begin(), entry.written_args.end(), i) !=
@@ -487,7 +514,9 @@ c10::OperatorHandle opHandle(const char* name, const char* overload) {
 // `b` may be the same device's tensor or a CPU scalar (a wrapped Python number).
 bool fastOperands(const at::Tensor& a, const at::Tensor& b) {
   if (!a.is_contiguous() || a.device().type() != kDev) return false;
-  if (b.device().type() == kDev) return b.device() == a.device() && b.is_contiguous();
+  // Operands sharing memory take the boxed path, whose host views let ATen check overlaps.
+  if (b.device().type() == kDev)
+    return b.device() == a.device() && b.is_contiguous() && !b.storage().is_alias_of(a.storage());
   return b.device().is_cpu() && b.dim() == 0;
 }
 
@@ -584,8 +613,87 @@ at::Tensor& fast_sub_(at::Tensor& a, const at::Tensor& b, const at::Scalar& alph
 at::Tensor& fast_mul_(at::Tensor& a, const at::Tensor& b) { return binaryInplace<Bin::Mul>(a, b, 1); }
 at::Tensor& fast_div_(at::Tensor& a, const at::Tensor& b) { return binaryInplace<Bin::Div>(a, b, 1); }
 
+// Dropout draws its mask from the device's generator (the CPU kernel would use the CPU's).
+std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  TORCH_CHECK_VALUE(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
+  c10::DeviceGuard guard(input.device());
+  if (train.has_value() && !*train) return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
+  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool), at::MemoryFormat::Contiguous);
+  at::Tensor in_h = cpuAlias(input), out_h = cpuAlias(out), mask_h = cpuAlias(mask);
+  at::Generator gen = cpuGeneratorFor(std::nullopt, input.device().index());
+  shim::KernelCost c = elementwiseCost(out, input, mask);
+  c.flops *= 3;
+  launch(input.device().index(), "aten::native_dropout", c, [=]() mutable {
+    if (p >= 1) {
+      mask_h.zero_();
+      out_h.zero_();
+      return;
+    }
+    at::Tensor keep = at::empty_like(in_h).bernoulli_(1 - p, gen);
+    mask_h.copy_(keep);
+    at::mul_out(out_h, in_h, keep).mul_(1 / (1 - p));
+  });
+  return {out, mask};
+}
+
+// Convolutions: on this backend ATen routes them to the "overrideable" operators, which
+// have no CPU kernel of that name; run ATen's CPU convolution on the host views.
+double convFlops(const at::Tensor& out, const at::Tensor& weight, bool transposed, const at::Tensor& input) {
+  const double per_out = static_cast<double>(weight.numel()) / static_cast<double>(std::max<int64_t>(weight.size(0), 1));
+  return 2.0 * per_out * static_cast<double>(transposed ? input.numel() : out.numel());
+}
+
+at::Tensor convolutionOverrideable(const at::Tensor& input, const at::Tensor& weight,
+                                   const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                   c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                   c10::IntArrayRef output_padding, int64_t groups) {
+  c10::DeviceGuard guard(input.device());
+  HostCall call;
+  call.op_name = "aten::convolution_overrideable";
+  at::Tensor in_h = call.toHost(input), w_h = call.toHost(weight);
+  std::optional<at::Tensor> b_h;
+  if (bias.has_value() && bias->defined()) b_h = call.toHost(*bias);
+  TORCH_CHECK(!isCapturing(currentStream(call.device)), "convolution cannot be captured into a graph yet");
+  at::Tensor r = at::convolution(in_h, w_h, b_h, stride, padding, dilation, transposed, output_padding, groups);
+  at::Tensor out = call.toDevice(r);
+  shim::KernelCost c;
+  c.kernel_class = shim::KernelClass::Gemm;
+  c.dtype = costDtype(out.scalar_type(), call.device);
+  c.flops = convFlops(out, weight, transposed, input) * flopScale(out.scalar_type(), call.device);
+  c.bytes_read = tensorBytes(input) + tensorBytes(weight) + (b_h ? tensorBytes(*bias) : 0.0);
+  c.bytes_written = tensorBytes(out);
+  throwIfFailed(shim::launchKernel(currentStream(call.device), "aten::convolution", c, nullptr), "convolution");
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardOverrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
+  c10::DeviceGuard guard(input.device());
+  HostCall call;
+  call.op_name = "aten::convolution_backward_overrideable";
+  at::Tensor g_h = call.toHost(grad_output), in_h = call.toHost(input), w_h = call.toHost(weight);
+  TORCH_CHECK(!isCapturing(currentStream(call.device)), "convolution cannot be captured into a graph yet");
+  std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
+  auto [gi, gw, gb] = at::convolution_backward(g_h, in_h, w_h, at::OptionalIntArrayRef(bias_sizes), stride,
+                                               padding, dilation, transposed, output_padding, groups, output_mask);
+  at::Tensor dgi = call.toDevice(gi), dgw = call.toDevice(gw), dgb = call.toDevice(gb);
+  shim::KernelCost c;
+  c.kernel_class = shim::KernelClass::Gemm;
+  c.dtype = costDtype(grad_output.scalar_type(), call.device);
+  const double fwd = convFlops(grad_output, weight, transposed, input);
+  c.flops = fwd * ((output_mask[0] ? 1 : 0) + (output_mask[1] ? 1 : 0)) * flopScale(grad_output.scalar_type(), call.device);
+  c.bytes_read = tensorBytes(grad_output) + tensorBytes(input) + tensorBytes(weight);
+  c.bytes_written = tensorBytes(dgi) + tensorBytes(dgw) + tensorBytes(dgb);
+  throwIfFailed(shim::launchKernel(currentStream(call.device), "aten::convolution_backward", c, nullptr),
+                "convolution_backward");
+  return {dgi, dgw, dgb};
+}
+
 // Registered after the table, so these win for their names.
-const char* const kUnboxed[] = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor",
+const char* const kUnboxed[] = {"native_dropout", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor",
                                 "add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor"};
 bool isUnboxed(const char* name) {
   for (const char* n : kUnboxed)
@@ -624,4 +732,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sub_.Tensor", TORCH_FN(fast_sub_));
   m.impl("mul_.Tensor", TORCH_FN(fast_mul_));
   m.impl("div_.Tensor", TORCH_FN(fast_div_));
+  m.impl("native_dropout", TORCH_FN(nativeDropout));
+  m.impl("convolution_overrideable", TORCH_FN(convolutionOverrideable));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolutionBackwardOverrideable));
 }

@@ -27,14 +27,19 @@ shim::Stream currentStream(c10::DeviceIndex device) {
   return static_cast<shim::Stream>(impl->getStreamNativeHandle(s));
 }
 
-at::Tensor cpuAlias(const at::Tensor& t) {
+c10::Storage cpuAliasStorage(const at::Tensor& t) {
   const c10::Storage& st = t.storage();
-  auto storage = c10::make_intrusive<c10::StorageImpl>(
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), st.sym_nbytes(),
       at::DataPtr(const_cast<void*>(st.data()), at::Device(at::kCPU)), c10::GetCPUAllocator(),
-      /*resizable=*/true);
+      /*resizable=*/true));
+}
+
+at::Tensor cpuAlias(const at::Tensor& t) { return cpuAliasOver(cpuAliasStorage(t), t); }
+
+at::Tensor cpuAliasOver(const c10::Storage& host_storage, const at::Tensor& t) {
   at::Tensor a = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+      c10::Storage(host_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
   a.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   if (t.is_conj()) a._set_conj(true);
   if (t.is_neg()) a._set_neg(true);

@@ -22,6 +22,10 @@ shim::Stream currentStream(c10::DeviceIndex device);
 // A CPU tensor over the same bytes as the device tensor `t` (same sizes, strides,
 // offset, conj/neg bits). It does not own the memory; a resize re-homes it in CPU memory.
 at::Tensor cpuAlias(const at::Tensor& t);
+// The CPU storage viewing a device tensor's storage; views made over one such storage are
+// seen by ATen as aliases of each other (its overlap checks then work as on the CPU).
+c10::Storage cpuAliasStorage(const at::Tensor& t);
+at::Tensor cpuAliasOver(const c10::Storage& host_storage, const at::Tensor& t);
 
 // The model's data type for a tensor's element type (integers and bool are timed as
 // fp32 vector work; fp64 on a card without fp64 units is timed as emulated fp32).

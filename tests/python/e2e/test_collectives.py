@@ -1,0 +1,359 @@
+"""The cncl (mlu) and bccl (supa) torch.distributed backends, end to end: every collective
+on 2 and 3 ranks (one process per rank, torch.multiprocessing spawn), results checked
+against values computed locally, and the simulated time an all_reduce charges."""
+import json
+import pathlib
+import re
+import socket
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+WORKER = r'''
+import importlib, json, os, sys, traceback
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+CARD, WORLD, PORT = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+BACKEND = {"mlu": "cncl", "supa": "bccl"}[CARD]
+
+
+def worker(rank, world, q):
+    import warnings
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    importlib.import_module(f"torch_{CARD}")
+    mod = getattr(torch, CARD)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=PORT)
+    mod.set_device(rank)
+    dist.init_process_group(BACKEND, rank=rank, world_size=world)
+    d = torch.device(CARD, rank)
+    n = world
+    res = {}
+
+    def base(r, k=6):                     # rank r's input
+        return torch.arange(k, dtype=torch.float32) * (r + 1) + r
+
+    def eq(a, b):
+        assert isinstance(a, torch.Tensor) and a.device == d, (type(a), getattr(a, "device", None))
+        a = a.cpu()
+        assert a.shape == b.shape and torch.allclose(a.to(b.dtype), b), (a, b)
+
+    def t_backend():
+        assert dist.get_backend() == BACKEND, dist.get_backend()
+        assert dist.get_world_size() == n and dist.get_rank() == rank
+
+    def t_all_reduce():
+        allin = torch.stack([base(r) for r in range(n)])
+        for op, ref in [(dist.ReduceOp.SUM, allin.sum(0)), (dist.ReduceOp.AVG, allin.mean(0)),
+                        (dist.ReduceOp.MAX, allin.max(0).values), (dist.ReduceOp.MIN, allin.min(0).values),
+                        (dist.ReduceOp.PRODUCT, allin.prod(0))]:
+            t = base(rank).to(d)
+            dist.all_reduce(t, op=op)
+            eq(t, ref)
+
+    def t_all_reduce_dtypes():
+        for dt in (torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.float64):
+            t = (torch.arange(5) + rank).to(dt).to(d)
+            dist.all_reduce(t)
+            eq(t, sum(torch.arange(5) + r for r in range(n)).to(dt))
+
+    def t_all_reduce_coalesced():
+        ts = [base(rank).to(d), base(rank, 3).to(d) * 2]
+        dist.all_reduce_coalesced(ts)
+        eq(ts[0], sum(base(r) for r in range(n)))
+        eq(ts[1], sum(base(r, 3) * 2 for r in range(n)))
+
+    def t_all_gather():
+        outs = [torch.empty(6, device=d) for _ in range(n)]
+        dist.all_gather(outs, base(rank).to(d))
+        for r in range(n):
+            eq(outs[r], base(r))
+
+    def t_all_gather_into_tensor():
+        out = torch.empty(n * 6, device=d)
+        dist.all_gather_into_tensor(out, base(rank).to(d))
+        eq(out, torch.cat([base(r) for r in range(n)]))
+        out2 = torch.empty(n * 2, 3, device=d)          # concatenation along dim 0 of (2, 3)
+        dist.all_gather_into_tensor(out2, base(rank).reshape(2, 3).to(d))
+        eq(out2, torch.cat([base(r).reshape(2, 3) for r in range(n)]))
+
+    def t_all_gather_into_tensor_stacked():
+        # torch documents two output forms: a concatenation or a stack of the inputs
+        out = torch.empty(n, 6, device=d)
+        dist.all_gather_into_tensor(out, base(rank).to(d))
+        eq(out, torch.stack([base(r) for r in range(n)]))
+
+    def t_reduce_scatter():
+        ins = [base(rank, 4).to(d) + 10 * j for j in range(n)]
+        out = torch.empty(4, device=d)
+        dist.reduce_scatter(out, ins)
+        eq(out, sum(base(r, 4) + 10 * rank for r in range(n)))
+        out = torch.empty(4, device=d)
+        dist.reduce_scatter(out, ins, op=dist.ReduceOp.MAX)
+        eq(out, base(n - 1, 4) + 10 * rank)
+
+    def t_reduce_scatter_tensor():
+        inp = torch.cat([base(rank, 4) + 10 * j for j in range(n)]).to(d)
+        out = torch.empty(4, device=d)
+        dist.reduce_scatter_tensor(out, inp)
+        eq(out, sum(base(r, 4) + 10 * rank for r in range(n)))
+        out = torch.empty(4, device=d)
+        dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.AVG)
+        eq(out, sum(base(r, 4) + 10 * rank for r in range(n)) / n)
+        out = torch.empty(4, device=d)                  # the stacked input form
+        dist.reduce_scatter_tensor(out, inp.reshape(n, 4))
+        eq(out, sum(base(r, 4) + 10 * rank for r in range(n)))
+
+    def t_broadcast():
+        for src in range(n):
+            t = base(rank).to(d)
+            dist.broadcast(t, src=src)
+            eq(t, base(src))
+
+    def t_reduce():
+        for dst in (0, n - 1):
+            t = base(rank).to(d)
+            dist.reduce(t, dst=dst)
+            if rank == dst:
+                eq(t, sum(base(r) for r in range(n)))
+        t = base(rank).to(d)
+        dist.reduce(t, dst=0, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            eq(t, base(n - 1))
+
+    def t_gather():
+        t = base(rank).to(d)
+        outs = [torch.empty(6, device=d) for _ in range(n)] if rank == 1 else None
+        dist.gather(t, outs, dst=1)
+        if rank == 1:
+            for r in range(n):
+                eq(outs[r], base(r))
+
+    def t_scatter():
+        out = torch.empty(6, device=d)
+        ins = [base(r).to(d) * 7 for r in range(n)] if rank == n - 1 else None
+        dist.scatter(out, ins, src=n - 1)
+        eq(out, base(rank) * 7)
+
+    def t_all_to_all():
+        ins = [torch.full((2, 3), float(100 * rank + j), device=d) for j in range(n)]
+        outs = [torch.empty(2, 3, device=d) for _ in range(n)]
+        dist.all_to_all(outs, ins)
+        for j in range(n):
+            eq(outs[j], torch.full((2, 3), float(100 * j + rank)))
+
+    def t_all_to_all_single():
+        inp = (torch.arange(2 * n, dtype=torch.float32) + 100 * rank).to(d)
+        out = torch.empty(2 * n, device=d)
+        dist.all_to_all_single(out, inp)
+        eq(out, torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * r
+                           for r in range(n)]))
+
+    def t_all_to_all_single_uneven():
+        # rank r sends j + 2r + 1 elements to rank j, valued 1000 r + j
+        in_splits = [j + 2 * rank + 1 for j in range(n)]
+        out_splits = [rank + 2 * r + 1 for r in range(n)]
+        inp = torch.cat([torch.full((s,), float(1000 * rank + j)) for j, s in enumerate(in_splits)]).to(d)
+        out = torch.empty(sum(out_splits), device=d)
+        dist.all_to_all_single(out, inp, out_splits, in_splits)
+        eq(out, torch.cat([torch.full((s,), float(1000 * r + rank)) for r, s in enumerate(out_splits)]))
+
+    def t_send_recv():
+        if rank == 0:
+            dist.send(base(0).to(d) * 3, dst=n - 1)
+        elif rank == n - 1:
+            t = torch.empty(6, device=d)
+            dist.recv(t, src=0)
+            eq(t, base(0) * 3)
+
+    def t_isend_irecv():
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        t = torch.empty(6, device=d)
+        works = [dist.isend(base(rank).to(d), dst=nxt), dist.irecv(t, src=prv)]
+        for w in works:
+            w.wait()
+        eq(t, base(prv))
+        t2 = torch.empty(6, device=d)
+        ops = [dist.P2POp(dist.isend, base(rank).to(d) + 1, nxt), dist.P2POp(dist.irecv, t2, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        eq(t2, base(prv) + 1)
+
+    def t_barrier():
+        for _ in range(3):
+            dist.barrier()
+
+    def t_objects():
+        objs = [None] * n
+        dist.all_gather_object(objs, {"rank": rank, "s": "x" * rank, "t": (rank, [1.5])})
+        assert objs == [{"rank": r, "s": "x" * r, "t": (r, [1.5])} for r in range(n)], objs
+        lst = [{"a": 1}, [rank], "hello"] if rank == 0 else [None, None, None]
+        dist.broadcast_object_list(lst, src=0)
+        assert lst == [{"a": 1}, [0], "hello"], lst
+
+    def t_async_op():
+        t = base(rank).to(d)
+        w = dist.all_reduce(t, async_op=True)
+        got = w.get_future().wait()
+        assert w.wait() is True and w.is_completed()
+        eq(got[0], sum(base(r) for r in range(n)))
+        eq(t, sum(base(r) for r in range(n)))
+        out = torch.empty(n * 6, device=d)
+        w = dist.all_gather_into_tensor(out, base(rank).to(d), async_op=True)
+        got = w.get_future().wait()
+        eq(got[0], torch.cat([base(k) for k in range(n)]))
+        outs = [torch.empty(6, device=d) for _ in range(n)]
+        w = dist.all_gather(outs, base(rank).to(d), async_op=True)
+        w.wait()
+        for r in range(n):
+            eq(outs[r], base(r))
+        out = torch.empty(4, device=d)
+        inp = torch.cat([base(rank, 4) + 10 * j for j in range(n)]).to(d)
+        w = dist.reduce_scatter_tensor(out, inp, async_op=True)
+        got = w.get_future().wait()
+        eq(got[0], sum(base(r, 4) + 10 * rank for r in range(n)))
+        b = base(rank).to(d)
+        w = dist.broadcast(b, src=0, async_op=True)
+        got = w.get_future().wait()
+        eq(got[0], base(0))
+
+    def t_non_contiguous():
+        m = (torch.arange(24, dtype=torch.float32).reshape(4, 6) * (rank + 1)).to(d)
+        col = m[:, 1]
+        assert not col.is_contiguous()
+        dist.all_reduce(col)
+        want = torch.arange(24, dtype=torch.float32).reshape(4, 6) * (rank + 1)
+        want[:, 1] = torch.arange(24, dtype=torch.float32).reshape(4, 6)[:, 1] * sum(range(1, n + 1))
+        eq(m, want)                       # the column was reduced in place, the rest untouched
+        mt = (torch.arange(12, dtype=torch.float32).reshape(3, 4) + rank).to(d).t()
+        assert not mt.is_contiguous()
+        dist.broadcast(mt, src=0)
+        eq(mt, torch.arange(12, dtype=torch.float32).reshape(3, 4).t())
+        outs = [torch.empty(4, 3, device=d).t() for _ in range(n)]
+        dist.all_gather(outs, (torch.ones(3, 4) * rank).to(d).t().contiguous().t())
+        for r in range(n):
+            eq(outs[r], torch.ones(3, 4) * r)
+
+    def t_timing():
+        props = mod.get_device_properties(d)
+        times = {}
+        for nbytes in (1 << 16, 1 << 24):
+            t = torch.ones(nbytes // 4, device=d)
+            mod.synchronize()
+            dist.barrier()
+            s = mod.Event(enable_timing=True); e = mod.Event(enable_timing=True)
+            s.record(); dist.all_reduce(t); e.record(); e.synchronize()
+            times[str(nbytes)] = s.elapsed_time(e)
+            eq(t[:3], torch.full((3,), float(n)))
+        res["timing_data"] = {"ms": times, "link": props.host_link_bandwidth, "preset": props.preset}
+
+    tests = {k[2:]: v for k, v in sorted(locals().items()) if k.startswith("t_")}
+    for name, fn in tests.items():
+        try:
+            fn()
+            res[name] = "ok"
+        except BaseException as e:
+            res[name] = f"{type(e).__name__}: {e}\n" + traceback.format_exc()[-1500:]
+        dist.barrier()
+    q.put((rank, res))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    q = ctx.SimpleQueue()
+    procs = [ctx.Process(target=worker, args=(r, WORLD, q)) for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    results = {}
+    for _ in range(WORLD):
+        r, res = q.get()
+        results[r] = res
+    for p in procs:
+        p.join(60)
+    print("RESULT " + json.dumps(results))
+'''
+
+COLLECTIVES = ["backend", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather",
+               "all_gather_into_tensor", "all_gather_into_tensor_stacked", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
+               "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
+               "all_to_all_single_uneven", "send_recv", "isend_irecv", "barrier", "objects",
+               "async_op", "non_contiguous"]
+
+WORLDS = [("mlu", 2), ("supa", 3)]
+
+KNOWN_BUGS = {
+    "all_gather_into_tensor_stacked": (
+        "all_gather_into_tensor rejects the stacked output form (world, *input.shape) that "
+        "torch documents (NCCL accepts it): cardsim_torch/distributed.py passes the output to "
+        "Gloo's _allgather_base unflattened -> 'ProcessGroupGloo::allgather: invalid tensor size'"),
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_cache: dict = {}
+
+
+@pytest.fixture(scope="module")
+def world_results(py, tmp_path_factory):
+    def get(card, world):
+        if (card, world) not in _cache:
+            script = tmp_path_factory.mktemp("coll") / "collectives_worker.py"
+            script.write_text(WORKER)
+            code = (f"import runpy, sys; sys.argv = [{str(script)!r}, {card!r}, '{world}', "
+                    f"'{_free_port()}']; runpy.run_path({str(script)!r}, run_name='__main__')")
+            proc = py(code, timeout=240)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            if proc.returncode != 0 or not lines:
+                _cache[(card, world)] = (f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n"
+                                         f"{proc.stderr[-5000:]}")
+            else:
+                _cache[(card, world)] = {int(k): v for k, v in json.loads(lines[-1][7:]).items()}
+        got = _cache[(card, world)]
+        if isinstance(got, str):
+            pytest.fail(f"the {world}-rank {card} run failed:\n{got}")
+        return got
+    return get
+
+
+@pytest.mark.parametrize("card,world,name", [
+    pytest.param(c, w, name, id=f"{c}-{w}ranks-{name}",
+                 marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[name])] if name in KNOWN_BUGS else [])
+    for c, w in WORLDS for name in COLLECTIVES])
+def test_collective(world_results, card, world, name):
+    res = world_results(card, world)
+    assert sorted(res) == list(range(world))
+    errors = {r: res[r].get(name, "not run") for r in res if res[r].get(name) != "ok"}
+    assert not errors, "\n".join(f"rank {r}: {e}" for r, e in errors.items())
+
+
+def _host_link_latency_s(preset: str) -> float:
+    text = (ROOT / "simulator" / "presets" / f"{preset}.textproto").read_text()
+    block = text[text.index("host_link {"):]
+    m = re.search(r'latency\s*\{\s*value:\s*"([0-9.]+)\s*(s|ms|us|ns)"', block)
+    return float(m.group(1)) * {"s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[m.group(2)]
+
+
+@pytest.mark.parametrize("card,world", WORLDS, ids=[f"{c}-{w}ranks" for c, w in WORLDS])
+def test_all_reduce_simulated_time(world_results, card, world):
+    res = world_results(card, world)
+    timings = [res[r]["timing_data"] for r in range(world)]
+    assert all(t == timings[0] for t in timings), timings     # every rank charges the same
+    t = timings[0]
+    alpha = _host_link_latency_s(t["preset"])
+    n = world
+    for nbytes, ms in t["ms"].items():
+        nbytes = int(nbytes)
+        want = (2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / t["link"]) * 1e3
+        # a few % of the alpha-beta form, plus a few microseconds of dispatch/event cost
+        assert abs(ms - want) <= 0.03 * want + 0.010, (
+            f"all_reduce of {nbytes} B on {n} ranks took {ms:.4f} simulated ms, "
+            f"alpha-beta says {want:.4f} ms")
