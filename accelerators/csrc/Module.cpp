@@ -199,6 +199,16 @@ PYBIND11_MODULE(_C, m) {
     throwIfFailed(shim::launchCollective(kernels::currentStream(dev), name, seconds), name.c_str());
     return seconds;
   });
+  // The vendor runtime's host-register calls return a status code: 0 on success.
+  m.def("_host_register", [](uintptr_t ptr, size_t bytes) {
+    shim::Status s = shim::hostRegister(reinterpret_cast<void*>(ptr), bytes);
+    return s.ok() ? 0 : static_cast<int>(s.code());
+  });
+  m.def("_host_unregister", [](uintptr_t ptr) {
+    shim::Status s = shim::hostUnregister(reinterpret_cast<void*>(ptr));
+    return s.ok() ? 0 : static_cast<int>(s.code());
+  });
+  m.def("_error_string", [](int code) { return std::string(shim::codeName(static_cast<shim::Code>(code))); });
   m.def("_set_activity_recording", [](bool on) {
     throwIfFailed(shim::setActivityRecording(on), "setActivityRecording");
   });

@@ -26,6 +26,8 @@ class IBackend {
   virtual Status memGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) = 0;
   virtual Status hostMalloc(void** ptr, std::size_t bytes) = 0;
   virtual Status hostFree(void* ptr) = 0;
+  virtual Status hostRegister(void* ptr, std::size_t bytes) = 0;
+  virtual Status hostUnregister(void* ptr) = 0;
   virtual Status pointerGetAttributes(PointerAttributes* attrs, const void* ptr) = 0;
   virtual Status memset(void* ptr, int value, std::size_t bytes, Stream stream, bool async) = 0;
   virtual Status memcpy(void* dst, const void* src, std::size_t bytes, MemcpyKind kind,

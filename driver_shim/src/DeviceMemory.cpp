@@ -100,10 +100,40 @@ Status DeviceMemory::hostRelease(void* ptr) {
   if (!ptr) return Status::Ok();
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == blocks_.end() || it->second.device >= 0)
+  if (it == blocks_.end() || it->second.device >= 0 || it->second.registered)
     return Status(Code::InvalidValue, "hostFree: pointer " + hexPtr(ptr) +
                                           " was not returned by hostMalloc (or is already freed)");
   munmap(ptr, it->second.mapped);
+  blocks_.erase(it);
+  return Status::Ok();
+}
+
+Status DeviceMemory::hostRegister(void* ptr, std::size_t bytes) {
+  if (!ptr || bytes == 0)
+    return Status(Code::InvalidValue, "hostRegister: null pointer or zero size");
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto next = blocks_.lower_bound(p);
+  if (next != blocks_.end() && next->first < p + bytes)
+    return Status(Code::InvalidValue, "hostRegister: range " + hexPtr(ptr) + " + " + human(bytes) +
+                                          " overlaps memory the runtime already knows");
+  if (next != blocks_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second.size > p)
+      return Status(Code::InvalidValue, "hostRegister: range " + hexPtr(ptr) + " + " + human(bytes) +
+                                            " overlaps memory the runtime already knows");
+  }
+  Block b{bytes, 0, -1};
+  b.registered = true;
+  blocks_.emplace(p, b);
+  return Status::Ok();
+}
+
+Status DeviceMemory::hostUnregister(void* ptr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == blocks_.end() || !it->second.registered)
+    return Status(Code::InvalidValue, "hostUnregister: pointer " + hexPtr(ptr) + " was not registered");
   blocks_.erase(it);
   return Status::Ok();
 }

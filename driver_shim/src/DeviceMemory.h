@@ -24,6 +24,9 @@ class DeviceMemory {
   Status release(void* ptr, int* device_out);
   Status hostAllocate(std::size_t bytes, void** out);
   Status hostRelease(void* ptr);
+  // Page-locks existing host memory (it then copies as pinned memory does).
+  Status hostRegister(void* ptr, std::size_t bytes);
+  Status hostUnregister(void* ptr);
 
   uint64_t used(int device) const;
   uint64_t capacity(int device) const { return capacity_.at(static_cast<size_t>(device)); }
@@ -42,6 +45,7 @@ class DeviceMemory {
     std::size_t size;        // as requested
     std::size_t mapped;      // bytes mapped (page-rounded)
     int device;              // -1: pinned host memory
+    bool registered = false; // host memory the caller owns, registered as pinned
   };
   mutable std::mutex mutex_;
   std::map<uintptr_t, Block> blocks_;

@@ -174,6 +174,8 @@ Status memGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
 }
 Status hostMalloc(void** ptr, std::size_t bytes) { CARDSIM_FORWARD(hostMalloc(ptr, bytes)); }
 Status hostFree(void* ptr) { CARDSIM_FORWARD(hostFree(ptr)); }
+Status hostRegister(void* ptr, std::size_t bytes) { CARDSIM_FORWARD(hostRegister(ptr, bytes)); }
+Status hostUnregister(void* ptr) { CARDSIM_FORWARD(hostUnregister(ptr)); }
 Status pointerGetAttributes(PointerAttributes* attrs, const void* ptr) {
   CARDSIM_FORWARD(pointerGetAttributes(attrs, ptr));
 }

@@ -216,6 +216,11 @@ class SimBackend final : public IBackend {
     return memory_.hostAllocate(bytes, ptr);
   }
   Status hostFree(void* ptr) override { return memory_.hostRelease(ptr); }
+  Status hostRegister(void* ptr, std::size_t bytes) override {
+    sim_.hostAdvance(params_.host.alloc_overhead_s);
+    return memory_.hostRegister(ptr, bytes);
+  }
+  Status hostUnregister(void* ptr) override { return memory_.hostUnregister(ptr); }
   Status pointerGetAttributes(PointerAttributes* a, const void* ptr) override {
     if (!a) return nullArg("pointerGetAttributes", "attrs");
     *a = PointerAttributes{};

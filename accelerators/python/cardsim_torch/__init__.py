@@ -27,6 +27,9 @@ class Personality:
     default_preset: str       # "mlu370-x8"
     profiler_module: str | None = None   # "cnpx" (MLU's NVTX-like ranges)
     fused_adam_namespace: str | None = None  # "torch_mlu": torch.ops.<ns>.fused_adam
+    # The vendor runtime's Python handle: (accessor, register call, unregister call), e.g.
+    # torch.supa.supart().supaHostRegister(addr, nbytes, flags) -> status (0 = success).
+    runtime_api: tuple[str, str, str] | None = None
 
 
 _active: Personality | None = None

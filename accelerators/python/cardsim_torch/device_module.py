@@ -526,6 +526,22 @@ def build(p, _C) -> types.ModuleType:
         """Operators that ran through the generic CPU fallback so far."""
         return list(_C._fallback_operators())
 
+    # ---- the vendor runtime's handle (host memory registration) ----------------------
+
+    def check_error(code) -> None:
+        """Raises RuntimeError for a nonzero runtime status code."""
+        code = int(code)
+        if code != 0:
+            raise RuntimeError(f"{name} runtime error {code}: {_C._error_string(code)}")
+
+    runtime_ns = {}
+    if p.runtime_api:
+        accessor, reg_name, unreg_name = p.runtime_api
+        rt = types.SimpleNamespace()
+        setattr(rt, reg_name, lambda addr, nbytes, flags=0: _C._host_register(int(addr), int(nbytes)))
+        setattr(rt, unreg_name, lambda addr: _C._host_unregister(int(addr)))
+        runtime_ns[accessor] = lambda: rt
+
     utils = types.ModuleType(f"torch.{name}._utils")
     utils._get_device_index = _get_device_index
 
@@ -557,6 +573,8 @@ def build(p, _C) -> types.ModuleType:
         _get_device_index=_get_device_index,
     )
     ns[p.graph_class] = Graph
+    ns["check_error"] = check_error
+    ns.update(runtime_ns)
     ns[p.profiler_module or "nvtx"] = prof
     ns.update({k: _legacy(k, v) for k, v in legacy.items()})
     for k, v in ns.items():

@@ -205,7 +205,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
 
     def _allgather_base(self, output, input, opts=None):
         h = self._host()
-        return self._done(h, self._gloo._allgather_base(h(output, True), h(input),
+        # Gloo wants the concatenated form; the stacked (world, *input.shape) form is the same bytes.
+        return self._done(h, self._gloo._allgather_base(h(output, True).view(-1), h(input).reshape(-1),
                                                         opts or dist.AllgatherOptions()), [output],
                           "all_gather", output)
 

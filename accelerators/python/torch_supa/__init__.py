@@ -9,6 +9,7 @@ PERSONALITY = Personality(
     comm_backend="bccl",
     visible_env="SUPA_VISIBLE_DEVICES",
     default_preset="br100",
+    runtime_api=("supart", "supaHostRegister", "supaHostUnregister"),
 )
 
 supa = activate(PERSONALITY)

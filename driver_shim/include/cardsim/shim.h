@@ -117,6 +117,10 @@ Status memGetInfo(std::size_t* free_bytes, std::size_t* total_bytes);
 // Pinned host memory: copies from it are faster and truly asynchronous.
 Status hostMalloc(void** ptr, std::size_t bytes);
 Status hostFree(void* ptr);
+// Registers existing host memory as pinned (page-locked): copies from it are then timed and
+// queued as from pinned memory. The range must not overlap memory the runtime knows.
+Status hostRegister(void* ptr, std::size_t bytes);
+Status hostUnregister(void* ptr);
 
 struct PointerAttributes {
   enum class Type { Unregistered, Host, Device } type = Type::Unregistered;

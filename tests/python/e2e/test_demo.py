@@ -3,9 +3,25 @@ rank 0 prints a per-step table (loss, simulated step time, tokens per simulated 
 peak device memory, compute utilization)."""
 import os
 import re
+import signal
 import subprocess
 
 import pytest
+
+
+def run_group(cmd, timeout, **kw):
+    """subprocess.run in a new session; on timeout the whole process group (launcher and
+    ranks) is killed, not only the launcher."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(map(str, cmd))} timed out after {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
 
 HEADER = ["step", "loss", "sim step ms", "tokens/sim s", "peak mem MiB", "compute util"]
 ROW = re.compile(r"^\s*(\d+)\s+(-?[0-9.]+)\s+([0-9.]+)\s+([0-9]+)\s+([0-9.]+)\s+([0-9.]+)%\s*$")
@@ -17,8 +33,7 @@ def _demo(root, *args, timeout=600):
               "SUPA_VISIBLE_DEVICES", "DS_ACCELERATOR", "RANK", "WORLD_SIZE", "LOCAL_RANK",
               "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    proc = subprocess.run([str(root / "scripts" / "demo.sh"), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(root))
+    proc = run_group([str(root / "scripts" / "demo.sh"), *args], timeout=timeout, env=env, cwd=str(root))
     assert proc.returncode == 0, (f"demo.sh {' '.join(args)}: rc={proc.returncode}\n--- stdout\n"
                                   f"{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}")
     return proc.stdout
@@ -70,6 +85,6 @@ def test_demo_supa(root):
 
 def test_demo_rejects_unknown_card(root):
     env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
-    proc = subprocess.run([str(root / "scripts" / "demo.sh"), "--card", "tpu"], capture_output=True,
-                          text=True, timeout=600, env=env, cwd=str(root))
+    proc = run_group([str(root / "scripts" / "demo.sh"), "--card", "tpu"], timeout=600, env=env,
+                     cwd=str(root))
     assert proc.returncode == 2 and "tpu" in proc.stderr, (proc.returncode, proc.stderr[-2000:])
