@@ -2,6 +2,7 @@
 // torch_supa (each activates it with its own personality).
 #include <torch/extension.h>
 
+#include <ATen/Context.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/DeviceGuard.h>
 
@@ -124,7 +125,11 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_register_fused_adam", &kernels::registerFusedAdam);
   m.def("_register_deepspeed_ops", &kernels::registerDeepSpeedOps);
-  m.def("_device_count", [] { return accel::deviceCount(); });
+  m.def("_device_count", [] {
+    const int n = accel::deviceCount();
+    at::globalContext().lazyInitDevice(kDev);
+    return n;
+  });
   m.def("_current_device", [] { return static_cast<int>(accel::currentDevice()); });
   m.def("_set_device", [](int64_t d) { accel::setCurrentDevice(resolve(d)); });
   m.def("_synchronize", [](int64_t d) {
@@ -201,6 +206,9 @@ PYBIND11_MODULE(_C, m) {
   });
   // The vendor runtime's host-register calls return a status code: 0 on success.
   m.def("_host_register", [](uintptr_t ptr, size_t bytes) {
+    // Start the runtime and tell ATen, which only consults an initialized device's hooks
+    // for is_pinned().
+    at::globalContext().lazyInitDevice(kDev);
     shim::Status s = shim::hostRegister(reinterpret_cast<void*>(ptr), bytes);
     return s.ok() ? 0 : static_cast<int>(s.code());
   });

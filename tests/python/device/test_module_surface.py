@@ -904,3 +904,25 @@ def test_public_names(dm, card):
         assert n in names, n
         assert hasattr(dm, n)
     assert ("cnpx" in names) == (card == "mlu")
+
+
+def test_host_register_makes_host_memory_pinned(dm, card):
+    """SUPA's runtime handle registers caller-owned host memory as pinned (DeepSpeed's
+    DS_PIN_MEMORY_BACKEND=native path); overlapping registrations fail with a status code."""
+    if card != "supa":
+        pytest.skip("supart() is the SUPA runtime's handle")
+    buf = torch.zeros(4096, dtype=torch.uint8)
+    assert not buf.is_pinned()
+    rt = dm.supart()
+    assert rt.supaHostRegister(buf.data_ptr(), buf.numel(), 0) == 0
+    try:
+        assert buf.is_pinned()
+        status = rt.supaHostRegister(buf.data_ptr() + 16, 16, 0)
+        assert status != 0
+        with pytest.raises(RuntimeError, match="runtime error"):
+            dm.check_error(status)
+    finally:
+        assert rt.supaHostUnregister(buf.data_ptr()) == 0
+    assert not buf.is_pinned()
+    assert rt.supaHostUnregister(buf.data_ptr()) != 0
+    dm.check_error(0)
