@@ -20,3 +20,14 @@ def card() -> str:
 def dm():
     """The torch.cuda-like module of the card: torch.mlu or torch.supa."""
     return getattr(torch, CARD)
+
+
+@pytest.fixture(autouse=True)
+def _restore_device_and_streams(dm):
+    """Every test starts and ends on device 0 with the default streams current."""
+    dm.set_device(0)
+    yield
+    for i in range(dm.device_count()):
+        dm.set_stream(dm.default_stream(i))
+    dm.set_device(0)
+    dm.synchronize()

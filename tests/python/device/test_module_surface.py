@@ -18,15 +18,6 @@ GRANULARITY = 512   # the caching allocator rounds block sizes up to 512 bytes
 INVALID_INDEX_ERRORS = (IndexError, RuntimeError, AssertionError, ValueError)
 
 
-@pytest.fixture(autouse=True)
-def _restore_device_and_streams(dm):
-    """Every test starts and ends on device 0 with the default streams current."""
-    dm.set_device(0)
-    yield
-    for i in range(dm.device_count()):
-        dm.set_stream(dm.default_stream(i))
-    dm.set_device(0)
-    dm.synchronize()
 
 
 def graph_class(dm, card):

@@ -6,15 +6,6 @@ import torch
 N = 1024   # a 1024x1024 fp32 matmul: 2.1 GFLOP, well above launch overheads on both cards
 
 
-@pytest.fixture(autouse=True)
-def _restore_device_and_streams(dm):
-    """Every test starts and ends on device 0 with the default streams current."""
-    dm.set_device(0)
-    yield
-    for i in range(dm.device_count()):
-        dm.set_stream(dm.default_stream(i))
-    dm.set_device(0)
-    dm.synchronize()
 
 
 @pytest.fixture(scope="module")

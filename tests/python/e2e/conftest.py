@@ -2,6 +2,7 @@
 personality, and the runtime reads its configuration once)."""
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -31,3 +32,23 @@ def py():
 @pytest.fixture(scope="session")
 def root():
     return ROOT
+
+
+def run_group(cmd, timeout, **kw):
+    """subprocess.run in a new session; on timeout the whole process group (launcher and
+    ranks) is killed, not only the launcher."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(map(str, cmd))} timed out after {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="session")
+def group_runner():
+    """run_group: runs a launcher and its ranks, killing them all on timeout."""
+    return run_group

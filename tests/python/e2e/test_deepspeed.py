@@ -15,19 +15,15 @@ import subprocess
 
 import pytest
 
+run_group = None   # conftest's run_group, set by the fixture below
 
-def run_group(cmd, timeout, **kw):
-    """subprocess.run in a new session; on timeout the whole process group (launcher and
-    ranks) is killed, not only the launcher."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **kw)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{' '.join(map(str, cmd))} timed out after {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+@pytest.fixture(autouse=True)
+def _group_runner(group_runner):
+    global run_group
+    run_group = group_runner
+
+
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
