@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 
 #include <ATen/Context.h>
+#include <ATen/core/GraphImplInterface.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/DeviceGuard.h>
 
@@ -114,6 +115,33 @@ class Graph {
   c10::DeviceIndex device_ = 0;
 };
 
+// torch.accelerator.Graph for the device: a Graph on the current stream.
+struct AcceleratorGraph final : at::GraphImplInterface {
+  explicit AcceleratorGraph(const at::GraphImplArgs&) {}
+  void capture_begin(at::MempoolId_t pool, at::GraphCaptureMode) override {
+    const c10::Stream s = accel::currentStream(-1);
+    graph.captureBegin(s.id(), s.device_index());
+    pool_ = pool;
+  }
+  void capture_end() override { graph.captureEnd(); }
+  void instantiate() override {}
+  void replay() override {
+    const c10::Stream s = accel::currentStream(-1);
+    graph.replay(s.id(), s.device_index());
+  }
+  void reset() override { graph.reset(); }
+  at::MempoolId_t pool() const override { return pool_; }
+  void enable_debug_mode() override {}
+  void debug_dump(const std::string& path) override {
+    FILE* f = std::fopen(path.c_str(), "w");
+    TORCH_CHECK(f, "debug_dump: cannot write ", path);
+    std::fprintf(f, "graph: %zu node(s)\n", graph.nodes());
+    std::fclose(f);
+  }
+  Graph graph;
+  at::MempoolId_t pool_{0, 0};
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -124,6 +152,14 @@ PYBIND11_MODULE(_C, m) {
     accel::registerHooks();
   });
   m.def("_register_fused_adam", &kernels::registerFusedAdam);
+  // After the rename: the registry is keyed by the device type's (new) name.
+  m.def("_register_graph_impl", [] {
+    const std::string key = c10::DeviceTypeName(kDev, /*lower_case=*/false);
+    if (!at::GraphImplRegistry()->Has(key))
+      at::GraphImplRegistry()->Register(key, [](at::GraphImplArgs args) -> std::unique_ptr<at::GraphImplInterface> {
+        return std::make_unique<AcceleratorGraph>(args);
+      });
+  });
   m.def("_register_deepspeed_ops", &kernels::registerDeepSpeedOps);
   m.def("_device_count", [] {
     const int n = accel::deviceCount();

@@ -62,6 +62,7 @@ def activate(p: Personality):
     _C._activate(p.device, p.visible_env, p.default_preset)
     if current == "privateuseone":
         torch.utils.rename_privateuse1_backend(p.device)
+    _C._register_graph_impl()
     module = device_module.build(p, _C)
     torch._register_device_module(p.device, module)
     sys.modules[f"torch.{p.device}"] = module

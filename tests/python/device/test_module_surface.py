@@ -917,3 +917,19 @@ def test_host_register_makes_host_memory_pinned(dm, card):
     assert not buf.is_pinned()
     assert rt.supaHostUnregister(buf.data_ptr()) != 0
     dm.check_error(0)
+
+
+def test_torch_accelerator_graph_records_and_replays(dm, card):
+    """torch.accelerator.Graph works on the card: capture records x.add_(1) without running
+    it; each replay runs it once."""
+    x = torch.zeros(4, device=card)
+    g = torch.accelerator.Graph()
+    with dm.stream(dm.Stream()):
+        g.capture_begin()
+        x.add_(1)
+        g.capture_end()
+        assert torch.equal(x.cpu(), torch.zeros(4))
+        g.replay()
+        g.replay()
+    dm.synchronize()
+    assert torch.equal(x.cpu(), torch.full((4,), 2.0))
