@@ -36,7 +36,7 @@ std::array<at::Generator, kMaxDevices> g_default;
 }  // namespace
 
 const at::Generator& defaultDeviceGenerator(c10::DeviceIndex device) {
-  TORCH_CHECK_INDEX(device >= 0 && device < kMaxDevices, "invalid device index ", int(device),
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "invalid device index ", int(device),
                     " for a generator");
   std::call_once(g_once[device], [device] {
     g_default[device] = at::make_generator<DeviceGenerator>(device);

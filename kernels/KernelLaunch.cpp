@@ -15,7 +15,6 @@ void throwIfFailed(const shim::Status& s, const char* what) {
   const std::string msg = std::string(what) + ": " + s.toString();
   switch (s.code()) {
     case shim::Code::OutOfMemory: TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
-    case shim::Code::InvalidDevice:
     case shim::Code::InvalidValue: TORCH_CHECK_VALUE(false, msg);
     default: TORCH_CHECK(false, msg);
   }

@@ -47,16 +47,16 @@ std::vector<int> parseVisible(const std::string& var, const std::string& value, 
   std::string item;
   while (std::getline(ss, item, ',')) {
     const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    TORCH_CHECK_VALUE(b != std::string::npos, var, "=\"", value, "\": empty entry in the list");
+    TORCH_CHECK(b != std::string::npos, var, "=\"", value, "\": empty entry in the list");
     item = item.substr(b, e - b + 1);
     char* end = nullptr;
     const long v = std::strtol(item.c_str(), &end, 10);
-    TORCH_CHECK_VALUE(end && *end == '\0', var, "=\"", value, "\": \"", item,
+    TORCH_CHECK(end && *end == '\0', var, "=\"", value, "\": \"", item,
                       "\" is not a device number");
-    TORCH_CHECK_VALUE(v >= 0 && v < count, var, "=\"", value, "\": device ", v,
+    TORCH_CHECK(v >= 0 && v < count, var, "=\"", value, "\": device ", v,
                       " does not exist (", count, " device(s): 0..", count - 1, ")");
     for (int seen : out)
-      TORCH_CHECK_VALUE(seen != v, var, "=\"", value, "\": device ", v, " is listed twice");
+      TORCH_CHECK(seen != v, var, "=\"", value, "\": device ", v, " is listed twice");
     out.push_back(static_cast<int>(v));
   }
   return out;
@@ -77,7 +77,7 @@ void ensureReady() {
   } else {
     for (int i = 0; i < g_shim_count; ++i) g_visible.push_back(i);
   }
-  TORCH_CHECK_VALUE(g_visible.size() <= static_cast<size_t>(kMaxDevices), g_shim_count,
+  TORCH_CHECK(g_visible.size() <= static_cast<size_t>(kMaxDevices), g_shim_count,
                     " devices configured (CARDSIM_DEVICES); torch_", g_personality.device,
                     " supports at most ", kMaxDevices, " per process");
   throwIfFailed(shim::deviceGetStreamPriorityRange(&g_least, &g_greatest), "stream priority range");
@@ -108,7 +108,7 @@ int deviceCount() {
 
 void checkIndex(c10::DeviceIndex index) {
   const int n = deviceCount();
-  TORCH_CHECK_INDEX(index >= 0 && index < n, "invalid ", g_personality.device, " device index ",
+  TORCH_CHECK(index >= 0 && index < n, "invalid ", g_personality.device, " device index ",
                     int(index), ": ", n, " device(s) visible",
                     n > 0 ? " (0.." + std::to_string(n - 1) + ")" : std::string(),
                     g_personality.visible_env.empty() ? "" : "; see " + g_personality.visible_env);

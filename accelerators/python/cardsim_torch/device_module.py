@@ -147,8 +147,11 @@ def build(p, _C) -> types.ModuleType:
         def __getitem__(self, i):
             if isinstance(i, slice):
                 return tuple(_generator(j) for j in range(device_count())[i])
+            n = device_count()
             if i < 0:
-                i += device_count()
+                i += n
+            if not 0 <= i < n:
+                raise IndexError(f"default_generators: index out of range ({n} devices)")
             return _generator(i)
 
         def __len__(self):
