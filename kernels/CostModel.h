@@ -32,4 +32,12 @@ shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& i
 
 double tensorBytes(const at::Tensor& t);
 
+// An ATen operator overload with a cost model of its own ("add.Tensor").
+struct CostedOp {
+  const char* name;
+  OpCost cost;
+};
+// The hot set of training and inference: functional, in-place and out= forms each listed.
+const std::vector<CostedOp>& costedTable();
+
 }  // namespace cardsim::kernels

@@ -1,0 +1,236 @@
+// Device kernels with unboxed signatures of their own: the commonest arithmetic (results
+// written straight into device memory), dropout on the device's generator, and
+// convolutions (ATen routes them to the "overrideable" operators on this backend).
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <cstring>
+
+#include "CostModel.h"
+#include "DeviceGenerator.h"
+#include "HostExecution.h"
+#include "KernelLaunch.h"
+
+namespace cardsim::kernels {
+namespace {
+
+// ---- Unboxed binary arithmetic ----------------------------------------------------------
+// The commonest kernels skip the boxed path: the result is allocated on the device with the
+// broadcast shape and promoted type, and the CPU kernel writes straight into it. Anything
+// unusual (strided operands, tensors of another device) takes the boxed path.
+
+constexpr auto kDev = c10::DeviceType::PrivateUse1;
+
+c10::OperatorHandle opHandle(const char* name, const char* overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+}
+
+// `b` may be the same device's tensor or a CPU scalar (a wrapped Python number).
+bool fastOperands(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.is_contiguous() || a.device().type() != kDev) return false;
+  // Operands sharing memory take the boxed path, whose host views let ATen check overlaps.
+  if (b.device().type() == kDev)
+    return b.device() == a.device() && b.is_contiguous() && !b.storage().is_alias_of(a.storage());
+  return b.device().is_cpu() && b.dim() == 0;
+}
+
+shim::KernelCost elementwiseCost(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  shim::KernelCost c;
+  const auto device = out.device().index();
+  c.kernel_class = shim::KernelClass::Elementwise;
+  c.dtype = costDtype(out.scalar_type(), device);
+  c.flops = static_cast<double>(out.numel()) * flopScale(out.scalar_type(), device);
+  c.bytes_read = tensorBytes(a) + (b.device().type() == kDev ? tensorBytes(b) : 0.0);
+  c.bytes_written = tensorBytes(out);
+  return c;
+}
+
+at::Tensor boxedCall(const c10::OperatorHandle& op, torch::jit::Stack st) {
+  runOnHost(op, &st);
+  return st[0].toTensor();
+}
+
+enum class Bin { Add, Sub, Mul, Div };
+
+void hostBinary(Bin k, at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  switch (k) {
+    case Bin::Add: at::add_out(out, a, b, alpha); break;
+    case Bin::Sub: at::sub_out(out, a, b, alpha); break;
+    case Bin::Mul: at::mul_out(out, a, b); break;
+    case Bin::Div: at::div_out(out, a, b); break;
+  }
+}
+
+template <Bin K>
+const char* binName() {
+  switch (K) {
+    case Bin::Add: return "aten::add.Tensor";
+    case Bin::Sub: return "aten::sub.Tensor";
+    case Bin::Mul: return "aten::mul.Tensor";
+    case Bin::Div: return "aten::div.Tensor";
+  }
+  return "";
+}
+
+template <Bin K>
+const char* binBase() {
+  switch (K) {
+    case Bin::Add: return "aten::add";
+    case Bin::Sub: return "aten::sub";
+    case Bin::Mul: return "aten::mul";
+    case Bin::Div: return "aten::div";
+  }
+  return "";
+}
+
+template <Bin K>
+at::Tensor binary(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  if (!fastOperands(a, b)) {
+    static const c10::OperatorHandle op = opHandle(binBase<K>(), "Tensor");
+    if constexpr (K == Bin::Add || K == Bin::Sub) return boxedCall(op, {a, b, alpha});
+    else return boxedCall(op, {a, b});
+  }
+  at::ScalarType dt = at::result_type(a, b);
+  if (K == Bin::Div && at::isIntegralType(dt, /*includeBool=*/true))
+    dt = c10::typeMetaToScalarType(at::get_default_dtype());
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = at::empty(at::infer_size(a.sizes(), b.sizes()), a.options().dtype(dt));
+  at::Tensor oa = cpuAlias(out), aa = cpuAlias(a);
+  at::Tensor ba = b.device().type() == kDev ? cpuAlias(b) : b;
+  launch(a.device().index(), binName<K>(), elementwiseCost(out, a, b),
+         [oa, aa, ba, alpha]() mutable { hostBinary(K, oa, aa, ba, alpha); });
+  return out;
+}
+
+template <Bin K>
+at::Tensor& binaryInplace(at::Tensor& self, const at::Tensor& b, const at::Scalar& alpha) {
+  if (!fastOperands(self, b) || !c10::IntArrayRef(at::infer_size(self.sizes(), b.sizes())).equals(self.sizes())) {
+    static const c10::OperatorHandle op = opHandle((std::string(binBase<K>()) + "_").c_str(), "Tensor");
+    if constexpr (K == Bin::Add || K == Bin::Sub) boxedCall(op, {self, b, alpha});
+    else boxedCall(op, {self, b});
+    return self;
+  }
+  c10::DeviceGuard guard(self.device());
+  at::Tensor sa = cpuAlias(self);
+  at::Tensor ba = b.device().type() == kDev ? cpuAlias(b) : b;
+  launch(self.device().index(), binName<K>(), elementwiseCost(self, self, b),
+         [sa, ba, alpha]() mutable { hostBinary(K, sa, sa, ba, alpha); });
+  return self;
+}
+
+at::Tensor fast_add(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return binary<Bin::Add>(a, b, alpha); }
+at::Tensor fast_sub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return binary<Bin::Sub>(a, b, alpha); }
+at::Tensor fast_mul(const at::Tensor& a, const at::Tensor& b) { return binary<Bin::Mul>(a, b, 1); }
+at::Tensor fast_div(const at::Tensor& a, const at::Tensor& b) { return binary<Bin::Div>(a, b, 1); }
+at::Tensor& fast_add_(at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return binaryInplace<Bin::Add>(a, b, alpha); }
+at::Tensor& fast_sub_(at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) { return binaryInplace<Bin::Sub>(a, b, alpha); }
+at::Tensor& fast_mul_(at::Tensor& a, const at::Tensor& b) { return binaryInplace<Bin::Mul>(a, b, 1); }
+at::Tensor& fast_div_(at::Tensor& a, const at::Tensor& b) { return binaryInplace<Bin::Div>(a, b, 1); }
+
+// Dropout draws its mask from the device's generator (the CPU kernel would use the CPU's).
+std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  TORCH_CHECK_VALUE(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
+  c10::DeviceGuard guard(input.device());
+  if (train.has_value() && !*train) return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  at::Tensor out = at::empty_like(input, at::MemoryFormat::Contiguous);
+  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool), at::MemoryFormat::Contiguous);
+  at::Tensor in_h = cpuAlias(input), out_h = cpuAlias(out), mask_h = cpuAlias(mask);
+  at::Generator gen = cpuGeneratorFor(std::nullopt, input.device().index());
+  shim::KernelCost c = elementwiseCost(out, input, mask);
+  c.flops *= 3;
+  launch(input.device().index(), "aten::native_dropout", c, [=]() mutable {
+    if (p >= 1) {
+      mask_h.zero_();
+      out_h.zero_();
+      return;
+    }
+    at::Tensor keep = at::empty_like(in_h).bernoulli_(1 - p, gen);
+    mask_h.copy_(keep);
+    at::mul_out(out_h, in_h, keep).mul_(1 / (1 - p));
+  });
+  return {out, mask};
+}
+
+// Convolutions: on this backend ATen routes them to the "overrideable" operators, which
+// have no CPU kernel of that name; run ATen's CPU convolution on the host views.
+double convFlops(const at::Tensor& out, const at::Tensor& weight, bool transposed, const at::Tensor& input) {
+  const double per_out = static_cast<double>(weight.numel()) / static_cast<double>(std::max<int64_t>(weight.size(0), 1));
+  return 2.0 * per_out * static_cast<double>(transposed ? input.numel() : out.numel());
+}
+
+at::Tensor convolutionOverrideable(const at::Tensor& input, const at::Tensor& weight,
+                                   const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                   c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                   c10::IntArrayRef output_padding, int64_t groups) {
+  c10::DeviceGuard guard(input.device());
+  HostCall call;
+  call.op_name = "aten::convolution_overrideable";
+  at::Tensor in_h = call.toHost(input), w_h = call.toHost(weight);
+  std::optional<at::Tensor> b_h;
+  if (bias.has_value() && bias->defined()) b_h = call.toHost(*bias);
+  TORCH_CHECK(!isCapturing(currentStream(call.device)), "convolution cannot be captured into a graph yet");
+  at::Tensor r = at::convolution(in_h, w_h, b_h, stride, padding, dilation, transposed, output_padding, groups);
+  at::Tensor out = call.toDevice(r);
+  shim::KernelCost c;
+  c.kernel_class = shim::KernelClass::Gemm;
+  c.dtype = costDtype(out.scalar_type(), call.device);
+  c.flops = convFlops(out, weight, transposed, input) * flopScale(out.scalar_type(), call.device);
+  c.bytes_read = tensorBytes(input) + tensorBytes(weight) + (b_h ? tensorBytes(*bias) : 0.0);
+  c.bytes_written = tensorBytes(out);
+  throwIfFailed(shim::launchKernel(currentStream(call.device), "aten::convolution", c, nullptr), "convolution");
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardOverrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
+  c10::DeviceGuard guard(input.device());
+  HostCall call;
+  call.op_name = "aten::convolution_backward_overrideable";
+  at::Tensor g_h = call.toHost(grad_output), in_h = call.toHost(input), w_h = call.toHost(weight);
+  TORCH_CHECK(!isCapturing(currentStream(call.device)), "convolution cannot be captured into a graph yet");
+  std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
+  auto [gi, gw, gb] = at::convolution_backward(g_h, in_h, w_h, at::OptionalIntArrayRef(bias_sizes), stride,
+                                               padding, dilation, transposed, output_padding, groups, output_mask);
+  at::Tensor dgi = call.toDevice(gi), dgw = call.toDevice(gw), dgb = call.toDevice(gb);
+  shim::KernelCost c;
+  c.kernel_class = shim::KernelClass::Gemm;
+  c.dtype = costDtype(grad_output.scalar_type(), call.device);
+  const double fwd = convFlops(grad_output, weight, transposed, input);
+  c.flops = fwd * ((output_mask[0] ? 1 : 0) + (output_mask[1] ? 1 : 0)) * flopScale(grad_output.scalar_type(), call.device);
+  c.bytes_read = tensorBytes(grad_output) + tensorBytes(input) + tensorBytes(weight);
+  c.bytes_written = tensorBytes(dgi) + tensorBytes(dgw) + tensorBytes(dgb);
+  throwIfFailed(shim::launchKernel(currentStream(call.device), "aten::convolution_backward", c, nullptr),
+                "convolution_backward");
+  return {dgi, dgw, dgb};
+}
+
+}  // namespace
+
+// The host executor skips these names when it registers the cost table.
+constexpr const char* kUnboxed[] = {"native_dropout", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor",
+                                "add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor"};
+bool isUnboxed(const char* name) {
+  for (const char* n : kUnboxed)
+    if (std::strcmp(n, name) == 0) return true;
+  return false;
+}
+
+}  // namespace cardsim::kernels
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using namespace cardsim::kernels;
+  m.impl("add.Tensor", TORCH_FN(fast_add));
+  m.impl("sub.Tensor", TORCH_FN(fast_sub));
+  m.impl("mul.Tensor", TORCH_FN(fast_mul));
+  m.impl("div.Tensor", TORCH_FN(fast_div));
+  m.impl("add_.Tensor", TORCH_FN(fast_add_));
+  m.impl("sub_.Tensor", TORCH_FN(fast_sub_));
+  m.impl("mul_.Tensor", TORCH_FN(fast_mul_));
+  m.impl("div_.Tensor", TORCH_FN(fast_div_));
+  m.impl("native_dropout", TORCH_FN(nativeDropout));
+  m.impl("convolution_overrideable", TORCH_FN(convolutionOverrideable));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolutionBackwardOverrideable));
+}
