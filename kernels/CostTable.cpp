@@ -79,6 +79,26 @@ const std::vector<CostedOp>& costedTable() {
     family("lerp", {"Scalar", "Tensor", "Scalar_out", "Tensor_out"}, ew(2));
     family("lerp_", {"Scalar", "Tensor"}, ew(2));
     family("logical_not", {"", "out"}, ew());
+    for (const char* b : {"logical_and", "logical_or", "logical_xor"}) {
+      family(b, {"", "out"}, ew());
+      family((std::string(b) + "_").c_str(), {""}, ew());
+    }
+    for (const char* b : {"bitwise_and", "bitwise_or", "bitwise_xor"}) {
+      family(b, {"Tensor", "Tensor_out", "Scalar", "Scalar_out"}, ew());
+      family((std::string(b) + "_").c_str(), {"Tensor", "Scalar"}, ew());
+    }
+    family("bitwise_not", {"", "out"}, ew());
+    family("bitwise_not_", {""}, ew());
+    family("isnan", {""}, ew());
+    family("isinf", {""}, ew());
+    family("isneginf", {"", "out"}, ew());
+    family("isposinf", {"", "out"}, ew());
+    for (const char* b : {"leaky_relu", "hardtanh", "elu", "softplus", "hardswish", "hardsigmoid", "mish"})
+      family(b, {"", "out"}, ew(4));
+    for (const char* b : {"leaky_relu_", "hardtanh_", "elu_", "hardswish_", "hardsigmoid_", "mish_"})
+      family(b, {""}, ew(4));
+    family("_fused_adam_", {""}, ew(12));
+    family("_fused_adamw_", {""}, ew(12));
     family("bernoulli_", {"float", "Tensor"}, ew(2));
     family("native_dropout", {""}, ew(3));
     family("native_dropout_backward", {""}, ew(2));
@@ -141,6 +161,12 @@ const std::vector<CostedOp>& costedTable() {
     family("embedding_dense_backward", {""}, ew());
     family("index_add_", {""}, ew());
     family("scatter_add_", {""}, ew());
+    family("masked_select", {"", "out"}, gather());
+    family("nonzero", {"", "out"}, red());
+    family("index_put_", {""}, ew());
+    family("_index_put_impl_", {""}, ew());
+    family("scatter", {"src", "value", "src_out", "value_out"}, ew());
+    family("scatter_", {"src", "value"}, ew());
     family("cat", {"", "out"}, ew(0));
     family("stack", {"", "out"}, ew(0));
     family("arange", {"start_out"}, ew(0));
