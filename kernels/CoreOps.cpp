@@ -126,7 +126,7 @@ void deviceCopyKernel(const at::Tensor& src, const at::Tensor& dst) {
   const c10::Storage hs = cpuAliasStorage(src);
   at::Tensor s = cpuAliasOver(hs, src);
   at::Tensor d = dst.storage().is_alias_of(src.storage()) ? cpuAliasOver(hs, dst) : cpuAlias(dst);
-  launch(dst.device().index(), "aten::copy_", cost, [s, d]() mutable { d.copy_(s); });
+  launch(dst.device().index(), "aten::copy_", cost, [s, d]() mutable { d.copy_(s); }, {src, dst});
 }
 
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
@@ -138,7 +138,9 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
     const auto sd = src.device().index(), dd = dst.device().index();
     c10::DeviceGuard guard(dst.device());
     if (sd == dd) {
-      if (plainCopy(src, dst) && !src.storage().is_alias_of(dst.storage()))
+      // A captured copy is a kernel, so the graph holds both tensors' memory.
+      if (plainCopy(src, dst) && !src.storage().is_alias_of(dst.storage()) &&
+          !isCapturing(currentStream(dd)))
         throwIfFailed(shim::memcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(),
                                         shim::MemcpyKind::DeviceToDevice, currentStream(dd)),
                       "copy between device tensors");

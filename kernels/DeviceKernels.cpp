@@ -99,7 +99,7 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b, const at::Scalar& al
   at::Tensor oa = cpuAlias(out), aa = cpuAlias(a);
   at::Tensor ba = b.device().type() == kDev ? cpuAlias(b) : b;
   launch(a.device().index(), binName<K>(), elementwiseCost(out, a, b),
-         [oa, aa, ba, alpha]() mutable { hostBinary(K, oa, aa, ba, alpha); });
+         [oa, aa, ba, alpha]() mutable { hostBinary(K, oa, aa, ba, alpha); }, {out, a, b});
   return out;
 }
 
@@ -115,7 +115,7 @@ at::Tensor& binaryInplace(at::Tensor& self, const at::Tensor& b, const at::Scala
   at::Tensor sa = cpuAlias(self);
   at::Tensor ba = b.device().type() == kDev ? cpuAlias(b) : b;
   launch(self.device().index(), binName<K>(), elementwiseCost(self, self, b),
-         [sa, ba, alpha]() mutable { hostBinary(K, sa, sa, ba, alpha); });
+         [sa, ba, alpha]() mutable { hostBinary(K, sa, sa, ba, alpha); }, {self, b});
   return self;
 }
 
@@ -148,7 +148,7 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input, double
     at::Tensor keep = at::empty_like(in_h).bernoulli_(1 - p, gen);
     mask_h.copy_(keep);
     at::mul_out(out_h, in_h, keep).mul_(1 / (1 - p));
-  });
+  }, {input, out, mask});
   return {out, mask};
 }
 

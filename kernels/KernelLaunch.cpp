@@ -88,10 +88,13 @@ bool isCapturing(shim::Stream stream) {
 }
 
 void launch(c10::DeviceIndex device, const char* name, const shim::KernelCost& cost,
-            const std::function<void()>& work) {
+            const std::function<void()>& work, const std::vector<at::Tensor>& touched) {
   shim::Stream stream = currentStream(device);
   if (isCapturing(stream)) {
-    throwIfFailed(shim::launchKernel(stream, name, cost, work), name);
+    std::vector<c10::Storage> held;
+    for (const at::Tensor& t : touched)
+      if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) held.push_back(t.storage());
+    throwIfFailed(shim::launchKernel(stream, name, cost, [work, held] { work(); }), name);
     return;
   }
   if (work) work();

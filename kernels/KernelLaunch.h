@@ -7,6 +7,7 @@
 #include <c10/core/Device.h>
 
 #include <functional>
+#include <vector>
 
 #include "cardsim/shim.h"
 
@@ -36,8 +37,10 @@ double flopScale(at::ScalarType t, c10::DeviceIndex device);
 bool isCapturing(shim::Stream stream);
 
 // Runs `work` now (exceptions propagate unchanged) and queues `cost` on the current
-// stream of `device`. While that stream captures a graph, `work` is recorded instead.
+// stream of `device`. While that stream captures a graph, `work` is recorded instead, and
+// the graph holds the memory of the `touched` device tensors (as a graph's private pool
+// would: freed tensors' blocks are not reused while a replay may still write them).
 void launch(c10::DeviceIndex device, const char* name, const shim::KernelCost& cost,
-            const std::function<void()>& work);
+            const std::function<void()>& work, const std::vector<at::Tensor>& touched = {});
 
 }  // namespace cardsim::kernels
