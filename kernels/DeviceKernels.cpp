@@ -207,10 +207,86 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardOverrideable(
   return {dgi, dgw, dgb};
 }
 
+// ---- Matrix products -------------------------------------------------------------------
+// The result is allocated with its known shape and the CPU kernel writes straight into it
+// (no copy of a fresh host result). Shapes the kernel would reject take the boxed path,
+// which reports the CPU kernel's own error.
+
+enum class Mat { Mm, Bmm, Addmm };
+
+shim::KernelCost gemmCost(const at::Tensor& lhs, const at::Tensor& out, const std::vector<at::Tensor>& ins,
+                          bool bias) {
+  return estimateCost(OpCost{CostKind::Gemm, 1, 0, bias}, [&] {
+    std::vector<at::Tensor> v{lhs};
+    for (const auto& t : ins) if (!t.is_same(lhs)) v.push_back(t);
+    return v;
+  }(), {out}, out.device().index());
+}
+
+bool plainMatrices(const at::Tensor& a, const at::Tensor& b, int64_t dim) {
+  return a.device().type() == kDev && b.device() == a.device() && a.dim() == dim && b.dim() == dim &&
+         a.scalar_type() == b.scalar_type() && a.size(-1) == b.size(-2) &&
+         (dim == 2 || a.size(0) == b.size(0));
+}
+
+at::Tensor fastMm(const at::Tensor& a, const at::Tensor& b) {
+  if (!plainMatrices(a, b, 2)) {
+    static const c10::OperatorHandle op = opHandle("aten::mm", "");
+    return boxedCall(op, {a, b});
+  }
+  c10::DeviceGuard guard(a.device());
+  HostCall call;
+  call.op_name = "aten::mm";
+  at::Tensor ah = call.toHost(a), bh = call.toHost(b);
+  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+  at::Tensor oh = cpuAlias(out);
+  launch(a.device().index(), "aten::mm", gemmCost(a, out, {a, b}, false),
+         [oh, ah, bh]() mutable { at::mm_out(oh, ah, bh); }, {out, a, b});
+  return out;
+}
+
+at::Tensor fastBmm(const at::Tensor& a, const at::Tensor& b) {
+  if (!plainMatrices(a, b, 3)) {
+    static const c10::OperatorHandle op = opHandle("aten::bmm", "");
+    return boxedCall(op, {a, b});
+  }
+  c10::DeviceGuard guard(a.device());
+  HostCall call;
+  call.op_name = "aten::bmm";
+  at::Tensor ah = call.toHost(a), bh = call.toHost(b);
+  at::Tensor out = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
+  at::Tensor oh = cpuAlias(out);
+  launch(a.device().index(), "aten::bmm", gemmCost(a, out, {a, b}, false),
+         [oh, ah, bh]() mutable { at::bmm_out(oh, ah, bh); }, {out, a, b});
+  return out;
+}
+
+at::Tensor fastAddmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                     const at::Scalar& beta, const at::Scalar& alpha) {
+  const bool plain = plainMatrices(m1, m2, 2) && self.device() == m1.device() &&
+                     self.scalar_type() == m1.scalar_type() && self.dim() <= 2 &&
+                     c10::IntArrayRef(at::infer_size(self.sizes(), {m1.size(0), m2.size(1)}))
+                         .equals({m1.size(0), m2.size(1)});
+  if (!plain) {
+    static const c10::OperatorHandle op = opHandle("aten::addmm", "");
+    return boxedCall(op, {self, m1, m2, beta, alpha});
+  }
+  c10::DeviceGuard guard(m1.device());
+  HostCall call;
+  call.op_name = "aten::addmm";
+  at::Tensor sh = call.toHost(self), ah = call.toHost(m1), bh = call.toHost(m2);
+  at::Tensor out = at::empty({m1.size(0), m2.size(1)}, m1.options());
+  at::Tensor oh = cpuAlias(out);
+  launch(m1.device().index(), "aten::addmm", gemmCost(m1, out, {self, m1, m2}, true),
+         [oh, sh, ah, bh, beta, alpha]() mutable { at::addmm_out(oh, sh, ah, bh, beta, alpha); },
+         {out, self, m1, m2});
+  return out;
+}
+
 }  // namespace
 
 // The host executor skips these names when it registers the cost table.
-constexpr const char* kUnboxed[] = {"native_dropout", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor",
+constexpr const char* kUnboxed[] = {"mm", "bmm", "addmm", "native_dropout", "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor",
                                 "add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor"};
 bool isUnboxed(const char* name) {
   for (const char* n : kUnboxed)
@@ -231,6 +307,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mul_.Tensor", TORCH_FN(fast_mul_));
   m.impl("div_.Tensor", TORCH_FN(fast_div_));
   m.impl("native_dropout", TORCH_FN(nativeDropout));
+  m.impl("mm", TORCH_FN(fastMm));
+  m.impl("bmm", TORCH_FN(fastBmm));
+  m.impl("addmm", TORCH_FN(fastAddmm));
   m.impl("convolution_overrideable", TORCH_FN(convolutionOverrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolutionBackwardOverrideable));
 }
