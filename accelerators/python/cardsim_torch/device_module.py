@@ -582,7 +582,8 @@ def build(p, _C) -> types.ModuleType:
     ns.update({k: _legacy(k, v) for k, v in legacy.items()})
     for k, v in ns.items():
         setattr(mod, k, v)
-    for cls in (Stream, ExternalStream, Event, StreamContext, device, device_of, graph):
+    for cls in (Stream, ExternalStream, Event, StreamContext, device, device_of, graph, Graph):
         cls.__module__ = f"torch.{name}"
+        cls.__qualname__ = cls.__name__
     mod.__all__ = sorted(k for k in ns if not k.startswith("_"))
     return mod
