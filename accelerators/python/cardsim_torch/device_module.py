@@ -20,7 +20,6 @@ _graph_pool_ids = itertools.count(1)
 def build(p, _C) -> types.ModuleType:
     name = p.device
     mod = types.ModuleType(f"torch.{name}", f"The emulated {name.upper()} device (cardsim).")
-    dev_type_int = None  # filled lazily: torch's DeviceType value of PrivateUse1
 
     # ---- devices ---------------------------------------------------------------------
 
@@ -45,6 +44,10 @@ def build(p, _C) -> types.ModuleType:
             raise TypeError(f"invalid {name} device {device!r}: expected an int, str or torch.device")
         return device
 
+    def _dev(device) -> int:
+        """The index of `device`; None means the current device."""
+        return _get_device_index(device, optional=True)
+
     def is_available() -> bool:
         try:
             return _C._device_count() > 0
@@ -58,7 +61,7 @@ def build(p, _C) -> types.ModuleType:
         return _C._current_device()
 
     def set_device(device) -> None:
-        idx = _get_device_index(device, optional=True)
+        idx = _dev(device)
         if idx >= 0:
             _C._set_device(idx)
 
@@ -89,7 +92,7 @@ def build(p, _C) -> types.ModuleType:
             super().__init__(idx)
 
     def synchronize(device=None) -> None:
-        _C._synchronize(_get_device_index(device, optional=True))
+        _C._synchronize(_dev(device))
 
     class _DeviceProperties:
         def __init__(self, d: dict):
@@ -105,7 +108,7 @@ def build(p, _C) -> types.ModuleType:
                     f"cluster_count={self.cluster_count}, preset='{self.preset}')")
 
     def get_device_properties(device=None) -> _DeviceProperties:
-        return _DeviceProperties(_C._device_properties(_get_device_index(device, optional=True)))
+        return _DeviceProperties(_C._device_properties(_dev(device)))
 
     def get_device_name(device=None) -> str:
         return get_device_properties(device).name
@@ -141,7 +144,7 @@ def build(p, _C) -> types.ModuleType:
     # ---- random numbers --------------------------------------------------------------
 
     def _generator(device=None) -> torch.Generator:
-        return _C._default_generator(_get_device_index(device, optional=True))
+        return _C._default_generator(_dev(device))
 
     class _DefaultGenerators(collections.abc.Sequence):
         def __getitem__(self, i):
@@ -192,9 +195,6 @@ def build(p, _C) -> types.ModuleType:
 
     # ---- streams and events ----------------------------------------------------------
 
-    def _stream_device(device) -> int:
-        return _get_device_index(device, optional=True) if device is not None else current_device()
-
     class Stream(torch.Stream):
         """An in-order queue of work on one device (torch.cuda.Stream semantics)."""
 
@@ -203,7 +203,7 @@ def build(p, _C) -> types.ModuleType:
                 return super().__new__(cls, stream_id=kwargs["stream_id"],
                                        device_index=kwargs["device_index"],
                                        device_type=kwargs["device_type"])
-            idx = _stream_device(device)
+            idx = _dev(device)
             return super().__new__(cls, device=torch.device(name, idx), priority=priority)
 
         def wait_event(self, event) -> None:
@@ -233,10 +233,10 @@ def build(p, _C) -> types.ModuleType:
         return Stream(stream_id=sid, device_index=didx, device_type=dtype)
 
     def current_stream(device=None) -> Stream:
-        return _wrap_stream(_C._current_stream(_stream_device(device)))
+        return _wrap_stream(_C._current_stream(_dev(device)))
 
     def default_stream(device=None) -> Stream:
-        return _wrap_stream(_C._default_stream(_stream_device(device)))
+        return _wrap_stream(_C._default_stream(_dev(device)))
 
     def set_stream(stream) -> None:
         """Makes `stream` current on its device, and that device current (as torch.cuda)."""
@@ -303,9 +303,6 @@ def build(p, _C) -> types.ModuleType:
             return f"<torch.{name}.Event {self.event_id:#x}>"
 
     # ---- memory ----------------------------------------------------------------------
-
-    def _dev(device) -> int:
-        return _get_device_index(device, optional=True)
 
     def memory_stats(device=None) -> "collections.OrderedDict[str, Any]":
         stats = _C._memory_stats(_dev(device))
@@ -393,7 +390,6 @@ def build(p, _C) -> types.ModuleType:
         def __init__(self, keep_graph: bool = False):
             self._g = _C._Graph()
             self._pool = None
-            self._capture_stream = None
 
         def capture_begin(self, pool=None, capture_error_mode: str = "global"):
             if capture_error_mode not in ("global", "thread_local", "relaxed", "default"):
@@ -401,7 +397,6 @@ def build(p, _C) -> types.ModuleType:
                                  f"got {capture_error_mode!r}")
             s = current_stream()
             self._pool = pool if pool is not None else graph_pool_handle()
-            self._capture_stream = s
             self._g.capture_begin(s.stream_id, s.device_index)
 
         def capture_end(self):
@@ -436,8 +431,6 @@ def build(p, _C) -> types.ModuleType:
 
     class graph:
         """Context manager: captures the work inside into `graph` on a side stream."""
-        default_capture_stream = None
-
         def __init__(self, graph_obj, pool=None, stream=None, capture_error_mode: str = "global"):
             idx = current_device()
             if stream is None:

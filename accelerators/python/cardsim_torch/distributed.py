@@ -105,7 +105,7 @@ def collective_cost(kind: str, nbytes: int, world: int) -> tuple[int, float]:
     if world <= 1:
         return 0, 0.0
     n = world
-    if kind in ("all_reduce",):
+    if kind == "all_reduce":
         return 2 * (n - 1), 2.0 * (n - 1) / n * nbytes
     if kind in ("all_gather", "reduce_scatter", "all_to_all"):
         return n - 1, (n - 1) / n * nbytes
@@ -136,11 +136,6 @@ class CardsimProcessGroup(dist.ProcessGroup):
 
     def _host(self) -> _Host:
         return _Host(self._device_type, self._alias)
-
-    def _sync(self, tensors) -> None:
-        # Work queued on device streams must have produced its bytes before Gloo reads
-        # them: functionally it has (kernels run at launch), so nothing to wait for.
-        return None
 
     def _done(self, h: _Host, work, result, kind: str | None = None, sized=None):
         work.wait()
@@ -322,7 +317,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
 
     # Collectives complete at the call, so a coalescing block needs no batching.
     def _start_coalescing(self, device):
-        self._coalesced = []
+        pass
 
     def _end_coalescing(self, device):
         return _DoneWork([])
