@@ -60,22 +60,6 @@ at::Tensor reshapeAlias(const at::Tensor& self, c10::IntArrayRef size, c10::IntA
   return at::cpu::_reshape_alias(self, size, stride);
 }
 
-// Grows the storage of a device tensor: new device memory, old bytes copied on the card.
-void growStorage(const at::Tensor& self, size_t nbytes) {
-  c10::StorageImpl* st = self.storage().unsafeGetStorageImpl();
-  TORCH_CHECK(st->resizable(), "trying to resize storage that is not resizable");
-  c10::DeviceGuard guard(self.device());
-  c10::Allocator* alloc = st->allocator() ? st->allocator() : c10::GetAllocator(kDev);
-  at::DataPtr fresh = alloc->allocate(nbytes);
-  const size_t keep = std::min(nbytes, st->nbytes());
-  if (keep > 0 && st->data())
-    throwIfFailed(shim::memcpyAsync(fresh.get(), st->data(), keep, shim::MemcpyKind::DeviceToDevice,
-                                    currentStream(self.device().index())),
-                  "resize_");
-  st->set_data_ptr_noswap(std::move(fresh));
-  st->set_nbytes(nbytes);
-}
-
 const at::Tensor& resize(const at::Tensor& self, c10::IntArrayRef size,
                          std::optional<c10::MemoryFormat> memory_format) {
   auto* impl = self.unsafeGetTensorImpl();
@@ -88,7 +72,7 @@ const at::Tensor& resize(const at::Tensor& self, c10::IntArrayRef size,
   const size_t need = at::detail::computeStorageNbytes(self.sizes(), self.strides(),
                                                        self.dtype().itemsize(),
                                                        self.storage_offset());
-  if (self.numel() > 0 && need > self.storage().nbytes()) growStorage(self, need);
+  if (self.numel() > 0 && need > self.storage().nbytes()) resizeStorage(self.storage(), need);
   return self;
 }
 
@@ -126,7 +110,7 @@ void deviceCopyKernel(const at::Tensor& src, const at::Tensor& dst) {
   const c10::Storage hs = cpuAliasStorage(src);
   at::Tensor s = cpuAliasOver(hs, src);
   at::Tensor d = dst.storage().is_alias_of(src.storage()) ? cpuAliasOver(hs, dst) : cpuAlias(dst);
-  launch(dst.device().index(), "aten::copy_", cost, [s, d]() mutable { d.copy_(s); }, {src, dst});
+  launch(dst.device().index(), "aten::copy_", cost, [s, d]() mutable { d.copy_(s); }, {&src, &dst});
 }
 
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {

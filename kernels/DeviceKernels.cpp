@@ -99,7 +99,7 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b, const at::Scalar& al
   at::Tensor oa = cpuAlias(out), aa = cpuAlias(a);
   at::Tensor ba = b.device().type() == kDev ? cpuAlias(b) : b;
   launch(a.device().index(), binName<K>(), elementwiseCost(out, a, b),
-         [oa, aa, ba, alpha]() mutable { hostBinary(K, oa, aa, ba, alpha); }, {out, a, b});
+         [oa, aa, ba, alpha]() mutable { hostBinary(K, oa, aa, ba, alpha); }, {&out, &a, &b});
   return out;
 }
 
@@ -115,7 +115,7 @@ at::Tensor& binaryInplace(at::Tensor& self, const at::Tensor& b, const at::Scala
   at::Tensor sa = cpuAlias(self);
   at::Tensor ba = b.device().type() == kDev ? cpuAlias(b) : b;
   launch(self.device().index(), binName<K>(), elementwiseCost(self, self, b),
-         [sa, ba, alpha]() mutable { hostBinary(K, sa, sa, ba, alpha); }, {self, b});
+         [sa, ba, alpha]() mutable { hostBinary(K, sa, sa, ba, alpha); }, {&self, &b});
   return self;
 }
 
@@ -148,7 +148,7 @@ std::tuple<at::Tensor, at::Tensor> nativeDropout(const at::Tensor& input, double
     at::Tensor keep = at::empty_like(in_h).bernoulli_(1 - p, gen);
     mask_h.copy_(keep);
     at::mul_out(out_h, in_h, keep).mul_(1 / (1 - p));
-  }, {input, out, mask});
+  }, {&input, &out, &mask});
   return {out, mask};
 }
 
@@ -212,8 +212,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardOverrideable(
 // (no copy of a fresh host result). Shapes the kernel would reject take the boxed path,
 // which reports the CPU kernel's own error.
 
-enum class Mat { Mm, Bmm, Addmm };
-
 shim::KernelCost gemmCost(const at::Tensor& lhs, const at::Tensor& out, const std::vector<at::Tensor>& ins,
                           bool bias) {
   return estimateCost(OpCost{CostKind::Gemm, 1, 0, bias}, [&] {
@@ -229,37 +227,30 @@ bool plainMatrices(const at::Tensor& a, const at::Tensor& b, int64_t dim) {
          (dim == 2 || a.size(0) == b.size(0));
 }
 
-at::Tensor fastMm(const at::Tensor& a, const at::Tensor& b) {
-  if (!plainMatrices(a, b, 2)) {
-    static const c10::OperatorHandle op = opHandle("aten::mm", "");
+// mm and bmm: the same kernel but for the batch dimension.
+template <bool kBatched>
+at::Tensor matmulKernel(const at::Tensor& a, const at::Tensor& b) {
+  constexpr const char* name = kBatched ? "aten::bmm" : "aten::mm";
+  if (!plainMatrices(a, b, kBatched ? 3 : 2)) {
+    static const c10::OperatorHandle op = opHandle(name, "");
     return boxedCall(op, {a, b});
   }
   c10::DeviceGuard guard(a.device());
   HostCall call;
-  call.op_name = "aten::mm";
+  call.op_name = name;
   at::Tensor ah = call.toHost(a), bh = call.toHost(b);
-  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+  at::Tensor out = kBatched ? at::empty({a.size(0), a.size(1), b.size(2)}, a.options())
+                            : at::empty({a.size(0), b.size(1)}, a.options());
   at::Tensor oh = cpuAlias(out);
-  launch(a.device().index(), "aten::mm", gemmCost(a, out, {a, b}, false),
-         [oh, ah, bh]() mutable { at::mm_out(oh, ah, bh); }, {out, a, b});
+  launch(a.device().index(), name, gemmCost(a, out, {a, b}, false), [oh, ah, bh]() mutable {
+    if constexpr (kBatched) at::bmm_out(oh, ah, bh);
+    else at::mm_out(oh, ah, bh);
+  }, {&out, &a, &b});
   return out;
 }
 
-at::Tensor fastBmm(const at::Tensor& a, const at::Tensor& b) {
-  if (!plainMatrices(a, b, 3)) {
-    static const c10::OperatorHandle op = opHandle("aten::bmm", "");
-    return boxedCall(op, {a, b});
-  }
-  c10::DeviceGuard guard(a.device());
-  HostCall call;
-  call.op_name = "aten::bmm";
-  at::Tensor ah = call.toHost(a), bh = call.toHost(b);
-  at::Tensor out = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
-  at::Tensor oh = cpuAlias(out);
-  launch(a.device().index(), "aten::bmm", gemmCost(a, out, {a, b}, false),
-         [oh, ah, bh]() mutable { at::bmm_out(oh, ah, bh); }, {out, a, b});
-  return out;
-}
+at::Tensor fastMm(const at::Tensor& a, const at::Tensor& b) { return matmulKernel<false>(a, b); }
+at::Tensor fastBmm(const at::Tensor& a, const at::Tensor& b) { return matmulKernel<true>(a, b); }
 
 at::Tensor fastAddmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
                      const at::Scalar& beta, const at::Scalar& alpha) {
@@ -279,7 +270,7 @@ at::Tensor fastAddmm(const at::Tensor& self, const at::Tensor& m1, const at::Ten
   at::Tensor oh = cpuAlias(out);
   launch(m1.device().index(), "aten::addmm", gemmCost(m1, out, {self, m1, m2}, true),
          [oh, sh, ah, bh, beta, alpha]() mutable { at::addmm_out(oh, sh, ah, bh, beta, alpha); },
-         {out, self, m1, m2});
+         {&out, &self, &m1, &m2});
   return out;
 }
 

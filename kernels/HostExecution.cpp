@@ -90,9 +90,7 @@ void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
       it = meta_storage.emplace(key, c10::Storage(c10::make_intrusive<c10::StorageImpl>(
                                          c10::StorageImpl::use_byte_size_t(), dev->storage().nbytes(),
                                          at::DataPtr(nullptr, c10::Device(c10::kMeta)), nullptr, false))).first;
-    at::Tensor m = at::detail::make_tensor<c10::TensorImpl>(
-        c10::Storage(it->second), c10::DispatchKeySet(c10::DispatchKey::Meta), t.dtype());
-    m.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    at::Tensor m = tensorOver(it->second, c10::DispatchKey::Meta, t);
     twins.emplace_back(m, *dev);
     return m;
   };
@@ -133,12 +131,8 @@ void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
     for (const auto& [m, dev] : twins)
       if (m.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return dev;
     for (const auto& [m, dev] : twins)
-      if (m.storage().unsafeGetStorageImpl() == r.storage().unsafeGetStorageImpl()) {
-        at::Tensor v = at::detail::make_tensor<c10::TensorImpl>(
-            c10::Storage(dev.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), r.dtype());
-        v.unsafeGetTensorImpl()->set_sizes_and_strides(r.sizes(), r.strides(), r.storage_offset());
-        return v;
-      }
+      if (m.storage().unsafeGetStorageImpl() == r.storage().unsafeGetStorageImpl())
+        return tensorOver(dev.storage(), c10::DispatchKey::PrivateUse1, r);
     return at::empty_strided(r.sizes(), r.strides(),
                              r.options().device(c10::DeviceType::PrivateUse1, call.device));
   };

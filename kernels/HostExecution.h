@@ -70,13 +70,8 @@ struct HostCall {
     const void* data = r.storage().data();
     if (data)
       for (const auto& [dev, a] : aliases)
-        if (a.storage().data() == data) {   // a view of an argument: same device storage
-          at::Tensor v = at::detail::make_tensor<c10::TensorImpl>(
-              c10::Storage(dev.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-              r.dtype());
-          v.unsafeGetTensorImpl()->set_sizes_and_strides(r.sizes(), r.strides(), r.storage_offset());
-          return v;
-        }
+        if (a.storage().data() == data)   // a view of an argument: same device storage
+          return tensorOver(dev.storage(), c10::DispatchKey::PrivateUse1, r);
     at::Tensor src = r.is_non_overlapping_and_dense() ? r : r.contiguous();
     at::Tensor d = at::empty_strided(src.sizes(), src.strides(),
                                      src.options().device(c10::DeviceType::PrivateUse1, device));

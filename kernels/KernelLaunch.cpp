@@ -1,6 +1,7 @@
 #include "KernelLaunch.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
@@ -36,10 +37,15 @@ c10::Storage cpuAliasStorage(const at::Tensor& t) {
 
 at::Tensor cpuAlias(const at::Tensor& t) { return cpuAliasOver(cpuAliasStorage(t), t); }
 
+at::Tensor tensorOver(const c10::Storage& storage, c10::DispatchKey key, const at::Tensor& like) {
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(key),
+                                                          like.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  return t;
+}
+
 at::Tensor cpuAliasOver(const c10::Storage& host_storage, const at::Tensor& t) {
-  at::Tensor a = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(host_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  a.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  at::Tensor a = tensorOver(host_storage, c10::DispatchKey::CPU, t);
   if (t.is_conj()) a._set_conj(true);
   if (t.is_neg()) a._set_neg(true);
   return a;
@@ -80,6 +86,21 @@ double flopScale(at::ScalarType t, c10::DeviceIndex device) {
   return 1.0;
 }
 
+void resizeStorage(const c10::Storage& storage, size_t nbytes) {
+  c10::StorageImpl* st = storage.unsafeGetStorageImpl();
+  TORCH_CHECK(st->resizable(), "trying to resize storage that is not resizable");
+  c10::DeviceGuard guard(storage.device());
+  c10::Allocator* alloc = st->allocator() ? st->allocator() : c10::GetAllocator(c10::DeviceType::PrivateUse1);
+  at::DataPtr fresh = alloc->allocate(nbytes);
+  const size_t keep = std::min(nbytes, st->nbytes());
+  if (keep > 0 && st->data())
+    throwIfFailed(shim::memcpyAsync(fresh.get(), st->data(), keep, shim::MemcpyKind::DeviceToDevice,
+                                    currentStream(storage.device().index())),
+                  "resize");
+  st->set_data_ptr_noswap(std::move(fresh));
+  st->set_nbytes(nbytes);
+}
+
 bool isCapturing(shim::Stream stream) {
   bool capturing = false;
   if (!stream) return false;   // the default stream cannot capture
@@ -88,12 +109,12 @@ bool isCapturing(shim::Stream stream) {
 }
 
 void launch(c10::DeviceIndex device, const char* name, const shim::KernelCost& cost,
-            const std::function<void()>& work, const std::vector<at::Tensor>& touched) {
+            const std::function<void()>& work, c10::ArrayRef<const at::Tensor*> touched) {
   shim::Stream stream = currentStream(device);
   if (isCapturing(stream)) {
     std::vector<c10::Storage> held;
-    for (const at::Tensor& t : touched)
-      if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) held.push_back(t.storage());
+    for (const at::Tensor* t : touched)
+      if (t->defined() && t->device().type() == c10::DeviceType::PrivateUse1) held.push_back(t->storage());
     throwIfFailed(shim::launchKernel(stream, name, cost, [work, held] { work(); }), name);
     return;
   }

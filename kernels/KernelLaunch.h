@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/util/ArrayRef.h>
 
 #include <functional>
 #include <vector>
@@ -23,6 +24,10 @@ shim::Stream currentStream(c10::DeviceIndex device);
 // A CPU tensor over the same bytes as the device tensor `t` (same sizes, strides,
 // offset, conj/neg bits). It does not own the memory; a resize re-homes it in CPU memory.
 at::Tensor cpuAlias(const at::Tensor& t);
+// A tensor of dispatch key `key` over `storage` with the dtype, sizes, strides and offset
+// of `like` (the building block of host views, device views and meta twins).
+at::Tensor tensorOver(const c10::Storage& storage, c10::DispatchKey key, const at::Tensor& like);
+
 // The CPU storage viewing a device tensor's storage; views made over one such storage are
 // seen by ATen as aliases of each other (its overlap checks then work as on the CPU).
 c10::Storage cpuAliasStorage(const at::Tensor& t);
@@ -36,11 +41,16 @@ double flopScale(at::ScalarType t, c10::DeviceIndex device);
 
 bool isCapturing(shim::Stream stream);
 
+// Gives a device storage `nbytes` of new device memory, the old bytes copied on the card
+// (tensor.resize_ and storage.resize_ both come here).
+void resizeStorage(const c10::Storage& storage, size_t nbytes);
+
 // Runs `work` now (exceptions propagate unchanged) and queues `cost` on the current
 // stream of `device`. While that stream captures a graph, `work` is recorded instead, and
 // the graph holds the memory of the `touched` device tensors (as a graph's private pool
 // would: freed tensors' blocks are not reused while a replay may still write them).
+// `touched` is by pointer: the common, uncaptured launch then costs no reference counting.
 void launch(c10::DeviceIndex device, const char* name, const shim::KernelCost& cost,
-            const std::function<void()>& work, const std::vector<at::Tensor>& touched = {});
+            const std::function<void()>& work, c10::ArrayRef<const at::Tensor*> touched = {});
 
 }  // namespace cardsim::kernels

@@ -48,8 +48,8 @@ void launchOverLists(const char* name, double flops_per_element, at::TensorList 
   double elems = 0;
   for (const auto& t : first) elems += static_cast<double>(t.numel());
   for (const auto& l : read) for (const auto& t : l) c.bytes_read += tensorBytes(t);
-  std::vector<at::Tensor> touched;
-  for (const auto& l : read) for (const auto& t : l) touched.push_back(t);
+  std::vector<const at::Tensor*> touched;
+  for (const auto& l : read) for (const auto& t : l) touched.push_back(&t);
   for (const auto& l : written) for (const auto& t : l) c.bytes_written += tensorBytes(t);
   c.flops = elems * flops_per_element * flopScale(first[0].scalar_type(), device);
   launch(device, name, c, work, touched);

@@ -46,6 +46,13 @@ DeviceState g_devices[kMaxDevices];
 size_t roundUp(size_t n) { return (n + kRound - 1) / kRound * kRound; }
 
 template <typename F>
+void forEachStat(stats::DeviceStats& s, F&& f) {
+  for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+                    &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
+    for (auto& st : *arr) f(st);
+}
+
+template <typename F>
 void forPools(size_t size, F&& f) {
   f(static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE));
   f(static_cast<size_t>(size <= kSmall ? c10::CachingAllocator::StatType::SMALL_POOL
@@ -248,9 +255,7 @@ void CachingAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
   checkIndex(device);
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   auto& s = g_devices[device].stats;
-  for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-                    &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
-    for (auto& st : *arr) st.reset_accumulated();
+  forEachStat(s, [](c10::CachingAllocator::Stat& st) { st.reset_accumulated(); });
   s.num_alloc_retries = 0;
   s.num_ooms = 0;
   s.num_device_alloc = 0;
@@ -260,10 +265,7 @@ void CachingAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
 void CachingAllocator::resetPeakStats(c10::DeviceIndex device) {
   checkIndex(device);
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  auto& s = g_devices[device].stats;
-  for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-                    &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
-    for (auto& st : *arr) st.reset_peak();
+  forEachStat(g_devices[device].stats, [](c10::CachingAllocator::Stat& st) { st.reset_peak(); });
 }
 
 std::pair<size_t, size_t> CachingAllocator::getMemoryInfo(c10::DeviceIndex device) {
@@ -341,21 +343,6 @@ struct PinnedAllocator final : public c10::Allocator {
 c10::Allocator& pinnedAllocator() {
   static PinnedAllocator a;
   return a;
-}
-
-void resizeDeviceStorage(const c10::Storage& storage, size_t newsize) {
-  c10::StorageImpl* st = storage.unsafeGetStorageImpl();
-  TORCH_CHECK(st->resizable(), "trying to resize storage that is not resizable");
-  const c10::DeviceIndex prev = currentDevice();
-  setCurrentDevice(storage.device().index());
-  at::DataPtr fresh = deviceAllocator().allocate(newsize);
-  const size_t keep = std::min(newsize, st->nbytes());
-  if (keep > 0 && st->data())
-    throwIfFailed(shim::memcpy(fresh.get(), st->data(), keep, shim::MemcpyKind::DeviceToDevice),
-                  "storage resize");
-  st->set_data_ptr_noswap(std::move(fresh));
-  st->set_nbytes(newsize);
-  setCurrentDevice(prev);
 }
 
 }  // namespace cardsim::accel

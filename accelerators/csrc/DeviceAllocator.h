@@ -29,8 +29,6 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
 CachingAllocator& deviceAllocator();
 c10::Allocator& pinnedAllocator();
-// storage.resize_() on a device storage: new memory, old bytes copied.
-void resizeDeviceStorage(const c10::Storage& storage, size_t newsize);
 void registerHooks();
 
 }  // namespace cardsim::accel

@@ -384,7 +384,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     return &pinnedAllocator();
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
-    resizeDeviceStorage(storage, newsize);
+    kernels::resizeStorage(storage, newsize);
   }
 };
 

@@ -942,9 +942,10 @@ def test_graph_keeps_memory_of_freed_intermediates(dm, card):
     x = torch.ones(4096, device=card)
     g = getattr(dm, "MLUGraph" if card == "mlu" else "SUPAGraph")()
     with dm.graph(g, stream=s):
-        y = x * 2           # unboxed kernel
-        u = y.exp()         # boxed (host-executed) kernel
-        z = u.log() + 1
+        y = x * 2           # unboxed kernels only: nothing else holds y
+        z = y + 1
+        u = z.exp()         # boxed (host-executed) kernels
+        w = u.log()
     del y, u
     with dm.stream(s):
         others = [torch.full((4096,), 7.0, device=card) for _ in range(6)]
@@ -953,3 +954,4 @@ def test_graph_keeps_memory_of_freed_intermediates(dm, card):
     for o in others:
         assert torch.equal(o.cpu(), torch.full((4096,), 7.0))
     assert torch.allclose(z.cpu(), torch.full((4096,), 3.0))
+    assert torch.allclose(w.cpu(), torch.full((4096,), 3.0))
