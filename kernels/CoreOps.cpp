@@ -150,13 +150,22 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
   if (dst_dev) {   // host -> device
     const auto dd = dst.device().index();
     c10::DeviceGuard guard(dst.device());
-    at::Tensor host = (src.scalar_type() == dst.scalar_type() && src.is_contiguous() &&
-                       !src.is_conj() && !src.is_neg())
-                          ? src
-                          : src.to(dst.scalar_type()).contiguous().resolve_conj().resolve_neg();
+    const shim::Stream stream = currentStream(dd);
+    const bool as_is = src.scalar_type() == dst.scalar_type() && src.is_contiguous() &&
+                       !src.is_conj() && !src.is_neg();
+    at::Tensor host = src;
+    if (!as_is && isCapturing(stream)) {
+      // A graph replays this copy later: it owns a pinned staging buffer, and laying the
+      // source out into it is a host node, so each replay reads the source as it is then.
+      host = at::empty(dst.sizes(), dst.options().device(at::kCPU).pinned_memory(true));
+      throwIfFailed(shim::launchHostFunc(stream, [host, src]() mutable { host.copy_(src); }),
+                    "copy from host to device (staging in a graph)");
+    } else if (!as_is) {
+      host = src.to(dst.scalar_type()).contiguous().resolve_conj().resolve_neg();
+    }
     at::Tensor landed = dst.is_contiguous() ? dst : at::empty_like(dst, at::MemoryFormat::Contiguous);
     throwIfFailed(shim::memcpyAsync(landed.data_ptr(), host.data_ptr(), landed.nbytes(),
-                                    shim::MemcpyKind::HostToDevice, currentStream(dd)),
+                                    shim::MemcpyKind::HostToDevice, stream),
                   "copy from host to device");
     if (!landed.is_same(dst)) deviceCopyKernel(landed, dst);
     if (!non_blocking) syncStream(dd);
@@ -170,12 +179,20 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
     packed = at::empty(src.sizes(), src.options().dtype(dst.scalar_type()));
     deviceCopyKernel(src, packed);   // lays out, converts and resolves conj/neg on the card
   }
+  const shim::Stream stream = currentStream(sd);
   const bool direct = dst.is_contiguous() && !dst.is_conj() && !dst.is_neg();
-  at::Tensor landed = direct ? dst : at::empty(dst.sizes(), dst.options());
+  const bool capturing = !direct && isCapturing(stream);
+  // In a graph the staging buffer is the graph's and the host-side layout is a host node
+  // after the copy, so each replay updates the destination.
+  at::Tensor landed = direct ? dst : at::empty(dst.sizes(), dst.options().pinned_memory(capturing));
   throwIfFailed(shim::memcpyAsync(landed.data_ptr(), packed.data_ptr(), landed.nbytes(),
-                                  shim::MemcpyKind::DeviceToHost, currentStream(sd)),
+                                  shim::MemcpyKind::DeviceToHost, stream),
                 "copy from device to host");
-  if (!direct) dst.copy_(landed);
+  if (capturing)
+    throwIfFailed(shim::launchHostFunc(stream, [landed, dst]() mutable { dst.copy_(landed); }),
+                  "copy from device to host (layout in a graph)");
+  else if (!direct)
+    dst.copy_(landed);
   if (!non_blocking) syncStream(sd);
   return dst;
 }
@@ -191,6 +208,21 @@ at::Scalar localScalarDense(const at::Tensor& self) {
   at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   copyFrom(self, host, false);
   return host.item();
+}
+
+// Whether `self` may take `from`'s data in place (`param.data = t`, and so whether
+// `module.to(device)` keeps its Parameter objects). ATen's rule knows only its own dense
+// backends; the card's tensors are dense strided tensors like CUDA's, so a CPU tensor and a
+// device tensor are interchangeable here as CPU and CUDA tensors are.
+bool hasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) return true;
+  auto dense = [](const at::Tensor& t) {
+    const c10::DispatchKeySet ks = t.key_set();
+    return ks.has(c10::DispatchKey::Dense) &&
+           ks.has_any(c10::DispatchKeySet({c10::BackendComponent::CPUBit,
+                                           c10::BackendComponent::PrivateUse1Bit}));
+  };
+  return dense(self) && dense(from);
 }
 
 // Marks the tensor's memory as used by `stream`: the allocator reuses it only after the
@@ -229,4 +261,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", TORCH_FN(copyFromAndResize));
   m.impl("_local_scalar_dense", TORCH_FN(localScalarDense));
   m.impl("record_stream", TORCH_FN(recordStream));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(hasCompatibleShallowCopyType));
 }

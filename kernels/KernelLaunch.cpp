@@ -93,10 +93,19 @@ void resizeStorage(const c10::Storage& storage, size_t nbytes) {
   c10::Allocator* alloc = st->allocator() ? st->allocator() : c10::GetAllocator(c10::DeviceType::PrivateUse1);
   at::DataPtr fresh = alloc->allocate(nbytes);
   const size_t keep = std::min(nbytes, st->nbytes());
+  const shim::Stream stream = currentStream(storage.device().index());
   if (keep > 0 && st->data())
-    throwIfFailed(shim::memcpyAsync(fresh.get(), st->data(), keep, shim::MemcpyKind::DeviceToDevice,
-                                    currentStream(storage.device().index())),
+    throwIfFailed(shim::memcpyAsync(fresh.get(), st->data(), keep, shim::MemcpyKind::DeviceToDevice, stream),
                   "resize");
+  if (keep > 0 && st->data() && isCapturing(stream)) {
+    // The captured copy reads the old block at every replay: the graph keeps it (and the
+    // new one, which the copy writes) so that neither is reused while the graph lives.
+    auto blocks = std::make_shared<std::pair<at::DataPtr, c10::Storage>>(st->set_data_ptr(std::move(fresh)),
+                                                                         storage);
+    throwIfFailed(shim::launchHostFunc(stream, [blocks] {}), "resize (in a graph)");
+    st->set_nbytes(nbytes);
+    return;
+  }
   st->set_data_ptr_noswap(std::move(fresh));
   st->set_nbytes(nbytes);
 }

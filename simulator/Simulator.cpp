@@ -35,13 +35,64 @@ void noteHostTime(TimePs t) {
   }
 }
 
-TimePs& hostClock() {
+// The shared clock of Simulator::shareHostClockBegin/End: while active, every host thread
+// advances `ps` instead of its own clock. One at a time per process (nested begins are no-ops).
+struct SharedClock {
+  std::mutex mutex;                 // begin and end
+  std::atomic<bool> active{false};
+  std::atomic<TimePs> ps{0};
+  std::atomic<uint64_t> epoch{0};   // shares ended so far
+  std::atomic<TimePs> last_end{0};  // the clock when the latest share ended
+};
+SharedClock g_share;
+thread_local int t_share_depth = 0;        // begin/end nesting on this thread
+thread_local bool t_share_owner = false;   // this thread's outermost begin activated the share
+thread_local uint64_t t_share_joined = 0;  // 1 + epoch of the share this thread last used
+
+TimePs& ownClock() {
   // A thread that first calls in late starts at the latest host time seen so far, not 0.
   if (!t_host_started) {
     t_host_started = true;
     t_host_ps = g_latest_host_ps.load();
   }
+  // A thread that worked on a share continues, after it ended, from where it ended.
+  if (t_share_joined != 0 && g_share.epoch.load(std::memory_order_acquire) >= t_share_joined) {
+    t_host_ps = std::max(t_host_ps, g_share.last_end.load());
+    t_share_joined = 0;
+  }
   return t_host_ps;
+}
+
+bool sharing() {
+  if (!g_share.active.load(std::memory_order_acquire)) return false;
+  t_share_joined = g_share.epoch.load(std::memory_order_relaxed) + 1;
+  return true;
+}
+
+TimePs hostClock() { return sharing() ? g_share.ps.load() : ownClock(); }
+
+TimePs advanceHostClock(TimePs d) {
+  TimePs now;
+  if (sharing()) now = g_share.ps.fetch_add(d) + d;
+  else now = (ownClock() += d);
+  noteHostTime(now);
+  return now;
+}
+
+TimePs raiseHostClock(TimePs t) {
+  TimePs now;
+  if (sharing()) {
+    now = g_share.ps.load();
+    while (t > now && !g_share.ps.compare_exchange_weak(now, t)) {
+    }
+    now = std::max(now, t);
+  } else {
+    TimePs& h = ownClock();
+    h = std::max(h, t);
+    now = h;
+  }
+  noteHostTime(now);
+  return now;
 }
 
 TimePs simNowPs() { return sc_core::sc_time_stamp().value(); }
@@ -170,12 +221,25 @@ void Simulator::Impl::threadMain(std::promise<void>* ready) {
       while (!waits.empty()) {
         sc_core::sc_start();  // until onComplete() pauses it: every waiter answered
         if (!waits.empty() && !sc_core::sc_pending_activity()) {
-          fatal = "simulation went idle with host threads still waiting (model bug)";
-          break;
+          // Nothing left to run, yet some commands never completed: a model bug. Only the
+          // waits on them fail; the simulation itself is consistent and goes on.
+          for (PendingWait& w : waits) {
+            std::string what = "cardsim: the device model went idle before completing";
+            for (const QueuePoint& p : w.remaining)
+              what += " command " + std::to_string(p.seq) + " of device " + std::to_string(index(p.device)) +
+                      " queue " + std::to_string(index(p.queue));
+            what += " (a model bug: please report it); this wait failed, the runtime goes on";
+            w.request->reply.set_value(Reply{false, 0, what, {}});
+          }
+          waits.clear();
         }
       }
     } catch (const std::exception& e) {
-      fatal = std::string("simulation failed: ") + e.what();
+      // An exception out of sc_start leaves SystemC's scheduler mid-delta; it cannot resume
+      // (one simulation context per process, no restart), so later calls fail with this.
+      fatal = std::string("cardsim: the device model failed inside SystemC (") + e.what() +
+              "); SystemC cannot resume a simulation after that, so the emulated cards of this "
+              "process are unusable: restart the process (and please report the error)";
     }
     if (!fatal.empty()) {
       for (Request* r : requests) r->reply.set_value(Reply{false, 0, fatal, {}});
@@ -374,9 +438,29 @@ uint32_t Simulator::deviceCount() const { return impl_->devices; }
 
 TimePs Simulator::hostNow() const { return hostClock(); }
 
-void Simulator::hostAdvance(double seconds) {
-  TimePs& h = hostClock();
-  h += model::secondsToPs(seconds);
+void Simulator::hostAdvance(double seconds) { advanceHostClock(model::secondsToPs(seconds)); }
+
+void Simulator::shareHostClockBegin() {
+  if (t_share_depth++ > 0) return;
+  std::lock_guard<std::mutex> lock(g_share.mutex);
+  if (g_share.active.load()) return;   // inside another thread's share: work on it
+  g_share.ps.store(ownClock());
+  g_share.active.store(true, std::memory_order_release);
+  t_share_owner = true;
+}
+
+void Simulator::shareHostClockEnd() {
+  if (t_share_depth == 0 || --t_share_depth > 0) return;
+  if (!t_share_owner) return;
+  t_share_owner = false;
+  std::lock_guard<std::mutex> lock(g_share.mutex);
+  const TimePs end = g_share.ps.load();
+  g_share.active.store(false, std::memory_order_release);
+  g_share.last_end.store(end);
+  g_share.epoch.fetch_add(1, std::memory_order_acq_rel);
+  t_share_joined = 0;
+  TimePs& h = ownClock();
+  h = std::max(h, end);
   noteHostTime(h);
 }
 
@@ -417,10 +501,7 @@ TimePs Simulator::waitFor(const std::vector<QueuePoint>& points, double overhead
   r->at_ps = hostClock();
   if (r->points.empty()) return hostClock();
   Reply rep = impl_->ask(std::move(r));
-  TimePs& h = hostClock();
-  h = std::max(h, rep.time_ps);
-  noteHostTime(h);
-  return h;
+  return raiseHostClock(rep.time_ps);
 }
 
 bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) {

@@ -75,6 +75,11 @@ class Simulator {
   // The calling host thread's virtual clock.
   TimePs hostNow() const;
   void hostAdvance(double seconds);
+  // Between these, every host thread of the process advances one shared clock that starts
+  // at the calling thread's time; at the end the caller continues from it (shim
+  // hostClockShareBegin/End: a thread blocked on work it handed to another thread).
+  void shareHostClockBegin();
+  void shareHostClockEnd();
 
   // Advances the host clock by `host_overhead_s`, then queues `cmd` on (device, queue);
   // returns the point right after it. cmd.seq and cmd.ready_ps are filled in here.

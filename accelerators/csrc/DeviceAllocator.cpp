@@ -221,6 +221,10 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
 at::DeleterFnPtr CachingAllocator::raw_deleter() const { return nullptr; }
 
 void CachingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  // A storage clone copies at once; a graph replay could not repeat it.
+  TORCH_CHECK(!kernels::isCapturing(kernels::currentStream(currentDevice())),
+              "cloning a device storage (a copy-on-write materialization) cannot be captured into a "
+              "graph: the stream of device ", static_cast<int>(currentDevice()), " is capturing");
   throwIfFailed(shim::memcpy(dest, src, count, shim::MemcpyKind::DeviceToDevice), "copy_data");
 }
 

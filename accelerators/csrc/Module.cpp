@@ -222,6 +222,9 @@ PYBIND11_MODULE(_C, m) {
     return c10::impl::getDeviceGuardImpl(kDev)->isStreamCapturing(streamFrom(id, d));
   });
   m.def("_stream_priority_range", [] { return py::make_tuple(0, accel::greatestPriority()); });
+  // Host time across the autograd engine's hand-off (see cardsim_torch/host_time.py).
+  m.def("_host_clock_share_begin", [] { throwIfFailed(shim::hostClockShareBegin(), "hostClockShareBegin"); });
+  m.def("_host_clock_share_end", [] { throwIfFailed(shim::hostClockShareEnd(), "hostClockShareEnd"); });
   m.def("_host_time_ns", [] {
     uint64_t ps = 0;
     throwIfFailed(shim::hostTimePs(&ps), "hostTimePs");

@@ -2,9 +2,10 @@
 
 Run it under a launcher (``deepspeed`` or ``torchrun``) with DS_ACCELERATOR set to the
 card (``scripts/demo.sh`` does). Rank 0 prints, per step: the loss, the simulated step
-time, tokens per simulated second (all ranks), peak device memory, and compute
-utilization (FLOPs the card's kernels executed over the step, against the card's peak
-for the training dtype).
+time (the slowest rank's: each rank's card keeps its own clock), tokens per simulated
+second (all ranks' tokens over that time), peak device memory, and compute utilization
+(FLOPs rank 0's card executed over the step, against the card's peak for the training
+dtype).
 """
 from __future__ import annotations
 
@@ -101,6 +102,8 @@ def main(argv=None) -> int:
     peak = {"fp32": props.peak_fp32_flops, "bf16": props.peak_bf16_flops,
             "fp16": props.peak_fp16_flops}[args.precision]
     from cardsim_torch import _C
+    # Step statistics travel over a host-only group, so gathering them costs no card time.
+    stats = torch.distributed.new_group(backend="gloo") if world > 1 else None
 
     if rank == 0:
         print(f"DeepSpeed {deepspeed.__version__} on {world} emulated {props.name} "
@@ -122,15 +125,24 @@ def main(argv=None) -> int:
         dev_mod.synchronize()
         t1 = dev_mod.host_time_ns()
         acts = _C._drain_activities()
-        flops = sum(a[6] for a in acts if a[0] == "kernel" and a[1] == engine.device.index)
-        step_ns = t1 - t0
+        mine = [a for a in acts if a[1] == engine.device.index]
+        flops = sum(a[6] for a in mine if a[0] == "kernel")
+        own_ns = t1 - t0
+        step_ns = own_ns
+        if stats is not None:
+            slowest = torch.tensor([own_ns], dtype=torch.float64)
+            torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX, group=stats)
+            step_ns = float(slowest.item())
         rec = {
             "step": step,
             "loss": loss.item(),
             "sim_step_ms": step_ns / 1e6,
+            "rank_step_ms": own_ns / 1e6,
             "tokens_per_sim_s": args.batch * args.seq * world / (step_ns * 1e-9),
             "peak_mem_mib": dev_mod.max_memory_allocated() / 2 ** 20,
-            "compute_util": flops / (step_ns * 1e-9 * peak) if peak > 0 else 0.0,
+            "compute_util": flops / (own_ns * 1e-9 * peak) if peak > 0 else 0.0,
+            "kernel_flops": flops,
+            "kernels": sum(1 for a in mine if a[0] == "kernel"),
         }
         records.append(rec)
         if rank == 0:

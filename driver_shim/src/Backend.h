@@ -56,6 +56,7 @@ class IBackend {
                               const std::function<void()>& work) = 0;
 
   virtual Status launchCollective(Stream stream, std::string_view name, double seconds) = 0;
+  virtual Status launchHostFunc(Stream stream, std::function<void()> fn) = 0;
 
   virtual Status streamBeginCapture(Stream stream) = 0;
   virtual Status streamEndCapture(Stream stream, Graph* graph) = 0;
@@ -65,6 +66,8 @@ class IBackend {
   virtual Status graphDestroy(Graph graph) = 0;
 
   virtual Status hostTimePs(uint64_t* ps) = 0;
+  virtual Status hostClockShareBegin() = 0;
+  virtual Status hostClockShareEnd() = 0;
   virtual Status setActivityRecording(bool on) = 0;
   virtual Status drainActivities(std::vector<ActivityRecord>* out) = 0;
 };

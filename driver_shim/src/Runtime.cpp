@@ -223,6 +223,9 @@ Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost
 Status launchCollective(Stream stream, std::string_view name, double seconds) {
   CARDSIM_FORWARD(launchCollective(stream, name, seconds));
 }
+Status launchHostFunc(Stream stream, std::function<void()> fn) {
+  CARDSIM_FORWARD(launchHostFunc(stream, std::move(fn)));
+}
 Status streamBeginCapture(Stream stream) { CARDSIM_FORWARD(streamBeginCapture(stream)); }
 Status streamEndCapture(Stream stream, Graph* graph) {
   CARDSIM_FORWARD(streamEndCapture(stream, graph));
@@ -234,6 +237,8 @@ Status graphNodeCount(Graph graph, std::size_t* count) { CARDSIM_FORWARD(graphNo
 Status graphLaunch(Graph graph, Stream stream) { CARDSIM_FORWARD(graphLaunch(graph, stream)); }
 Status graphDestroy(Graph graph) { CARDSIM_FORWARD(graphDestroy(graph)); }
 Status hostTimePs(uint64_t* ps) { CARDSIM_FORWARD(hostTimePs(ps)); }
+Status hostClockShareBegin() { CARDSIM_FORWARD(hostClockShareBegin()); }
+Status hostClockShareEnd() { CARDSIM_FORWARD(hostClockShareEnd()); }
 Status setActivityRecording(bool on) { CARDSIM_FORWARD(setActivityRecording(on)); }
 Status drainActivities(std::vector<ActivityRecord>* out) { CARDSIM_FORWARD(drainActivities(out)); }
 

@@ -5,13 +5,24 @@
 
 #include <cardsim/shim.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "simulator/Config.h"
 
 namespace cardsim::testing {
+
+// This process's resident set size in bytes (/proc/self/statm's second field, in pages).
+inline long residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  long pages_total = 0, pages_resident = 0;
+  statm >> pages_total >> pages_resident;
+  return pages_resident * sysconf(_SC_PAGESIZE);
+}
 
 #define ASSERT_SHIM_OK(call)                                 \
   do {                                                       \

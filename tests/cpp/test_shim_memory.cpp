@@ -10,17 +10,6 @@
 namespace shim = cardsim::shim;
 using namespace cardsim::testing;
 
-namespace {
-
-long residentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  long pages_total = 0, pages_resident = 0;
-  statm >> pages_total >> pages_resident;
-  return pages_resident * 4096;
-}
-
-}  // namespace
-
 TEST(ShimDevices, CountAndPropertiesComeFromThePreset) {
   auto p = startRuntime("mlu370-x8", 4);
   int n = 0;

@@ -57,7 +57,7 @@ def activate(p: Personality):
             f"'{current}' in this process (it can be renamed once per process)")
 
     from . import _C  # the extension registers its kernels, allocator and guard on load
-    from . import device_module, distributed
+    from . import device_module, distributed, host_time
 
     _C._activate(p.device, p.visible_env, p.default_preset)
     if current == "privateuseone":
@@ -71,6 +71,7 @@ def activate(p: Personality):
     if p.fused_adam_namespace:
         _C._register_fused_adam(p.fused_adam_namespace)
     distributed.register_backend(p)
+    host_time.install(_C)
     _active = p
     atexit.register(_report_fallbacks)
     return module

@@ -111,7 +111,9 @@ def collective_cost(kind: str, nbytes: int, world: int) -> tuple[int, float]:
         return n - 1, (n - 1) / n * nbytes
     if kind in ("broadcast", "reduce", "gather", "scatter"):
         return n - 1, float(nbytes)
-    return 1, float(nbytes)     # send / recv / barrier
+    if kind == "barrier":       # an all-reduce of one 4-byte element, as the vendor libraries do
+        return 2 * (n - 1), 2.0 * (n - 1) / n * 4
+    return 1, float(nbytes)     # send / recv
 
 
 class CardsimProcessGroup(dist.ProcessGroup):
@@ -135,7 +137,17 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return self._name
 
     def _host(self) -> _Host:
+        self._refuse_in_capture()
         return _Host(self._device_type, self._alias)
+
+    def _refuse_in_capture(self) -> None:
+        # Bytes move through Gloo when the call is made, so a graph replay would move none.
+        module = getattr(torch, self._device_type)
+        if module.is_initialized() and module.is_current_stream_capturing():
+            raise RuntimeError(
+                f"{self._name}: collectives cannot be captured into a graph on the emulated "
+                f"card (stream {module.current_stream().stream_id} of device "
+                f"{module.current_device()} is capturing); run them outside the capture")
 
     def _done(self, h: _Host, work, result, kind: str | None = None, sized=None):
         work.wait()
@@ -323,7 +335,14 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return _DoneWork([])
 
     def barrier(self, opts=None):
+        self._refuse_in_capture()
         self._gloo.barrier(dist.BarrierOptions()).wait()
+        module = getattr(torch, self._device_type)
+        if module.is_initialized():
+            ids = list(getattr(opts, "device_ids", None) or [])
+            device = ids[0] if ids else module.current_device()
+            steps, wire = collective_cost("barrier", 0, self.size())
+            self._charge_fn(device, f"{self._name}:barrier", steps, wire)
         return _DoneWork([])
 
     # -- point to point ------------------------------------------------------------------
@@ -337,11 +356,13 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def recv(self, tensors, src: int, tag: int = 0):
         h = self._host()
         host = [h(t, written=True) for t in tensors]
+        self._charge("recv", tensors)
         return _PendingWork(self._gloo.recv(host, src, tag), h.finish, tensors)
 
     def recv_anysource(self, tensors, tag: int = 0):
         h = self._host()
         host = [h(t, written=True) for t in tensors]
+        self._charge("recv", tensors)
         return _PendingWork(self._gloo.recv_anysource(host, tag), h.finish, tensors)
 
 

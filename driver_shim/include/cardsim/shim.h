@@ -1,6 +1,8 @@
 // cardsim driver shim: a vendor-runtime-shaped C++ API (devices, memory, copies, streams,
 // events, kernel launch) over a backend chosen at run time: `sim`, the in-process
-// SystemC model of the card, or `native`, a real vendor runtime.
+// SystemC model of the card, or `native`, the seam for a vendor runtime. Today `native`
+// only looks for the vendor library (libcnrt.so / libsupa.so) and fails to initialize:
+// no vendor call is bound yet.
 //
 // Plain C++17: no SystemC, no torch. Every call returns a Status that says what failed;
 // nothing exits the process. Device pointers are host-addressable (the simulated
@@ -8,7 +10,9 @@
 // them directly.
 //
 // Time is simulated: each host thread has a virtual clock that runtime calls advance by
-// their modelled cost; synchronizing moves it to the simulated completion time.
+// their modelled cost; synchronizing moves it to the simulated completion time. A thread
+// blocked on work it handed to another shares its clock for the hand-off
+// (hostClockShareBegin/End).
 #pragma once
 
 #include <cstddef>
@@ -202,6 +206,13 @@ Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost
 // It occupies the stream's queue only, no compute or memory resource.
 Status launchCollective(Stream stream, std::string_view name, double seconds);
 
+// Runs `fn` on the host in stream order (as cnrtInvokeHostFunc / a host function node). Work
+// is functional first, so outside a capture `fn` runs now, on this thread, for one launch
+// overhead and no device time. While the stream captures, `fn` becomes a host node of the
+// graph and runs at each replay, in order with the graph's other work; the graph owns
+// whatever `fn` holds (staging buffers, the tensors it writes).
+Status launchHostFunc(Stream stream, std::function<void()> fn);
+
 // ---- Graphs (stream capture) -------------------------------------------------------------
 
 // While a stream captures, kernels, memsets and asynchronous copies queued on it are
@@ -223,6 +234,15 @@ Status graphDestroy(Graph graph);
 
 // This thread's virtual host clock, in picoseconds.
 Status hostTimePs(uint64_t* ps);
+
+// Host time across threads. A thread that hands its work to another and waits for it (the
+// autograd engine runs backward for a device on its own thread while the caller blocks) must
+// not let that work cost it nothing, nor let the worker start before the hand-off. Between
+// begin and end, every host thread of the process advances one shared clock that starts at
+// the caller's time; at the end, the caller continues from it and a participating thread
+// that calls in later starts no earlier than it. Calls nest (only the outermost pair acts).
+Status hostClockShareBegin();
+Status hostClockShareEnd();
 
 struct ActivityRecord {
   enum class Kind { Kernel, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, MemcpyPeer, Memset,

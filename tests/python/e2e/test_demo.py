@@ -1,6 +1,7 @@
 """scripts/demo.sh, the main job: DeepSpeed trains a small LM on two emulated cards and
 rank 0 prints a per-step table (loss, simulated step time, tokens per simulated second,
 peak device memory, compute utilization)."""
+import json
 import os
 import re
 import signal
@@ -17,6 +18,20 @@ def _group_runner(group_runner):
     run_group = group_runner
 
 
+
+
+BF16_PEAK = {"mlu370-x8": None}   # filled from the device properties below
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _bf16_peak(root):
+    import subprocess, sys
+    code = ("import torch, torch_mlu; print(torch.mlu.get_device_properties(0).peak_bf16_flops)")
+    out = subprocess.run([str(root / ".venv" / "bin" / "python"), "-c", code], capture_output=True,
+                         text=True, env={k: v for k, v in os.environ.items()
+                                         if not k.startswith("CARDSIM_") and k != "MLU_VISIBLE_DEVICES"})
+    assert out.returncode == 0, out.stderr
+    BF16_PEAK["mlu370-x8"] = float(out.stdout.strip())
 
 
 HEADER = ["step", "loss", "sim step ms", "tokens/sim s", "peak mem MiB", "compute util"]
@@ -57,9 +72,25 @@ def _check_rows(rows, steps):
         assert r["peak_mem_mib"] > 0 and 0 < r["compute_util_pct"] <= 100, r
 
 
-def test_demo_mlu_table_and_loss_falls(root):
+def _demo_flops_per_rank_step(batch=8, seq=64, dim=128, layers=2, vocab=512):
+    """Training FLOPs of train_lm.py's model per rank and step, in closed form: the matmuls
+    (QKV and output projections 4 d^2, feed-forward 8 d^2, attention scores and values
+    2 S d, the head d V, per token and multiply-add = 2 FLOPs) forward, twice that backward."""
+    per_token = layers * (2 * (4 * dim * dim + 8 * dim * dim) + 2 * 2 * seq * dim) + 2 * dim * vocab
+    return 3 * per_token * batch * seq
+
+
+def _launch_overhead_s(root, preset="mlu370-x8"):
+    text = (root / "simulator" / "presets" / f"{preset}.textproto").read_text()
+    block = text[text.index("launch_overhead {"):]
+    m = re.search(r'value:\s*"([0-9.]+)\s*(s|ms|us|ns)"', block)
+    return float(m.group(1)) * {"s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[m.group(2)]
+
+
+def test_demo_mlu_table_and_loss_falls(root, tmp_path):
     # covers `demo.sh --steps 3` (the table) and the loss falling over 6 steps
-    out = _demo(root, "--steps", "6")
+    records_path = tmp_path / "records.json"
+    out = _demo(root, "--steps", "6", "--json", str(records_path))
     banner, rows = _table(out)
     assert "2 emulated MLU370-X8" in banner and "MLU_Accelerator" in banner and "cncl" in banner, banner
     _check_rows(rows, 6)
@@ -70,6 +101,17 @@ def test_demo_mlu_table_and_loss_falls(root):
     # train_lm.py's defaults: 8 sequences of 64 tokens per rank)
     for r in rows:
         assert r["tokens_per_sim_s"] == pytest.approx(2 * 8 * 64 / (r["sim_step_ms"] / 1e3), rel=2e-3)
+    records = json.loads(records_path.read_text())
+    launch = _launch_overhead_s(root)
+    want_flops = _demo_flops_per_rank_step()
+    for rec in records:
+        # the job's step is its slowest rank's, and no rank can beat its own launches
+        assert rec["sim_step_ms"] >= rec["rank_step_ms"] > 0, rec
+        assert rec["rank_step_ms"] * 1e-3 >= rec["kernels"] * launch, rec
+        # the card executed the model's matmul FLOPs plus a little elementwise work
+        assert want_flops <= rec["kernel_flops"] <= 1.1 * want_flops, (rec["kernel_flops"], want_flops)
+        util = rec["kernel_flops"] / (rec["rank_step_ms"] * 1e-3 * BF16_PEAK["mlu370-x8"])
+        assert rec["compute_util"] == pytest.approx(util, rel=1e-6), rec
 
 
 def test_demo_supa(root):

@@ -1,0 +1,122 @@
+// The `sim` backend: stream capture and graph launch.
+#include "SimBackend.h"
+
+namespace cardsim::shim::simbackend {
+
+Status SimBackend::streamBeginCapture(Stream stream) {
+  if (!stream)
+    return Status(Code::InvalidValue, "streamBeginCapture: the default stream cannot be captured");
+  if (Status st = checkStream(stream, "streamBeginCapture"); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(stream->mutex);
+  if (stream->capture)
+    return Status(Code::InvalidValue, "streamBeginCapture: stream " + std::to_string(stream->id) +
+                                          " is already capturing");
+  stream->capture = std::make_unique<GraphObject>();
+  stream->capture->device = stream->device;
+  stream->capturing = true;
+  stream->capture_broken.clear();
+  return Status::Ok();
+}
+
+Status SimBackend::streamEndCapture(Stream stream, Graph* graph) {
+  if (!graph) return nullArg("streamEndCapture", "graph");
+  *graph = nullptr;
+  if (!stream) return Status(Code::InvalidValue, "streamEndCapture: the default stream never captures");
+  if (Status st = checkStream(stream, "streamEndCapture"); !st.ok()) return st;
+  std::unique_ptr<GraphObject> g;
+  std::string broken;
+  {
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    if (!stream->capture && stream->capture_broken.empty())
+      return Status(Code::InvalidValue, "streamEndCapture: stream " + std::to_string(stream->id) +
+                                            " is not capturing");
+    g = std::move(stream->capture);
+    stream->capturing = false;
+    broken.swap(stream->capture_broken);
+  }
+  if (!broken.empty())
+    return Status(Code::InvalidValue, "streamEndCapture: the capture was invalidated by " + broken);
+  GraphObject* out = graph_pool_.acquire();
+  out->device = g->device;
+  out->nodes = std::move(g->nodes);
+  *graph = out;
+  return Status::Ok();
+}
+
+Status SimBackend::streamIsCapturing(Stream stream, bool* is) {
+  if (!is) return nullArg("streamIsCapturing", "capturing");
+  StreamObject* s = nullptr;
+  if (Status st = resolve(stream, "streamIsCapturing", &s); !st.ok()) return st;
+  *is = capturing(s);
+  return Status::Ok();
+}
+
+Status SimBackend::graphNodeCount(Graph graph, std::size_t* count) {
+  if (!count) return nullArg("graphNodeCount", "count");
+  if (Status st = checkGraph(graph, "graphNodeCount"); !st.ok()) return st;
+  *count = graph->nodes.size();
+  return Status::Ok();
+}
+
+Status SimBackend::graphLaunch(Graph graph, Stream stream) {
+  if (Status st = checkGraph(graph, "graphLaunch"); !st.ok()) return st;
+  StreamObject* s = nullptr;
+  if (Status st = resolve(stream, "graphLaunch", &s); !st.ok()) return st;
+  if (s->device != graph->device)
+    return Status(Code::InvalidValue, "graphLaunch: graph was captured on device " +
+                                          std::to_string(graph->device) + ", stream is on device " +
+                                          std::to_string(s->device));
+  if (capturing(s)) return breakCapture(s, "graphLaunch (nested graphs are not supported)");
+  double overhead = params_.host.launch_overhead_s;  // one launch for the whole graph
+  for (GraphNode& n : graph->nodes) {
+    if (n.work) {
+      try {
+        n.work();
+      } catch (const std::exception& e) {
+        return Status(Code::KernelFailed, "graph node '" + n.name + "' failed: " + e.what());
+      }
+    }
+    if (n.host_only) continue;
+    model::Command cmd = n.cmd;
+    cmd.in_graph = true;
+    if (Status st = submit(s, std::move(cmd), n.name, overhead, nullptr); !st.ok()) return st;
+    overhead = kGraphNodeHostSeconds;
+  }
+  return Status::Ok();
+}
+
+Status SimBackend::graphDestroy(Graph graph) {
+  if (Status st = checkGraph(graph, "graphDestroy"); !st.ok()) return st;
+  graph->alive = false;
+  // The nodes' closures may hold memory (tensors a replay writes): release it now.
+  std::vector<GraphNode> nodes;
+  nodes.swap(graph->nodes);
+  graph_pool_.release(graph);
+  nodes.clear();
+  return Status::Ok();
+}
+
+Status SimBackend::launchHostFunc(Stream stream, std::function<void()> fn) {
+  StreamObject* s = nullptr;
+  if (Status st = resolve(stream, "launchHostFunc", &s); !st.ok()) return st;
+  if (!fn) return nullArg("launchHostFunc", "fn");
+  if (capturing(s)) {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    if (!s->capture) return Status(Code::Internal, "stream stopped capturing");
+    GraphNode n;
+    n.name = "host function";
+    n.work = std::move(fn);
+    n.host_only = true;
+    s->capture->nodes.push_back(std::move(n));
+    return Status::Ok();
+  }
+  sim_.hostAdvance(params_.host.launch_overhead_s);
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return Status(Code::KernelFailed, std::string("host function failed: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace cardsim::shim::simbackend

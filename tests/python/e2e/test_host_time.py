@@ -1,0 +1,70 @@
+"""Host time follows causality across threads.
+
+PyTorch runs backward for the card on the autograd engine's own thread while the caller
+blocks. The launches made there must cost the caller their host time, and that thread must
+not start before the hand-off: a launch-bound step can never be shorter than its launches
+times the launch overhead, forward and backward alike.
+"""
+import json
+
+import pytest
+
+LAUNCH_US = 50.0   # far above any kernel of the tiny model: the step is launch-bound
+
+PROG = r"""
+import json, sys, torch, importlib
+card = sys.argv[1]
+importlib.import_module("torch_" + card)
+from cardsim_torch import _C
+dm = getattr(torch, card)
+torch.manual_seed(0)
+m = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(6)]).to(card)
+x = torch.randn(4, 8, device=card)
+kernels = lambda acts: sum(1 for a in acts if a[0] == "kernel")
+out = []
+for step in range(3):
+    dm.synchronize()
+    _C._set_activity_recording(True); _C._drain_activities()
+    start, mid, end = (dm.Event(enable_timing=True) for _ in range(3))
+    h0 = dm.host_time_ns(); start.record()
+    loss = m(x).square().mean()
+    mid.record(); h1 = dm.host_time_ns()
+    dm.synchronize()
+    n_fwd = kernels(_C._drain_activities())
+    h1s = dm.host_time_ns()
+    loss.backward()
+    h2 = dm.host_time_ns(); end.record(); end.synchronize()
+    n_bwd = kernels(_C._drain_activities())
+    out.append(dict(n_fwd=n_fwd, n_bwd=n_bwd, host_fwd_us=(h1 - h0) / 1e3, host_bwd_us=(h2 - h1s) / 1e3,
+                    dev_fwd_ms=start.elapsed_time(mid), dev_bwd_ms=mid.elapsed_time(end)))
+    m.zero_grad(set_to_none=True)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def _run(py, card, tmp_path):
+    cfg = tmp_path / "host.cfg"
+    cfg.write_text(f"host.launch_overhead = {LAUNCH_US} us\n")
+    res = py(PROG, env={"CARDSIM_CONFIG": str(cfg)}, args=(card,))
+    assert res.returncode == 0, res.stderr[-3000:]
+    line = next(l for l in res.stdout.splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.parametrize("card", ["mlu", "supa"])
+def test_backward_launches_cost_host_time(py, card, tmp_path):
+    steps = _run(py, card, tmp_path)
+    for s in steps:
+        assert s["n_fwd"] >= 6 and s["n_bwd"] >= 12, s
+        # Each launch costs the launching thread LAUNCH_US; backward's launches are the
+        # caller's cost too, since it waits for them.
+        assert s["host_fwd_us"] >= s["n_fwd"] * LAUNCH_US, s
+        assert s["host_bwd_us"] >= s["n_bwd"] * LAUNCH_US, s
+        # The device cannot finish a launch-bound phase before its last launch was issued.
+        assert s["dev_bwd_ms"] * 1e3 >= (s["n_bwd"] - 1) * LAUNCH_US, s
+    # Steps after the first are identical (no drift between the threads' clocks).
+    assert steps[1] == steps[2]
+
+
+def test_backward_host_time_is_deterministic_across_processes(py, tmp_path):
+    assert _run(py, "mlu", tmp_path) == _run(py, "mlu", tmp_path)
