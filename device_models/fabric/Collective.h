@@ -1,0 +1,67 @@
+// Collectives on the fabric: what is asked (op, bytes, the ranks' devices), and how an
+// algorithm carries it out (a schedule of phases of transfers). One algorithm per file,
+// each behind ICollectiveAlgorithm; the registry (AlgorithmRegistry.h) names them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device_models/fabric/Topology.h"
+
+namespace cardsim::fabric {
+
+enum class CollectiveOp : uint8_t {
+  AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv, Barrier
+};
+const char* opName(CollectiveOp op);
+// Parses "all_reduce", "allreduce", "all-reduce", ...; throws listing the valid names.
+CollectiveOp parseOp(const std::string& name);
+
+struct CollectiveRequest {
+  CollectiveOp op = CollectiveOp::AllReduce;
+  // nccl-tests' size: the per-rank buffer (all_reduce, broadcast, reduce), the gathered
+  // output (all_gather), the input (reduce_scatter), one rank's send buffer (all_to_all),
+  // the message (send/recv).
+  double bytes = 0;
+  std::vector<NodeId> ranks;     // the group's devices, in rank order
+  uint32_t root = 0;             // broadcast/reduce root, send/recv source (rank index)
+  uint32_t peer = 1;             // send/recv destination (rank index)
+  uint32_t channels = 1;         // parallel rings/trees over different links where there are
+  double chunk_bytes = 0;        // pipeline chunk per transfer; 0: one chunk per step
+};
+
+// One transfer between two fabric nodes (devices, or a reducing switch).
+struct Transfer {
+  NodeId src{}, dst{};
+  double bytes = 0;
+};
+
+// Transfers that start together once the previous phase has finished; `repeat` runs the
+// same pattern that many times back to back (the steps of a ring).
+struct Phase {
+  std::vector<Transfer> transfers;
+  uint32_t repeat = 1;
+};
+
+struct Schedule {
+  std::vector<Phase> phases;
+};
+
+class ICollectiveAlgorithm {
+ public:
+  virtual ~ICollectiveAlgorithm() = default;
+  virtual const char* name() const = 0;
+  // Empty when the algorithm can run `r` on `t`; otherwise why not.
+  virtual std::string unsupported(const CollectiveRequest& r, const Topology& t) const = 0;
+  virtual Schedule schedule(const CollectiveRequest& r, const Topology& t) const = 0;
+};
+
+// nccl-tests' bus-bandwidth factor: busbw = algbw * factor.
+double busBandwidthFactor(CollectiveOp op, uint32_t ranks);
+
+// Pipeline chunks for `bytes` moved per step at `chunk_bytes` (at least one).
+uint32_t chunkCount(double bytes, double chunk_bytes);
+
+}  // namespace cardsim::fabric

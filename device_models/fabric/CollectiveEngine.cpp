@@ -1,0 +1,81 @@
+#include "device_models/fabric/CollectiveEngine.h"
+
+#include <algorithm>
+
+namespace cardsim::fabric {
+
+FlowSpec CollectiveEngine::flowOf(const Transfer& t, double release_s) const {
+  FlowSpec f;
+  f.path = topology_.route(t.src, t.dst);
+  f.bytes = t.bytes;
+  f.latency_s = topology_.routeLatency(t.src, t.dst);
+  f.release_s = release_s;
+  return f;
+}
+
+double CollectiveEngine::phaseTime(const Phase& p) const {
+  std::vector<FlowSpec> flows;
+  flows.reserve(p.transfers.size());
+  for (const Transfer& t : p.transfers) flows.push_back(flowOf(t, 0));
+  FlowSolver solver(topology_);
+  double end = 0;
+  for (double d : solver.run(std::move(flows))) end = std::max(end, d);
+  return end;
+}
+
+double CollectiveEngine::timeAlone(const Schedule& s) const {
+  double total = 0;
+  for (const Phase& p : s.phases)
+    if (p.repeat > 0 && !p.transfers.empty()) total += p.repeat * phaseTime(p);
+  return total;
+}
+
+std::vector<double> CollectiveEngine::timeTogether(const std::vector<Job>& jobs) const {
+  struct State {
+    size_t phase = 0;
+    uint32_t rep = 0;
+    size_t outstanding = 0;
+    double done = 0;
+  };
+  std::vector<State> st(jobs.size());
+  std::vector<size_t> owner;          // flow index -> job
+  std::vector<FlowSpec> initial;
+  // Skips empty phases; returns false when the job has no phase left.
+  auto settle = [&](size_t j) {
+    State& s = st[j];
+    const auto& phases = jobs[j].schedule.phases;
+    while (s.phase < phases.size() && (phases[s.phase].transfers.empty() || s.rep >= phases[s.phase].repeat)) {
+      ++s.phase;
+      s.rep = 0;
+    }
+    return s.phase < phases.size();
+  };
+  auto release = [&](size_t j, double at, const std::function<void(FlowSpec)>& add) {
+    State& s = st[j];
+    if (!settle(j)) {
+      s.done = at;
+      return;
+    }
+    const Phase& p = jobs[j].schedule.phases[s.phase];
+    s.outstanding = p.transfers.size();
+    for (const Transfer& t : p.transfers) {
+      owner.push_back(j);
+      add(flowOf(t, at));
+    }
+  };
+  const std::function<void(FlowSpec)> add_initial = [&](FlowSpec f) { initial.push_back(std::move(f)); };
+  for (size_t j = 0; j < jobs.size(); ++j) release(j, jobs[j].release_s, add_initial);
+  FlowSolver solver(topology_);
+  solver.run(std::move(initial), [&](size_t flow, double at, const FlowSolver::AddFn& add) {
+    const size_t j = owner[flow];
+    State& s = st[j];
+    if (--s.outstanding > 0) return;
+    ++s.rep;
+    release(j, at, add);
+  });
+  std::vector<double> out;
+  for (const State& s : st) out.push_back(s.done);
+  return out;
+}
+
+}  // namespace cardsim::fabric

@@ -1,0 +1,186 @@
+#include "device_models/fabric/Topology.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <stdexcept>
+
+namespace cardsim::fabric {
+
+NodeId Topology::addNode(NodeKind kind, std::string name, uint32_t group) {
+  const NodeId id{static_cast<uint32_t>(nodes_.size())};
+  Node n;
+  n.kind = kind;
+  n.name = std::move(name);
+  n.group = group;
+  nodes_.push_back(std::move(n));
+  out_.emplace_back();
+  if (kind == NodeKind::Device) devices_.push_back(id);
+  routes_.clear();
+  return id;
+}
+
+NodeId Topology::addSwitch(std::string name, double forwarding_latency_s, bool reduces, uint32_t group) {
+  const NodeId id = addNode(NodeKind::Switch, std::move(name), group);
+  nodes_.back().forwarding_latency_s = forwarding_latency_s;
+  nodes_.back().reduces = reduces;
+  return id;
+}
+
+LinkId Topology::addLink(NodeId from, NodeId to, const LinkParams& p) {
+  if (index(from) >= nodes_.size() || index(to) >= nodes_.size() || from == to)
+    throw std::invalid_argument("fabric: a link needs two different existing nodes");
+  if (!(p.bandwidth_bytes_per_s > 0) || !(p.latency_s >= 0))
+    throw std::invalid_argument("fabric: link " + node(from).name + "->" + node(to).name +
+                                " needs a positive bandwidth and a non-negative latency");
+  const LinkId id{static_cast<uint32_t>(links_.size())};
+  links_.push_back(Link{from, to, p, node(from).name + "->" + node(to).name});
+  out_[index(from)].push_back(id);
+  routes_.clear();
+  return id;
+}
+
+void Topology::connect(NodeId a, NodeId b, const LinkParams& p) {
+  addLink(a, b, p);
+  addLink(b, a, p);
+}
+
+const std::vector<LinkId>& Topology::route(NodeId src, NodeId dst) const {
+  const auto key = std::make_pair(index(src), index(dst));
+  if (auto it = routes_.find(key); it != routes_.end()) return it->second;
+  std::vector<LinkId> path;
+  if (src != dst) {
+    // Breadth-first over links in id order: the fewest hops, ties to the lowest link ids.
+    // Devices other than the endpoints do not forward.
+    constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+    std::vector<uint32_t> via(nodes_.size(), kNone);
+    std::deque<NodeId> todo{src};
+    via[index(src)] = kNone - 1;
+    while (!todo.empty() && via[index(dst)] == kNone) {
+      const NodeId n = todo.front();
+      todo.pop_front();
+      if (n != src && node(n).kind == NodeKind::Device) continue;
+      for (LinkId l : out_[index(n)]) {
+        const NodeId t = links_[index(l)].to;
+        if (via[index(t)] != kNone) continue;
+        via[index(t)] = index(l);
+        todo.push_back(t);
+      }
+    }
+    if (via[index(dst)] == kNone)
+      throw std::invalid_argument("fabric: no route from " + node(src).name + " to " + node(dst).name);
+    for (NodeId n = dst; n != src;) {
+      const LinkId l{via[index(n)]};
+      path.push_back(l);
+      n = links_[index(l)].from;
+    }
+    std::reverse(path.begin(), path.end());
+  }
+  return routes_.emplace(key, std::move(path)).first->second;
+}
+
+double Topology::routeLatency(NodeId src, NodeId dst) const {
+  double s = 0;
+  for (LinkId l : route(src, dst)) {
+    s += link(l).params.latency_s;
+    const Node& to = node(link(l).to);
+    if (to.kind == NodeKind::Switch) s += to.forwarding_latency_s;
+  }
+  return s;
+}
+
+double Topology::routeBandwidth(NodeId src, NodeId dst) const {
+  double b = std::numeric_limits<double>::infinity();
+  for (LinkId l : route(src, dst)) b = std::min(b, link(l).params.bandwidth_bytes_per_s);
+  return b;
+}
+
+bool Topology::singleSwitchOf(NodeId device, NodeId* sw) const {
+  const auto& out = out_.at(index(device));
+  if (out.empty()) return false;
+  const NodeId first = links_[index(out.front())].to;
+  if (node(first).kind != NodeKind::Switch) return false;
+  for (LinkId l : out)
+    if (links_[index(l)].to != first) return false;
+  *sw = first;
+  return true;
+}
+
+Topology fullMesh(uint32_t devices, const LinkParams& link) {
+  Topology t;
+  for (uint32_t d = 0; d < devices; ++d) t.addNode(NodeKind::Device, "dev" + std::to_string(d));
+  for (uint32_t a = 0; a < devices; ++a)
+    for (uint32_t b = a + 1; b < devices; ++b) t.connect(NodeId{a}, NodeId{b}, link);
+  return t;
+}
+
+Topology switchStar(uint32_t devices, const LinkParams& link, double switch_latency_s,
+                    bool in_switch_reduction) {
+  Topology t;
+  for (uint32_t d = 0; d < devices; ++d) t.addNode(NodeKind::Device, "dev" + std::to_string(d));
+  const NodeId sw = t.addSwitch("sw0", switch_latency_s, in_switch_reduction);
+  for (uint32_t d = 0; d < devices; ++d) t.connect(NodeId{d}, sw, link);
+  return t;
+}
+
+Topology cardGroup(uint32_t cards, uint32_t chips_per_card, const LinkParams& on_card,
+                   const LinkParams& between_cards) {
+  Topology t;
+  const uint32_t n = cards * chips_per_card;
+  for (uint32_t d = 0; d < n; ++d)
+    t.addNode(NodeKind::Device, "card" + std::to_string(d / chips_per_card) + ".chip" +
+                                    std::to_string(d % chips_per_card));
+  for (uint32_t a = 0; a < n; ++a)
+    for (uint32_t b = a + 1; b < n; ++b)
+      t.connect(NodeId{a}, NodeId{b}, a / chips_per_card == b / chips_per_card ? on_card : between_cards);
+  return t;
+}
+
+Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& nic,
+                   double leaf_latency_s, double oversubscription) {
+  if (!(oversubscription >= 1))
+    throw std::invalid_argument("fabric: oversubscription must be >= 1, got " + std::to_string(oversubscription));
+  Topology t;
+  const uint32_t per = static_cast<uint32_t>(per_node.devices().size());
+  const uint32_t count = static_cast<uint32_t>(per_node.nodeCount());
+  // node k's copy of each of per_node's nodes; devices first, so that device rank r is
+  // devices()[r] (node-major).
+  std::vector<std::vector<NodeId>> copy(nodes, std::vector<NodeId>(count));
+  for (uint32_t k = 0; k < nodes; ++k)
+    for (uint32_t i = 0; i < count; ++i)
+      if (per_node.node(NodeId{i}).kind == NodeKind::Device)
+        copy[k][i] = t.addNode(NodeKind::Device, "node" + std::to_string(k) + "." + per_node.node(NodeId{i}).name, k);
+  for (uint32_t k = 0; k < nodes; ++k) {
+    for (uint32_t i = 0; i < count; ++i) {
+      const Node& src = per_node.node(NodeId{i});
+      const std::string name = "node" + std::to_string(k) + "." + src.name;
+      if (src.kind == NodeKind::Switch) copy[k][i] = t.addSwitch(name, src.forwarding_latency_s, src.reduces, k);
+      else if (src.kind == NodeKind::Nic) copy[k][i] = t.addNode(NodeKind::Nic, name, k);
+    }
+    for (uint32_t l = 0; l < per_node.linkCount(); ++l) {
+      const Link& src = per_node.link(LinkId{l});
+      t.addLink(copy[k][index(src.from)], copy[k][index(src.to)], src.params);
+    }
+  }
+  if (nodes > 1) {
+    const NodeId spine = t.addSwitch("spine", leaf_latency_s, false);
+    const LinkParams host{nic.host_bandwidth_bytes_per_s > 0 ? nic.host_bandwidth_bytes_per_s
+                                                             : nic.link.bandwidth_bytes_per_s,
+                          nic.host_latency_s};
+    const LinkParams up{nic.link.bandwidth_bytes_per_s * per / oversubscription, nic.link.latency_s};
+    for (uint32_t k = 0; k < nodes; ++k) {
+      const NodeId leaf = t.addSwitch("node" + std::to_string(k) + ".leaf", leaf_latency_s, false, k);
+      uint32_t dev = 0;
+      for (uint32_t i = 0; i < count; ++i) {
+        if (per_node.node(NodeId{i}).kind != NodeKind::Device) continue;
+        const NodeId n = t.addNode(NodeKind::Nic, "node" + std::to_string(k) + ".nic" + std::to_string(dev++), k);
+        t.connect(copy[k][i], n, host);
+        t.connect(n, leaf, nic.link);
+      }
+      t.connect(leaf, spine, up);
+    }
+  }
+  return t;
+}
+
+}  // namespace cardsim::fabric

@@ -1,0 +1,97 @@
+// The collective fabric's graph: devices, switches and NICs joined by one-direction links,
+// each with its bandwidth and latency. Routes are shortest paths by hop count (ties broken
+// by the lower link id, so routes are deterministic); devices do not forward. Plain C++:
+// the flow solver and the collective algorithms work on it; no SystemC.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cardsim::fabric {
+
+enum class NodeId : uint32_t {};
+enum class LinkId : uint32_t {};
+inline uint32_t index(NodeId n) { return static_cast<uint32_t>(n); }
+inline uint32_t index(LinkId l) { return static_cast<uint32_t>(l); }
+
+enum class NodeKind : uint8_t { Device, Switch, Nic };
+
+struct LinkParams {
+  double bandwidth_bytes_per_s = 0;   // one direction
+  double latency_s = 0;               // wire and port latency of one traversal
+};
+
+struct Link {
+  NodeId from{}, to{};
+  LinkParams params;
+  std::string name;                   // "dev0->sw0"
+};
+
+struct Node {
+  NodeKind kind = NodeKind::Device;
+  std::string name;
+  double forwarding_latency_s = 0;    // switches: added to every route through them
+  bool reduces = false;               // switches that reduce in the switch (multicast + sum)
+  uint32_t group = 0;                 // the node (host) it belongs to
+};
+
+class Topology {
+ public:
+  NodeId addNode(NodeKind kind, std::string name, uint32_t group = 0);
+  NodeId addSwitch(std::string name, double forwarding_latency_s, bool reduces, uint32_t group = 0);
+  // Two links, one each way, of the same parameters.
+  void connect(NodeId a, NodeId b, const LinkParams& p);
+  LinkId addLink(NodeId from, NodeId to, const LinkParams& p);
+
+  const Node& node(NodeId n) const { return nodes_.at(index(n)); }
+  const Link& link(LinkId l) const { return links_.at(index(l)); }
+  std::size_t nodeCount() const { return nodes_.size(); }
+  std::size_t linkCount() const { return links_.size(); }
+  // Devices in the order they were added: device rank r is devices()[r].
+  const std::vector<NodeId>& devices() const { return devices_; }
+
+  // The links from `src` to `dst` (empty when src == dst); throws if unreachable.
+  const std::vector<LinkId>& route(NodeId src, NodeId dst) const;
+  // Latency of a route: its links plus the forwarding latency of the switches it crosses.
+  double routeLatency(NodeId src, NodeId dst) const;
+  // The slowest link of a route (its bandwidth bounds a lone transfer).
+  double routeBandwidth(NodeId src, NodeId dst) const;
+  // The switch a device's links lead to, if every one of its links goes to one switch.
+  bool singleSwitchOf(NodeId device, NodeId* sw) const;
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<Link> links_;
+  std::vector<std::vector<LinkId>> out_;   // per node: its outgoing links
+  std::vector<NodeId> devices_;
+  mutable std::map<std::pair<uint32_t, uint32_t>, std::vector<LinkId>> routes_;
+};
+
+// Builders for the shapes the presets describe.
+// n devices, every pair joined by its own link (BLink full mesh).
+Topology fullMesh(uint32_t devices, const LinkParams& link);
+// n devices, each joined to one switch (NVSwitch-style: all of a device's links into the
+// switch plane counted as one link of their summed bandwidth).
+Topology switchStar(uint32_t devices, const LinkParams& link, double switch_latency_s,
+                    bool in_switch_reduction);
+// Cards of `chips_per_card` chips: chips of one card joined by `on_card`, and every pair of
+// chips on different cards joined by `between_cards` (an MLU-Link bridge group).
+Topology cardGroup(uint32_t cards, uint32_t chips_per_card, const LinkParams& on_card,
+                   const LinkParams& between_cards);
+
+// Several nodes of one intra-node shape. Each device reaches the other nodes through its
+// own NIC (a host hop, then the NIC's link to its node's leaf switch); the leaves meet at a
+// spine whose link from each leaf carries the leaf's NICs' summed bandwidth divided by
+// `oversubscription` (1: non-blocking, 2: half the bandwidth across nodes).
+struct NicParams {
+  LinkParams link;                          // NIC <-> leaf switch, one direction
+  double host_latency_s = 0;                // device <-> NIC (PCIe hop)
+  double host_bandwidth_bytes_per_s = 0;    // 0: the NIC's own
+};
+Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& nic,
+                   double leaf_latency_s, double oversubscription);
+
+}  // namespace cardsim::fabric

@@ -1,0 +1,75 @@
+// Double binary tree: two in-order binary trees over the ranks, the second shifted by one
+// rank, each carrying half the data. all_reduce reduces up both trees and broadcasts down,
+// pipelined in chunks: in steady state every tree edge moves a chunk each phase, in both
+// directions, for 2*depth + m - 1 phases; broadcast and reduce use one direction (depth +
+// m - 1 phases). Latency grows with log2(n) instead of n.
+#include <functional>
+
+#include "device_models/fabric/Algorithms.h"
+
+namespace cardsim::fabric {
+namespace {
+
+// (parent, child) edges of an in-order binary tree over positions lo..hi; returns the root.
+int build(int lo, int hi, std::vector<std::pair<int, int>>* edges) {
+  if (lo > hi) return -1;
+  const int mid = (lo + hi) / 2;
+  for (int c : {build(lo, mid - 1, edges), build(mid + 1, hi, edges)})
+    if (c >= 0) edges->push_back({mid, c});
+  return mid;
+}
+
+int depthOf(int n) {
+  int d = 0;
+  while ((1 << (d + 1)) - 1 < n) ++d;
+  return d;
+}
+
+class Tree final : public ICollectiveAlgorithm {
+ public:
+  const char* name() const override { return "tree"; }
+  std::string unsupported(const CollectiveRequest& r, const Topology&) const override {
+    switch (r.op) {
+      case CollectiveOp::AllReduce:
+      case CollectiveOp::Broadcast:
+      case CollectiveOp::Reduce:
+      case CollectiveOp::Barrier: return {};
+      default: return std::string("tree does not do ") + opName(r.op) + " (it does all_reduce, broadcast, reduce, barrier)";
+    }
+  }
+  Schedule schedule(const CollectiveRequest& r, const Topology&) const override {
+    const int n = static_cast<int>(r.ranks.size());
+    Schedule s;
+    if (n < 2) return s;
+    std::vector<std::pair<int, int>> edges;
+    build(0, n - 1, &edges);
+    const double bytes = r.op == CollectiveOp::Barrier ? 4.0 : r.bytes;
+    const uint32_t m = chunkCount(bytes / 2, r.chunk_bytes);
+    const double piece = bytes / 2 / m;
+    const bool rooted = r.op == CollectiveOp::Broadcast || r.op == CollectiveOp::Reduce;
+    const bool up = r.op != CollectiveOp::Broadcast, down = r.op != CollectiveOp::Reduce;
+    Phase p;
+    for (int mirrored : {0, 1}) {
+      // The second tree is the first's mirror image (other links); a rooted collective
+      // rotates each tree so that its root is r.root.
+      const int root_pos = mirrored ? n - 1 - (n - 1) / 2 : (n - 1) / 2;
+      const int rot = rooted ? (static_cast<int>(r.root) - root_pos + n) % n : 0;
+      for (auto [parent, child] : edges) {
+        const int a = mirrored ? n - 1 - parent : parent, b = mirrored ? n - 1 - child : child;
+        const NodeId pa = r.ranks[(a + rot) % n], ch = r.ranks[(b + rot) % n];
+        if (up) p.transfers.push_back({ch, pa, piece});
+        if (down) p.transfers.push_back({pa, ch, piece});
+      }
+    }
+    const int d = depthOf(n);
+    p.repeat = static_cast<uint32_t>((up && down ? 2 * d : d) + static_cast<int>(m) - 1);
+    s.phases.push_back(std::move(p));
+    return s;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ICollectiveAlgorithm> makeTree() { return std::make_unique<Tree>(); }
+
+}  // namespace cardsim::fabric

@@ -1,0 +1,219 @@
+// The collective fabric: topology routes, the max-min flow solver, each algorithm alone
+// against its alpha-beta closed form, concurrent collectives sharing links, the registry.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "device_models/fabric/Algorithms.h"
+#include "device_models/fabric/CollectiveEngine.h"
+
+using namespace cardsim::fabric;
+
+namespace {
+
+constexpr double kB = 100e9;        // bytes/s per link direction
+constexpr double kA = 1e-6;         // link latency
+constexpr double kSw = 0.5e-6;      // switch forwarding latency
+const LinkParams kLink{kB, kA};
+
+CollectiveRequest request(CollectiveOp op, double bytes, const Topology& t, uint32_t ranks = 0) {
+  CollectiveRequest r;
+  r.op = op;
+  r.bytes = bytes;
+  const auto& d = t.devices();
+  r.ranks.assign(d.begin(), d.begin() + (ranks ? ranks : d.size()));
+  return r;
+}
+
+double timeOf(const std::string& algo, const CollectiveRequest& r, const Topology& t) {
+  return CollectiveEngine(t).timeAlone(algorithm(algo).schedule(r, t));
+}
+
+}  // namespace
+
+TEST(FabricTopology, RoutesTakeTheFewestHopsAndAddSwitchLatency) {
+  Topology star = switchStar(4, kLink, kSw, false);
+  EXPECT_EQ(star.route(NodeId{0}, NodeId{3}).size(), 2u);
+  EXPECT_DOUBLE_EQ(star.routeLatency(NodeId{0}, NodeId{3}), 2 * kA + kSw);
+  Topology mesh = fullMesh(4, kLink);
+  EXPECT_EQ(mesh.route(NodeId{1}, NodeId{2}).size(), 1u);
+  EXPECT_TRUE(fullyConnected(mesh.devices(), mesh));
+  EXPECT_FALSE(fullyConnected(star.devices(), star));
+  // Devices do not forward: on a 2-node fabric, traffic between nodes goes over the NICs.
+  NicParams nic{{25e9, 2e-6}, 1e-6, 50e9};
+  Topology two = multiNode(2, star, nic, kSw, 1.0);
+  const auto& d = two.devices();
+  ASSERT_EQ(d.size(), 8u);
+  EXPECT_EQ(two.route(d[0], d[1]).size(), 2u);                        // through the node's switch
+  EXPECT_EQ(two.route(d[0], d[4]).size(), 6u);                        // dev-nic-leaf-spine-leaf-nic-dev
+  EXPECT_DOUBLE_EQ(two.routeBandwidth(d[0], d[4]), 25e9);
+  EXPECT_THROW(multiNode(2, star, nic, kSw, 0.5), std::invalid_argument);
+}
+
+TEST(FabricFlowSolver, MaxMinSharesTheBottleneckAndGivesTheRestAway) {
+  // a->s->b and c->s->b share s->b; c->s->d has s->d alone but c->s with the second flow.
+  Topology t;
+  const NodeId a = t.addNode(NodeKind::Device, "a"), b = t.addNode(NodeKind::Device, "b"),
+               c = t.addNode(NodeKind::Device, "c"), d = t.addNode(NodeKind::Device, "d");
+  const NodeId s = t.addSwitch("s", 0, false);
+  t.connect(a, s, {100, 0});
+  t.connect(b, s, {100, 0});
+  t.connect(c, s, {60, 0});
+  t.connect(d, s, {100, 0});
+  FlowSolver solver(t);
+  const auto r = solver.rates({&t.route(a, b), &t.route(c, b), &t.route(c, d)});
+  // c->s (60) is the bottleneck of flows 2 and 3: 30 each; flow 1 takes the rest of s->b: 70.
+  EXPECT_DOUBLE_EQ(r[1], 30);
+  EXPECT_DOUBLE_EQ(r[2], 30);
+  EXPECT_DOUBLE_EQ(r[0], 70);
+  // Completion: when flow 2 ends, flow 3 takes all of c->s.
+  const auto done = solver.run({FlowSpec{t.route(a, b), 700, 0, 0, 0}, FlowSpec{t.route(c, b), 30, 0, 0, 0},
+                                FlowSpec{t.route(c, d), 90, 0, 0, 0}});
+  EXPECT_NEAR(done[1], 1.0, 1e-12);              // 30 B at 30 B/s
+  EXPECT_NEAR(done[2], 1.0 + 60.0 / 60, 1e-12);  // 30 B moved by t=1, the other 60 B at 60 B/s
+  EXPECT_NEAR(done[0], 1.0 + 630.0 / 100, 1e-12); // 70 B by t=1, then all 100 B/s
+}
+
+TEST(FabricAlgorithms, RingAloneMatchesItsClosedForm) {
+  const double S = 64e6;
+  for (uint32_t n : {2u, 4u, 8u}) {
+    Topology star = switchStar(n, kLink, kSw, false);
+    const double step = 2 * kA + kSw + S / n / kB;
+    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, star), star), 2 * (n - 1) * step, 1e-12) << n;
+    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllGather, S, star), star), (n - 1) * step, 1e-12) << n;
+    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::ReduceScatter, S, star), star), (n - 1) * step, 1e-12) << n;
+  }
+  // On a full mesh, channels take rings of other strides over other links.
+  Topology mesh = fullMesh(8, kLink);
+  auto r = request(CollectiveOp::AllReduce, S, mesh);
+  r.channels = 4;   // strides 1, 3, 5, 7 of 8
+  EXPECT_NEAR(timeOf("ring", r, mesh), 2 * 7 * (kA + S / 8 / 4 / kB), 1e-12);
+}
+
+TEST(FabricAlgorithms, PipelinedChainBroadcastMatchesItsClosedForm) {
+  const uint32_t n = 4;
+  const double S = 8e6;
+  Topology mesh = fullMesh(n, kLink);
+  for (double chunk : {0.0, 1e6}) {
+    auto r = request(CollectiveOp::Broadcast, S, mesh);
+    r.root = 2;
+    r.chunk_bytes = chunk;
+    const uint32_t m = chunk > 0 ? 8 : 1;
+    EXPECT_NEAR(timeOf("ring", r, mesh), (n - 2 + m) * (kA + S / m / kB), 1e-12) << chunk;
+  }
+}
+
+TEST(FabricAlgorithms, TreeAloneMatchesItsClosedForm) {
+  // 4 ranks: depth 2; each directed tree link carries a chunk of both trees (S/2 each), so
+  // a phase moves S/m over one link.
+  const double S = 8e6;
+  Topology mesh = fullMesh(4, kLink);
+  for (double chunk : {0.0, 1e6}) {
+    auto r = request(CollectiveOp::AllReduce, S, mesh);
+    r.chunk_bytes = chunk;
+    const uint32_t m = chunk > 0 ? 4 : 1;
+    EXPECT_NEAR(timeOf("tree", r, mesh), (2 * 2 + m - 1) * (kA + S / m / kB), 1e-12) << chunk;
+  }
+  // Its latency term grows with log2(n): 64 ranks, a tiny message.
+  Topology big = switchStar(64, kLink, kSw, false);
+  const double tree = timeOf("tree", request(CollectiveOp::AllReduce, 64, big), big);
+  const double ring = timeOf("ring", request(CollectiveOp::AllReduce, 64, big), big);
+  EXPECT_LT(tree, ring / 5);
+}
+
+TEST(FabricAlgorithms, DirectAndSwitchAloneMatchTheirClosedForms) {
+  const double S = 64e6;
+  Topology mesh = fullMesh(8, kLink);
+  EXPECT_NEAR(timeOf("direct", request(CollectiveOp::AllGather, S, mesh), mesh), kA + S / 8 / kB, 1e-12);
+  EXPECT_NEAR(timeOf("direct", request(CollectiveOp::AllToAll, S, mesh), mesh), kA + S / 8 / kB, 1e-12);
+  EXPECT_NEAR(timeOf("direct", request(CollectiveOp::AllReduce, S, mesh), mesh), 2 * (kA + S / 8 / kB), 1e-12);
+  auto p2p = request(CollectiveOp::SendRecv, S, mesh);
+  p2p.root = 3, p2p.peer = 5;
+  EXPECT_NEAR(timeOf("direct", p2p, mesh), kA + S / kB, 1e-12);
+  // In-switch reduction: S up and S down at once, one switch traversal.
+  Topology nvs = switchStar(8, kLink, kSw, true);
+  EXPECT_NEAR(timeOf("switch", request(CollectiveOp::AllReduce, S, nvs), nvs), kA + kSw + S / kB, 1e-12);
+}
+
+TEST(FabricAlgorithms, HierarchicalAloneMatchesItsClosedForm) {
+  const double S = 64e6;
+  const uint32_t N = 2, L = 4;
+  const NicParams nic{{25e9, 2e-6}, 1e-6, 50e9};
+  Topology t = multiNode(N, switchStar(L, kLink, kSw, false), nic, kSw, 1.0);
+  const double intra = (L - 1) * (2 * kA + kSw + S / L / kB);
+  // across nodes: dev-nic (1 us) nic-leaf (2 us) leaf (0.5) leaf-spine (2 us) spine (0.5)
+  // spine-leaf (2 us) leaf (0.5) leaf-nic (2 us) nic-dev (1 us); the NIC link (25 GB/s) bounds
+  const double lat = 1e-6 + 2e-6 + kSw + 2e-6 + kSw + 2e-6 + kSw + 2e-6 + 1e-6;
+  const double inter = 2 * (N - 1) * (lat + S / (L * N) / 25e9);
+  EXPECT_NEAR(timeOf("hierarchical", request(CollectiveOp::AllReduce, S, t), t), 2 * intra + inter, 1e-12);
+  // Oversubscribed 4:1, the four rings across nodes share a quarter of the NICs' bandwidth.
+  Topology over = multiNode(N, switchStar(L, kLink, kSw, false), nic, kSw, 4.0);
+  const double inter4 = 2 * (N - 1) * (lat + S / (L * N) / (25e9 / 4));
+  EXPECT_NEAR(timeOf("hierarchical", request(CollectiveOp::AllReduce, S, over), over), 2 * intra + inter4, 1e-12);
+}
+
+TEST(FabricEngine, ConcurrentCollectivesShareLinksAsTheModelPredicts) {
+  const double S = 16e6;
+  Topology star = switchStar(4, kLink, kSw, false);
+  CollectiveEngine engine(star);
+  const Schedule ring = algorithm("ring").schedule(request(CollectiveOp::AllReduce, S, star), star);
+  const double alone = engine.timeAlone(ring);
+  // The same collective twice at once: every link carries two flows, each at half the rate.
+  const auto both = engine.timeTogether({{ring, 0}, {ring, 0}});
+  const double shared = 2 * 3 * (2 * kA + kSw + 2 * S / 4 / kB);
+  EXPECT_NEAR(both[0], shared, 1e-9);
+  EXPECT_NEAR(both[1], shared, 1e-9);
+  EXPECT_GT(both[0], 1.9 * alone - 2 * 2 * 3 * (2 * kA + kSw));
+  // Two groups on disjoint devices share no link: each as fast as alone.
+  CollectiveRequest left = request(CollectiveOp::AllReduce, S, star, 2);
+  CollectiveRequest right = left;
+  right.ranks = {star.devices()[2], star.devices()[3]};
+  const Schedule a = algorithm("ring").schedule(left, star), b = algorithm("ring").schedule(right, star);
+  const auto apart = engine.timeTogether({{a, 0}, {b, 0}});
+  EXPECT_NEAR(apart[0], engine.timeAlone(a), 1e-12);
+  EXPECT_NEAR(apart[1], engine.timeAlone(b), 1e-12);
+  // A late second job only shares the tail of the first.
+  const auto late = engine.timeTogether({{a, 0}, {a, engine.timeAlone(a)}});
+  EXPECT_NEAR(late[0], engine.timeAlone(a), 1e-12);
+  EXPECT_NEAR(late[1], 2 * engine.timeAlone(a), 1e-12);
+}
+
+TEST(FabricEngine, AThousandRanksAloneTakeOneSolve) {
+  const uint32_t n = 1024;
+  const double S = 1024.0 * 1024 * 1024;
+  Topology star = switchStar(n, kLink, kSw, false);
+  const auto t0 = std::chrono::steady_clock::now();
+  const double t = timeOf("ring", request(CollectiveOp::AllReduce, S, star), star);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NEAR(t, 2 * (n - 1) * (2 * kA + kSw + S / n / kB), 1e-9);
+  EXPECT_LT(wall, 30.0);   // a guard against an accidental per-step simulation, not a benchmark
+}
+
+TEST(FabricRegistry, NamesChoicesAndErrors) {
+  EXPECT_EQ(algorithmNames(), (std::vector<std::string>{"ring", "tree", "direct", "hierarchical", "switch"}));
+  try {
+    algorithm("butterfly");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("butterfly"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("ring, tree, direct, hierarchical, switch"), std::string::npos);
+  }
+  Topology star = switchStar(8, kLink, kSw, false), nvs = switchStar(8, kLink, kSw, true), mesh = fullMesh(8, kLink);
+  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 1024, star), star).name(), "tree");
+  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, star), star).name(), "ring");
+  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, nvs), nvs).name(), "switch");
+  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllGather, 64e6, mesh), mesh).name(), "direct");
+  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllGather, 64e6, star), star).name(), "ring");
+  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllToAll, 64e6, star), star).name(), "direct");
+  try {
+    pickAlgorithm("switch", request(CollectiveOp::AllReduce, 64e6, star), star);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("reduces"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(pickAlgorithm("tree", request(CollectiveOp::AllGather, 1, star), star), std::invalid_argument);
+  EXPECT_EQ(parseOp("all-reduce"), CollectiveOp::AllReduce);
+  EXPECT_THROW(parseOp("allsum"), std::invalid_argument);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(CollectiveOp::AllReduce, 8), 1.75);
+}
