@@ -12,7 +12,7 @@
 #include "device_models/DmaEngine.h"
 #include "device_models/EventUnit.h"
 #include "device_models/HostLink.h"
-#include "device_models/MemoryChannel.h"
+#include "device_models/MemorySystem.h"
 #include "device_models/StreamQueue.h"
 
 namespace cardsim::model {
@@ -29,7 +29,7 @@ class Card : public sc_core::sc_module {
   StreamQueue& queue(QueueId q) { return *queues_.at(index(q)); }
   std::size_t queueCount() const { return queues_.size(); }
   ClusterArray& clusters() { return clusters_; }
-  MemoryChannel& memory() { return memory_; }
+  MemorySystem& memory() { return memory_; }
   HostLink& hostLink() { return link_; }
   EventUnit& events() { return events_; }
   const std::vector<std::unique_ptr<DmaEngine>>& dmaEngines() const { return dma_; }
@@ -46,7 +46,7 @@ class Card : public sc_core::sc_module {
   DeviceParams params_;
   ICompletionSink& sink_;
   const std::vector<std::unique_ptr<Card>>& all_cards_;
-  MemoryChannel memory_;
+  MemorySystem memory_;
   HostLink link_;
   ClusterArray clusters_;
   EventUnit events_;

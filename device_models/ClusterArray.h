@@ -1,8 +1,11 @@
 // The card's compute clusters (Cambricon clusters, Biren SPCs, NVIDIA SMs). A kernel is
-// split into tiles that run in waves over the clusters it holds; each wave costs the max
-// of its compute (per-dtype peak x efficiency) and its memory traffic through the
-// shared MemoryChannel. Concurrent kernels share clusters (granted by priority, then
-// arrival) and memory bandwidth.
+// split into tiles that run in waves over the clusters it holds. A tile's compute takes
+// whole cycles of the preset clock at the cluster's share of the peak for the kernel's
+// class and data type (matrix units for GEMMs, vector units otherwise) times the class's
+// efficiency; each wave adds compute.wave_overhead cycles. A phase (the waves run while
+// holding the same clusters) costs the memory latency plus the max of its compute and
+// its traffic through the shared MemorySystem, rounded up to whole cycles. Concurrent
+// kernels share clusters (granted by priority, then arrival) and memory bandwidth.
 #pragma once
 
 #include <deque>
@@ -10,7 +13,7 @@
 
 #include "device_models/Command.h"
 #include "device_models/DeviceParams.h"
-#include "device_models/MemoryChannel.h"
+#include "device_models/MemorySystem.h"
 #include "device_models/SharedPipe.h"
 
 namespace cardsim::model {
@@ -18,13 +21,14 @@ namespace cardsim::model {
 // Derived timing of a kernel running alone, for tests and reports.
 struct KernelShape {
   uint32_t tiles = 0;
-  double tile_compute_s = 0;   // one tile on one cluster
+  double tile_compute_cycles = 0;  // one tile on one cluster
+  double wave_cycles = 0;          // the tile's compute plus the per-wave overhead
   double tile_bytes = 0;
 };
 
 class ClusterArray : public sc_core::sc_module {
  public:
-  ClusterArray(sc_core::sc_module_name name, const ComputeParams& params, MemoryChannel& memory);
+  ClusterArray(sc_core::sc_module_name name, const ComputeParams& params, MemorySystem& memory);
 
   // Runs the kernel's waves; returns when its last wave is done. Called from a
   // StreamQueue's thread. Dispatch latency is the caller's.
@@ -47,7 +51,7 @@ class ClusterArray : public sc_core::sc_module {
   void release(uint32_t n);
 
   ComputeParams params_;
-  MemoryChannel& memory_;
+  MemorySystem& memory_;
   uint32_t free_;
   uint64_t next_order_ = 0;
   std::deque<Request*> waiting_;

@@ -12,6 +12,13 @@ const char* kernelClassName(KernelClass k) {
   return names[static_cast<size_t>(k)];
 }
 
+double peakFor(const ComputeParams& c, KernelClass k, DType t) {
+  const auto i = [](DType d) { return static_cast<size_t>(d); };
+  if (k == KernelClass::Gemm) return c.peak_ops_per_s[i(t)];
+  if (t == DType::TF32 || t == DType::INT8) return c.vector_peak_ops_per_s[i(DType::FP32)];
+  return c.vector_peak_ops_per_s[i(t)];
+}
+
 double pcieLaneBytesPerSecond(uint32_t generation) {
   // Transfer rate per lane and line encoding: Gen1/2 use 8b/10b, Gen3-5 128b/130b,
   // Gen6 FLIT mode about 242/256.

@@ -1,4 +1,4 @@
-// Typed, validated device parameters in base units (bytes, seconds, bytes/s, ops/s).
+// Typed, validated device parameters in base units (bytes, seconds, bytes/s, ops/s, cycles).
 // The simulator builds them from a preset plus overrides; the device models read only these.
 #pragma once
 
@@ -20,18 +20,32 @@ struct ComputeParams {
   uint32_t clusters = 0;
   uint32_t cores_per_cluster = 0;
   double clock_hz = 0;
-  std::array<double, kDTypeCount> peak_ops_per_s{};        // 0 = unsupported
+  // Whole card, per data type; 0 = unsupported. Matrix units (tensor cores, Cambricon's
+  // matrix unit) time GEMMs; vector units time everything else. The vector array has no
+  // TF32 or INT8 entry of its own (see peakFor).
+  std::array<double, kDTypeCount> peak_ops_per_s{};
+  std::array<double, kDTypeCount> vector_peak_ops_per_s{};
   std::array<double, kKernelClassCount> efficiency{};       // (0, 1]
   double dispatch_latency_s = 0;
   double graph_dispatch_latency_s = 0;
+  double wave_overhead_cycles = 0;  // fixed cost of one wave of tiles on a cluster
   double tile_bytes = 0;
 };
+
+// The peak a kernel of class `k` in data type `t` runs at: GEMMs on the matrix units,
+// everything else on the vector units. Vector units have no TF32 form (TF32 is a matrix
+// input format) and integer vector work is timed as 32-bit lanes, as the kernel layer
+// times every integer type: both run at the fp32 vector rate.
+double peakFor(const ComputeParams& c, KernelClass k, DType t);
 
 struct MemoryParams {
   uint64_t capacity_bytes = 0;
   double bandwidth_bytes_per_s = 0;
   double latency_s = 0;
-  uint32_t channels = 0;
+  // The most one cluster's port can draw from memory: a kernel holding k clusters gets at
+  // most k times this (and never more than bandwidth_bytes_per_s).
+  double cluster_bandwidth_bytes_per_s = 0;
+  uint32_t channels = 0;  // descriptive: traffic interleaves over them evenly (MemorySystem)
   std::string technology;
 };
 
@@ -48,6 +62,8 @@ struct HostLinkParams {
 struct DmaParams {
   uint32_t engines = 0;
   double d2d_latency_s = 0;
+  // One engine's weight in the memory arbitration, where the whole cluster array weighs 1.
+  double memory_weight = 0;
 };
 
 struct QueueParams {

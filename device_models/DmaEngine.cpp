@@ -7,7 +7,7 @@
 namespace cardsim::model {
 
 DmaEngine::DmaEngine(sc_core::sc_module_name name, const DmaParams& params, HostLink& link,
-                     MemoryChannel& memory)
+                     MemorySystem& memory)
     : sc_module(name), params_(params), link_(link), memory_(memory) {}
 
 void DmaEngine::transfer(CopyKind kind, uint64_t bytes, bool pageable, const PeerPath& peer,
@@ -28,29 +28,30 @@ void DmaEngine::transfer(CopyKind kind, uint64_t bytes, bool pageable, const Pee
   if (latency > 0) sc_core::wait(toScTime(latency));
   bytes_moved_ += bytes;
   if (bytes == 0) return;
+  const double w = params_.memory_weight;
   switch (kind) {
     case CopyKind::HostToDevice:
       waiter.pending = 2;
       link_.toDevice(b, pageable, &waiter);
-      memory_.transfer(b, 1.0, &waiter);
+      memory_.transferForDma(b, w, &waiter);
       break;
     case CopyKind::DeviceToHost:
       waiter.pending = 2;
       link_.toHost(b, pageable, &waiter);
-      memory_.transfer(b, 1.0, &waiter);
+      memory_.transferForDma(b, w, &waiter);
       break;
     case CopyKind::DeviceToDevice:
       waiter.pending = 1;
-      memory_.transfer(2 * b, 1.0, &waiter);  // read and write through the same memory
+      memory_.transferForDma(2 * b, w, &waiter);  // read and write through the same memory
       break;
     case CopyKind::Memset:
       waiter.pending = 1;
-      memory_.transfer(b, 1.0, &waiter);
+      memory_.transferForDma(b, w, &waiter);
       break;
     case CopyKind::PeerToPeer:
       waiter.pending = 4;
-      memory_.transfer(b, 1.0, &waiter);
-      peer.memory->transfer(b, 1.0, &waiter);
+      memory_.transferForDma(b, w, &waiter);
+      peer.memory->transferForDma(b, w, &waiter);
       if (peer.peer_is_source) {
         peer.link->toHost(b, false, &waiter);
         link_.toDevice(b, false, &waiter);

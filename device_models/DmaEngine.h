@@ -1,28 +1,29 @@
 // One DMA engine: moves bytes host<->device, within the device, between devices, or
 // fills memory. A transfer holds the engine for its duration and loads every pipe it
 // crosses (host link direction, memory of each device touched); it ends when the slowest
-// of them is done, after the path's fixed latency.
+// of them is done, after the path's fixed latency. In each memory it weighs
+// dma.memory_weight against the cluster array's 1 (MemorySystem's sharing rule).
 #pragma once
 
 #include <systemc>
 
 #include "device_models/Command.h"
 #include "device_models/HostLink.h"
-#include "device_models/MemoryChannel.h"
+#include "device_models/MemorySystem.h"
 
 namespace cardsim::model {
 
 // The far end of a peer-to-peer copy, and which way the bytes go.
 struct PeerPath {
   HostLink* link = nullptr;
-  MemoryChannel* memory = nullptr;
+  MemorySystem* memory = nullptr;
   bool peer_is_source = false;
 };
 
 class DmaEngine : public sc_core::sc_module {
  public:
   DmaEngine(sc_core::sc_module_name name, const DmaParams& params, HostLink& link,
-            MemoryChannel& memory);
+            MemorySystem& memory);
 
   // Blocks the calling thread for the transfer's simulated duration.
   void transfer(CopyKind kind, uint64_t bytes, bool pageable, const PeerPath& peer,
@@ -35,7 +36,7 @@ class DmaEngine : public sc_core::sc_module {
  private:
   DmaParams params_;
   HostLink& link_;
-  MemoryChannel& memory_;
+  MemorySystem& memory_;
   bool busy_ = false;
   uint64_t bytes_moved_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "device_models/FairShare.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace cardsim::model {
 namespace {
@@ -13,24 +14,42 @@ void FairShare::advanceTo(double now_s) {
   now_s_ = now_s;
   if (dt <= 0 || flows_.empty()) return;
   busy_s_ += dt;
-  const double per_weight = bytes_per_s_ * dt / total_weight_;
   for (Flow& f : flows_) {
-    const double moved = std::min(f.remaining, per_weight * f.weight);
+    const double moved = std::min(f.remaining, f.rate * dt);
     f.remaining -= moved;
     bytes_moved_ += moved;
   }
 }
 
-void FairShare::add(double bytes, double weight, void* cookie) {
-  flows_.push_back({bytes, weight > 0 ? weight : 1.0, cookie});
-  total_weight_ += flows_.back().weight;
+void FairShare::add(double bytes, double weight, void* cookie, double cap_bytes_per_s) {
+  flows_.push_back({bytes, weight > 0 ? weight : 1.0, cap_bytes_per_s > 0 ? cap_bytes_per_s : kNoCap,
+                    0.0, cookie});
+  assignRates();
+}
+
+void FairShare::assignRates() {
+  // Water-filling: visit flows by cap per unit of weight; a flow whose cap is below its
+  // share of what is left takes its cap, the rest split the remainder by weight.
+  std::vector<Flow*> order(flows_.size());
+  std::iota(order.begin(), order.end(), flows_.data());
+  std::sort(order.begin(), order.end(), [](const Flow* a, const Flow* b) {
+    return a->cap / a->weight < b->cap / b->weight;
+  });
+  double left = bytes_per_s_;
+  double weight = 0;
+  for (const Flow& f : flows_) weight += f.weight;
+  for (Flow* f : order) {
+    const double share = left * f->weight / weight;
+    f->rate = std::min(f->cap, share);
+    left -= f->rate;
+    weight -= f->weight;
+  }
 }
 
 double FairShare::secondsToNextFinish() const {
-  if (flows_.empty()) return -1;
   double best = -1;
   for (const Flow& f : flows_) {
-    const double t = f.remaining * total_weight_ / (bytes_per_s_ * f.weight);
+    const double t = f.remaining / f.rate;
     if (best < 0 || t < best) best = t;
   }
   return best;
@@ -44,9 +63,14 @@ std::vector<void*> FairShare::popFinished() {
     return true;
   });
   flows_.erase(it, flows_.end());
-  total_weight_ = 0;
-  for (const Flow& f : flows_) total_weight_ += f.weight;
+  if (!done.empty()) assignRates();
   return done;
+}
+
+double FairShare::rateOf(const void* cookie) const {
+  for (const Flow& f : flows_)
+    if (f.cookie == cookie) return f.rate;
+  return 0;
 }
 
 }  // namespace cardsim::model

@@ -1,25 +1,33 @@
-// Weighted processor sharing of one bandwidth among concurrent transfers: each active
-// flow gets bandwidth * weight / sum(weights). Plain arithmetic, no SystemC, so that it
-// is unit-testable; MemoryChannel and HostLink drive it from simulated time.
+// Weighted max-min sharing of one bandwidth among concurrent transfers: each active flow
+// gets bandwidth * weight / sum(weights), except that a flow never gets more than its own
+// cap; what a capped flow leaves goes to the others in proportion to their weights
+// (water-filling). Plain arithmetic, no SystemC, so that it is unit-testable;
+// MemorySystem and HostLink drive it from simulated time.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace cardsim::model {
 
 class FairShare {
  public:
+  static constexpr double kNoCap = std::numeric_limits<double>::infinity();
+
   explicit FairShare(double bytes_per_s) : bytes_per_s_(bytes_per_s) {}
 
   // Progresses every flow to time `now_s`. Must be called before add() and popFinished().
   void advanceTo(double now_s);
-  // Starts a flow; `cookie` comes back from popFinished().
-  void add(double bytes, double weight, void* cookie);
+  // Starts a flow of `weight` (> 0) that never moves faster than `cap_bytes_per_s`;
+  // `cookie` comes back from popFinished().
+  void add(double bytes, double weight, void* cookie, double cap_bytes_per_s = kNoCap);
   // Seconds from the last advanceTo() until the next flow finishes; < 0 when idle.
   double secondsToNextFinish() const;
   // Removes and returns the flows finished by the last advanceTo().
   std::vector<void*> popFinished();
+  // The current rate of the flow added with `cookie` (0 if none), for tests and reports.
+  double rateOf(const void* cookie) const;
 
   std::size_t active() const { return flows_.size(); }
   double bytesPerSecond() const { return bytes_per_s_; }
@@ -30,11 +38,14 @@ class FairShare {
   struct Flow {
     double remaining;
     double weight;
+    double cap;
+    double rate;
     void* cookie;
   };
+  void assignRates();
+
   double bytes_per_s_;
   double now_s_ = 0;
-  double total_weight_ = 0;
   double bytes_moved_ = 0;
   double busy_s_ = 0;
   std::vector<Flow> flows_;

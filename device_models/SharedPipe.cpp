@@ -6,9 +6,9 @@
 
 namespace cardsim::model {
 
-void SharedPipe::start(double bytes, double weight, Waiter* w) {
+void SharedPipe::start(double bytes, double weight, Waiter* w, double cap_bytes_per_s) {
   share_.advanceTo(sc_core::sc_time_stamp().to_seconds());
-  share_.add(bytes, weight, w);
+  share_.add(bytes, weight, w, cap_bytes_per_s);
   reschedule();
 }
 

@@ -1,6 +1,6 @@
 // Glue between FairShare (arithmetic) and simulated time: one shared bandwidth whose
 // flows signal a Waiter when done. Owned by the modules that model a pipe
-// (MemoryChannel, HostLink); each registers an SC_METHOD on wakeEvent() calling onWake().
+// (MemorySystem, HostLink); each registers an SC_METHOD on wakeEvent() calling onWake().
 #pragma once
 
 #include <systemc>
@@ -22,8 +22,9 @@ class SharedPipe {
  public:
   explicit SharedPipe(double bytes_per_s) : share_(bytes_per_s) {}
 
-  // Starts moving `bytes`; the waiter's pending count must already include this flow.
-  void start(double bytes, double weight, Waiter* w);
+  // Starts moving `bytes` at `weight`, never faster than `cap_bytes_per_s`; the waiter's
+  // pending count must already include this flow.
+  void start(double bytes, double weight, Waiter* w, double cap_bytes_per_s = FairShare::kNoCap);
   void onWake();
   const sc_core::sc_event& wakeEvent() const { return wake_; }
   const FairShare& share() const { return share_; }

@@ -1,5 +1,10 @@
 #include "CostModel.h"
 
+#include <ATen/Context.h>
+
+#include <array>
+#include <atomic>
+
 #include "KernelLaunch.h"
 
 namespace cardsim::kernels {
@@ -39,13 +44,64 @@ at::ScalarType computeType(const std::vector<at::Tensor>& inputs, const std::vec
     for (const auto& x : inputs) if (x.defined()) t = pick(t, x.scalar_type());
   return t;
 }
+
+// The tensors an out= form reads: its inputs without its out arguments (the last
+// occurrence of each result: out arguments come last in the schema).
+std::vector<at::Tensor> withoutOutArguments(const std::vector<at::Tensor>& inputs,
+                                            const std::vector<at::Tensor>& outputs) {
+  std::vector<bool> dropped(inputs.size(), false);
+  for (const auto& out : outputs) {
+    if (!out.defined()) continue;
+    for (size_t i = inputs.size(); i-- > 0;)
+      if (!dropped[i] && inputs[i].defined() && inputs[i].is_same(out)) {
+        dropped[i] = true;
+        break;
+      }
+  }
+  std::vector<at::Tensor> read;
+  read.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!dropped[i]) read.push_back(inputs[i]);
+  return read;
+}
+
+// Per device: does the card have TF32 units? Read once from its properties.
+constexpr int kMaxDevices = 64;
+std::array<std::atomic<int>, kMaxDevices> g_has_tf32{};  // 0 unknown, 1 yes, 2 no
+
+bool hasTf32(c10::DeviceIndex device) {
+  if (device < 0 || device >= kMaxDevices) return false;
+  int v = g_has_tf32[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    // One preset for every device of the process: any device's properties answer.
+    shim::DeviceProperties p;
+    if (!shim::getDeviceProperties(&p, 0).ok()) return false;
+    v = p.peak_tf32_flops > 0 ? 1 : 2;
+    g_has_tf32[device].store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
 }  // namespace
 
-shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& inputs,
+bool matmulUsesTf32(c10::DeviceIndex device) {
+  // float32Precision resolves all three APIs (the legacy allow_tf32 flag and
+  // set_float32_matmul_precision set it; "none" inherits from torch.backends) without the
+  // error allowTF32CuBLAS() raises when a program mixes them.
+  return hasTf32(device) &&
+         at::globalContext().float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL) ==
+             at::Float32Precision::TF32;
+}
+
+shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& all_inputs,
                               const std::vector<at::Tensor>& outputs, c10::DeviceIndex device) {
   shim::KernelCost c;
+  std::vector<at::Tensor> read;
+  if (op.out_form) read = withoutOutArguments(all_inputs, outputs);
+  const std::vector<at::Tensor>& inputs = op.out_form ? read : all_inputs;
   const at::ScalarType t = computeType(inputs, outputs);
   c.dtype = costDtype(t, device);
+  if (op.kind == CostKind::Gemm && t == at::kFloat && matmulUsesTf32(device))
+    c.dtype = shim::DataType::TFloat32;
   c.bytes_read = bytes(inputs);
   c.bytes_written = bytes(outputs);
   const double out_elems = elements(outputs);

@@ -24,11 +24,22 @@ struct OpCost {
   double flops_per_element = 1.0;
   int gemm_lhs_arg = 0;     // Gemm: the argument whose last dimension is K
   bool gemm_bias = false;   // Gemm: an added matrix (addmm, baddbmm)
+  bool out_form = false;    // an out= overload: its out arguments are written, not read
 };
 
-// `inputs` are the tensor arguments (inputs and in-place/out targets), `outputs` the results.
+// `inputs` are the tensor arguments in schema order (inputs and in-place/out targets),
+// `outputs` the results. An in-place target is read and written; the out arguments of an
+// out= form (`op.out_form`: the last occurrence among the inputs of each result) only
+// written. An fp32 GEMM is timed as TF32 where PyTorch would use TF32 on CUDA
+// (`matmulUsesTf32`).
 shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& inputs,
                               const std::vector<at::Tensor>& outputs, c10::DeviceIndex device);
+
+// True when an fp32 matmul on `device` runs as TF32: the card has TF32 units and PyTorch's
+// fp32 matmul precision for CUDA is TF32 (torch.backends.cuda.matmul.allow_tf32,
+// torch.set_float32_matmul_precision("high" or "medium"), or fp32_precision = "tf32" on
+// torch.backends.cuda.matmul or inherited from torch.backends).
+bool matmulUsesTf32(c10::DeviceIndex device);
 
 double tensorBytes(const at::Tensor& t);
 

@@ -1,5 +1,8 @@
 // The operators with a cost model of their own, and which model: the table the host
 // executor registers its kernels from.
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -7,6 +10,19 @@
 
 namespace cardsim::kernels {
 namespace {
+
+// Whether the overload ("add.out") has out arguments, the kwarg-only tensors it writes
+// (`*, Tensor(a!) out`): they are written, not read. Asked of the schema, not the name,
+// since out forms are named out, Tensor_out, grad_input, values, dim_max, output, ...
+bool hasOutArguments(const std::string& name) {
+  const size_t dot = name.find('.');
+  const c10::OperatorName op{"aten::" + name.substr(0, dot),
+                             dot == std::string::npos ? "" : name.substr(dot + 1)};
+  const auto handle = c10::Dispatcher::singleton().findSchema(op);
+  if (!handle) return false;
+  const auto& args = handle->schema().arguments();
+  return std::any_of(args.begin(), args.end(), [](const c10::Argument& a) { return a.is_out(); });
+}
 
 using Kind = CostKind;
 
@@ -26,7 +42,9 @@ const std::vector<CostedOp>& costedTable() {
     auto family = [&](const char* base, std::initializer_list<const char*> overloads, OpCost c) {
       for (const char* o : overloads) {
         std::string n = std::string(base) + (*o ? std::string(".") + o : std::string());
-        t.push_back({strdup(n.c_str()), c});   // lives as long as the registrations
+        OpCost cost = c;
+        cost.out_form = hasOutArguments(n);
+        t.push_back({strdup(n.c_str()), cost});   // lives as long as the registrations
       }
     };
     auto variants = [&](const char* base, OpCost c) {

@@ -51,6 +51,21 @@ if [ "$(cat "$site/cardsim.pth" 2>/dev/null)" != "$root/accelerators/python" ]; 
   echo "$root/accelerators/python" > "$site/cardsim.pth"
 fi
 
+# cnmon and brsmi, the management tools of the emulated cards (accelerators/python/
+# cardsim_tools): small launchers in .venv/bin, rewritten only when they differ.
+for tool in cnmon brsmi; do
+  launcher="#!$root/.venv/bin/python
+# cardsim's $tool (written by scripts/setup.sh)
+import sys
+sys.path.insert(0, \"$root/accelerators/python\")
+from cardsim_tools.$tool import main
+sys.exit(main())"
+  if [ "$(cat ".venv/bin/$tool" 2>/dev/null)" != "$launcher" ] || [ ! -x ".venv/bin/$tool" ]; then
+    printf '%s\n' "$launcher" > ".venv/bin/$tool"
+    chmod +x ".venv/bin/$tool"
+  fi
+done
+
 # ---- Build -----------------------------------------------------------------------------
 if [ ! -f build/build.ninja ] || ! grep -q "^CARDSIM_PYTHON:FILEPATH=$root/.venv/bin/python$" build/CMakeCache.txt; then
   log "configuring build/"
@@ -64,4 +79,7 @@ if ! cmake --build build -- -j"$(nproc)" > build/last-build.log 2>&1; then
   exit 1
 fi
 grep -E 'warning:' build/last-build.log || true
+# cardsim, the command-line tool, on the venv's PATH.
+[ "$(readlink .venv/bin/cardsim 2>/dev/null)" = "$root/build/traces/cardsim" ] ||
+  ln -sfn "$root/build/traces/cardsim" .venv/bin/cardsim
 log "ready"

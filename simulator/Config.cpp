@@ -115,6 +115,8 @@ void checkQuantities(const pb::Message& msg, const std::string& prefix,
     const pb::FieldDescriptor* f = d->field(i);
     if (f->type() != pb::FieldDescriptor::TYPE_MESSAGE || f->is_repeated()) continue;
     const std::string path = prefix + f->name();
+    // The fabric has its own rules (only what its shape uses): simulator/FabricConfig.
+    if (path == "device.fabric") continue;
     if (isQuantity(f)) {
       if (!r->HasField(msg, f)) {
         problems->push_back(path + ": missing");
@@ -185,6 +187,13 @@ class Extractor {
   }
   const std::vector<std::string>& problems() const { return problems_; }
   std::vector<std::string>& problems() { return problems_; }
+  // Present and parsed without a problem.
+  bool ok(const std::string& path) const { return find(path) != nullptr && problemsFor(path) == 0; }
+  // The value as written, quoted, for messages.
+  std::string quoted(const std::string& path) const {
+    const config::Quantity* q = find(path);
+    return q ? "\"" + q->value() + "\"" : "(missing)";
+  }
 
  private:
   static std::string provenance(const config::Quantity& q) {
@@ -333,6 +342,12 @@ void applyOverride(config::Preset& preset, const std::string& assignment,
       msg->GetReflection()->SetString(msg, f, value);
       return;
     }
+    if (f->type() == pb::FieldDescriptor::TYPE_BOOL && last) {
+      if (value != "true" && value != "false")
+        throw ConfigError(origin + ": key '" + key + "' wants true or false, got \"" + value + "\"");
+      msg->GetReflection()->SetBool(msg, f, value == "true");
+      return;
+    }
     if (f->type() != pb::FieldDescriptor::TYPE_MESSAGE || last)
       throw ConfigError(origin + ": key '" + key + "' names a group, not a value (keys under '" +
                         walked + "': " +
@@ -377,17 +392,36 @@ DeviceParams toDeviceParams(const config::Preset& preset, const std::string& ori
     c.peak_ops_per_s[i] = x.get(std::string("compute.peak.") + dtype_keys[i], Dimension::Throughput);
   if (c.peak_ops_per_s[static_cast<size_t>(DType::FP32)] <= 0)
     x.fail("compute.peak.fp32", "every device needs an fp32 peak above 0");
+  // Vector units: a supported type has both figures (elementwise work in it must run
+  // somewhere), and GEMMs never do worse on the matrix units than on the vector units.
+  for (DType t : {DType::FP64, DType::FP32, DType::FP16, DType::BF16}) {
+    const size_t i = static_cast<size_t>(t);
+    const std::string key = std::string("compute.vector_peak.") + dtype_keys[i];
+    c.vector_peak_ops_per_s[i] = x.get(key, Dimension::Throughput);
+    const std::string matrix_key = std::string("compute.peak.") + dtype_keys[i];
+    if (!x.ok(key) || !x.ok(matrix_key)) continue;
+    const double vec = c.vector_peak_ops_per_s[i], mat = c.peak_ops_per_s[i];
+    if ((vec > 0) != (mat > 0))
+      x.fail(key, x.quoted(key) + " must be above 0 exactly where " + matrix_key + " (" +
+                      x.quoted(matrix_key) + ") is: a type without units has neither");
+    else if (vec > mat)
+      x.fail(key, x.quoted(key) + " exceeds " + matrix_key + " (" + x.quoted(matrix_key) +
+                      "): GEMMs would run faster on the vector units; give the matrix figure "
+                      "at least the vector one");
+  }
   const char* class_keys[] = {"gemm", "elementwise", "reduction", "other"};
   for (size_t i = 0; i < kKernelClassCount; ++i)
     c.efficiency[i] = x.get(std::string("compute.efficiency.") + class_keys[i], Dimension::Fraction);
   c.dispatch_latency_s = x.get("compute.dispatch_latency", Dimension::Time);
   c.graph_dispatch_latency_s = x.get("compute.graph_dispatch_latency", Dimension::Time);
+  c.wave_overhead_cycles = x.get("compute.wave_overhead", Dimension::Cycles);
   c.tile_bytes = x.positive("compute.tile_bytes", Dimension::Bytes);
 
   auto& m = p.memory;
   m.capacity_bytes = static_cast<uint64_t>(x.positive("memory.capacity", Dimension::Bytes));
   m.bandwidth_bytes_per_s = x.positive("memory.bandwidth", Dimension::Bandwidth);
   m.latency_s = x.get("memory.latency", Dimension::Time);
+  m.cluster_bandwidth_bytes_per_s = x.positive("memory.cluster_bandwidth", Dimension::Bandwidth);
   m.channels = x.count("memory.channels", 1);
   m.technology = dev.memory().technology();
 
@@ -404,6 +438,7 @@ DeviceParams toDeviceParams(const config::Preset& preset, const std::string& ori
 
   p.dma.engines = x.count("dma.engines", 1);
   p.dma.d2d_latency_s = x.get("dma.d2d_latency", Dimension::Time);
+  p.dma.memory_weight = x.get("dma.memory_weight", Dimension::Fraction);
 
   p.queues.hardware_queues = x.count("queues.hardware_queues", 1);
   p.queues.priority_least = x.signedInt("queues.priority_least");

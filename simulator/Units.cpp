@@ -32,6 +32,7 @@ const std::vector<UnitDef>& unitsFor(Dimension d) {
   static const std::vector<UnitDef> throughput = {
       {"FLOPS", 1}, {"GFLOPS", 1e9}, {"TFLOPS", 1e12}, {"PFLOPS", 1e15},
       {"OPS", 1}, {"GOPS", 1e9}, {"TOPS", 1e12}, {"POPS", 1e15}};
+  static const std::vector<UnitDef> cycles = {{"cycles", 1}, {"cycle", 1}};
   static const std::vector<UnitDef> none = {};
   switch (d) {
     case Dimension::Bytes: return bytes;
@@ -39,6 +40,7 @@ const std::vector<UnitDef>& unitsFor(Dimension d) {
     case Dimension::Time: return time;
     case Dimension::Frequency: return frequency;
     case Dimension::Throughput: return throughput;
+    case Dimension::Cycles: return cycles;
     default: return none;
   }
 }
@@ -61,6 +63,7 @@ const char* dimensionName(Dimension d) {
     case Dimension::Time: return "time";
     case Dimension::Frequency: return "frequency";
     case Dimension::Throughput: return "throughput";
+    case Dimension::Cycles: return "cycle count";
   }
   return "?";
 }
@@ -74,6 +77,7 @@ const char* dimensionExample(Dimension d) {
     case Dimension::Time: return "1.5 us";
     case Dimension::Frequency: return "1.3 GHz";
     case Dimension::Throughput: return "96 TFLOPS";
+    case Dimension::Cycles: return "100 cycles";
   }
   return "?";
 }

@@ -15,6 +15,7 @@ enum class Dimension {
   Time,       // "500 ns"
   Frequency,  // "1.3 GHz"
   Throughput, // operations per second: "96 TFLOPS", "256 TOPS"
+  Cycles,     // clock cycles of the device: "100 cycles"
 };
 
 const char* dimensionName(Dimension d);
@@ -22,7 +23,7 @@ const char* dimensionName(Dimension d);
 const char* dimensionExample(Dimension d);
 
 // Parses `text` as a value of dimension `d` in base units (bytes, bytes/s, seconds, Hz,
-// ops/s, or the plain number). On failure returns nullopt and sets `why`.
+// ops/s, cycles, or the plain number). On failure returns nullopt and sets `why`.
 std::optional<double> parseQuantity(const std::string& text, Dimension d, std::string* why);
 
 }  // namespace cardsim::sim

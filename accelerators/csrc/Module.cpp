@@ -230,18 +230,22 @@ PYBIND11_MODULE(_C, m) {
     throwIfFailed(shim::hostTimePs(&ps), "hostTimePs");
     return static_cast<double>(ps) / 1000.0;
   });
-  // A collective's alpha-beta time on the device's current stream: with no fabric model
-  // yet, cards on one host talk over PCIe, so alpha is the host link's transfer latency
-  // per algorithm step and beta its achieved one-direction bandwidth. Returns seconds.
-  m.def("_charge_collective", [](int64_t d, const std::string& name, int64_t steps, double wire_bytes) {
+  // A collective on the device's current stream for the time the fabric model gives it
+  // (the group's global ranks are its devices on the fabric). Returns (seconds, algorithm).
+  m.def("_launch_collective", [](int64_t d, const std::string& op, double bytes, const std::vector<int>& ranks,
+                                 int root, int peer) {
     const c10::DeviceIndex dev = resolve(d);
-    shim::DeviceProperties p;
-    throwIfFailed(shim::getDeviceProperties(&p, accel::toShim(dev)), "getDeviceProperties");
-    const double seconds = static_cast<double>(steps) * p.host_link_latency_s +
-                           (p.host_link_bandwidth_bytes_per_s > 0 ? wire_bytes / p.host_link_bandwidth_bytes_per_s : 0);
+    shim::CollectiveDesc desc;
+    desc.op = op;
+    desc.bytes = bytes;
+    desc.ranks = ranks;
+    desc.root = root;
+    desc.peer = peer;
+    double seconds = 0;
+    std::string algorithm;
     c10::DeviceGuard guard(c10::Device(kDev, dev));
-    throwIfFailed(shim::launchCollective(kernels::currentStream(dev), name, seconds), name.c_str());
-    return seconds;
+    throwIfFailed(shim::launchFabricCollective(kernels::currentStream(dev), desc, &seconds, &algorithm), op.c_str());
+    return py::make_tuple(seconds, algorithm);
   });
   // The vendor runtime's host-register calls return a status code: 0 on success.
   m.def("_host_register", [](uintptr_t ptr, size_t bytes) {

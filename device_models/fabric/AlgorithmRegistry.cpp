@@ -1,8 +1,9 @@
 // The algorithm registry (a table keyed by name) and the default choice.
-#include <set>
+#include <algorithm>
 #include <stdexcept>
 
 #include "device_models/fabric/Algorithms.h"
+#include "device_models/fabric/CollectiveEngine.h"
 
 namespace cardsim::fabric {
 namespace {
@@ -25,11 +26,6 @@ const std::vector<std::unique_ptr<ICollectiveAlgorithm>>& instances() {
   return all;
 }
 
-bool spansNodes(const CollectiveRequest& r, const Topology& t) {
-  std::set<uint32_t> groups;
-  for (NodeId d : r.ranks) groups.insert(t.node(d).group);
-  return groups.size() > 1;
-}
 
 }  // namespace
 
@@ -47,6 +43,10 @@ const ICollectiveAlgorithm& algorithm(const std::string& name) {
   throw std::invalid_argument("unknown collective algorithm '" + name + "' (valid: " + valid + ")");
 }
 
+// All-pairs schedules grow as n^2: past this many transfers in a phase (about 256 ranks)
+// the tuner leaves them out, as vendor libraries use all-to-all patterns only at small scale.
+constexpr size_t kMaxTunedFlows = 65536;
+
 bool fullyConnected(const std::vector<NodeId>& ranks, const Topology& t) {
   for (NodeId a : ranks)
     for (NodeId b : ranks)
@@ -54,29 +54,25 @@ bool fullyConnected(const std::vector<NodeId>& ranks, const Topology& t) {
   return true;
 }
 
-const ICollectiveAlgorithm& chooseAlgorithm(const CollectiveRequest& r, const Topology& t,
-                                            const SelectionRule& rule) {
-  const double bytes = r.op == CollectiveOp::Barrier ? 4.0 : r.bytes;
-  switch (r.op) {
-    case CollectiveOp::SendRecv:
-    case CollectiveOp::AllToAll: return algorithm("direct");
-    case CollectiveOp::AllReduce:
-    case CollectiveOp::Barrier:
-      if (spansNodes(r, t) && algorithm("hierarchical").unsupported(r, t).empty()) return algorithm("hierarchical");
-      if (bytes >= rule.switch_min_bytes && algorithm("switch").unsupported(r, t).empty()) return algorithm("switch");
-      return bytes < rule.tree_max_bytes ? algorithm("tree") : algorithm("ring");
-    case CollectiveOp::AllGather:
-    case CollectiveOp::ReduceScatter:
-      return !spansNodes(r, t) && fullyConnected(r.ranks, t) ? algorithm("direct") : algorithm("ring");
-    case CollectiveOp::Broadcast:
-    case CollectiveOp::Reduce: return bytes < rule.tree_max_bytes ? algorithm("tree") : algorithm("ring");
+const ICollectiveAlgorithm& chooseAlgorithm(const CollectiveRequest& r, const Topology& t) {
+  const CollectiveEngine engine(t);
+  const ICollectiveAlgorithm* best = nullptr;
+  double best_s = 0;
+  for (const auto& a : instances()) {
+    if (!a->unsupported(r, t).empty()) continue;
+    const Schedule sched = a->schedule(r, t);
+    size_t flows = 0;
+    for (const Phase& p : sched.phases) flows = std::max(flows, p.transfers.size());
+    if (flows > kMaxTunedFlows) continue;
+    const double s = engine.timeAlone(sched);
+    if (!best || s < best_s * (1 - 1e-12)) best = a.get(), best_s = s;
   }
-  return algorithm("ring");
+  return best ? *best : algorithm("direct");
 }
 
 const ICollectiveAlgorithm& pickAlgorithm(const std::string& forced, const CollectiveRequest& r,
-                                          const Topology& t, const SelectionRule& rule) {
-  if (forced.empty()) return chooseAlgorithm(r, t, rule);
+                                          const Topology& t) {
+  if (forced.empty()) return chooseAlgorithm(r, t);
   const ICollectiveAlgorithm& a = algorithm(forced);
   if (std::string why = a.unsupported(r, t); !why.empty())
     throw std::invalid_argument("collective algorithm '" + forced + "' cannot run " + opName(r.op) +

@@ -22,25 +22,18 @@ std::vector<uint32_t> ringStrides(uint32_t n, uint32_t channels);
 const ICollectiveAlgorithm& algorithm(const std::string& name);   // throws listing the names
 std::vector<std::string> algorithmNames();
 
-// The documented choice when none is forced:
-// - send/recv: direct;
-// - ranks spread over more than one node: hierarchical (all_reduce), else ring;
-// - all_to_all: direct;
-// - all_reduce: switch when every rank hangs off one reducing switch and the message is at
-//   least `switch_min_bytes`; tree below `tree_max_bytes`; ring otherwise;
-// - all_gather / reduce_scatter: direct when every pair of ranks has its own link (a full
-//   mesh), ring otherwise;
-// - broadcast / reduce / barrier: tree below `tree_max_bytes`, ring otherwise.
-struct SelectionRule {
-  double tree_max_bytes = 256 * 1024;
-  double switch_min_bytes = 64 * 1024;
-};
-const ICollectiveAlgorithm& chooseAlgorithm(const CollectiveRequest& r, const Topology& t,
-                                            const SelectionRule& rule = {});
+// The choice when none is forced, as a vendor library's tuner makes it: of the algorithms
+// that can run the collective on these ranks, the one the model times fastest alone on an
+// idle fabric (ties go to the registry's order: ring, tree, direct, hierarchical, switch).
+// So small messages go to the latency-light algorithms (tree, direct), large ones to those
+// that keep every link busy (ring with channels, direct on a full mesh, in-switch
+// reduction), and jobs across nodes to hierarchical when it is faster. All-pairs schedules
+// (direct) are left out above about 256 ranks.
+const ICollectiveAlgorithm& chooseAlgorithm(const CollectiveRequest& r, const Topology& t);
 // `forced` empty: chooseAlgorithm; otherwise that algorithm, or an error naming why it
 // cannot run this collective.
 const ICollectiveAlgorithm& pickAlgorithm(const std::string& forced, const CollectiveRequest& r,
-                                          const Topology& t, const SelectionRule& rule = {});
+                                          const Topology& t);
 
 // True when every pair of the ranks' devices is joined by one direct link.
 bool fullyConnected(const std::vector<NodeId>& ranks, const Topology& t);

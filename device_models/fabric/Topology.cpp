@@ -124,15 +124,18 @@ Topology switchStar(uint32_t devices, const LinkParams& link, double switch_late
 }
 
 Topology cardGroup(uint32_t cards, uint32_t chips_per_card, const LinkParams& on_card,
-                   const LinkParams& between_cards) {
+                   const LinkParams& between_cards, double port_latency_s) {
   Topology t;
-  const uint32_t n = cards * chips_per_card;
-  for (uint32_t d = 0; d < n; ++d)
+  for (uint32_t d = 0; d < cards * chips_per_card; ++d)
     t.addNode(NodeKind::Device, "card" + std::to_string(d / chips_per_card) + ".chip" +
                                     std::to_string(d % chips_per_card));
-  for (uint32_t a = 0; a < n; ++a)
-    for (uint32_t b = a + 1; b < n; ++b)
-      t.connect(NodeId{a}, NodeId{b}, a / chips_per_card == b / chips_per_card ? on_card : between_cards);
+  std::vector<NodeId> ports;
+  for (uint32_t c = 0; c < cards; ++c) {
+    ports.push_back(t.addSwitch("card" + std::to_string(c) + ".ports", port_latency_s, false));
+    for (uint32_t k = 0; k < chips_per_card; ++k) t.connect(NodeId{c * chips_per_card + k}, ports.back(), on_card);
+  }
+  for (uint32_t a = 0; a < cards; ++a)
+    for (uint32_t b = a + 1; b < cards; ++b) t.connect(ports[a], ports[b], between_cards);
   return t;
 }
 

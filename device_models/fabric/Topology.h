@@ -77,10 +77,11 @@ Topology fullMesh(uint32_t devices, const LinkParams& link);
 // switch plane counted as one link of their summed bandwidth).
 Topology switchStar(uint32_t devices, const LinkParams& link, double switch_latency_s,
                     bool in_switch_reduction);
-// Cards of `chips_per_card` chips: chips of one card joined by `on_card`, and every pair of
-// chips on different cards joined by `between_cards` (an MLU-Link bridge group).
+// Cards of `chips_per_card` chips (an MLU-Link bridge group): each chip joined by `on_card`
+// to its card's fabric ports (a node that forwards in `port_latency_s`), and the cards'
+// ports in a full mesh of `between_cards` links, so a card's links are shared by its chips.
 Topology cardGroup(uint32_t cards, uint32_t chips_per_card, const LinkParams& on_card,
-                   const LinkParams& between_cards);
+                   const LinkParams& between_cards, double port_latency_s = 0);
 
 // Several nodes of one intra-node shape. Each device reaches the other nodes through its
 // own NIC (a host hop, then the NIC's link to its node's leaf switch); the leaves meet at a

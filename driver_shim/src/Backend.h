@@ -57,6 +57,8 @@ class IBackend {
 
   virtual Status launchCollective(Stream stream, std::string_view name, double seconds) = 0;
   virtual Status launchHostFunc(Stream stream, std::function<void()> fn) = 0;
+  virtual Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
+                                        std::string* algorithm) = 0;
 
   virtual Status streamBeginCapture(Stream stream) = 0;
   virtual Status streamEndCapture(Stream stream, Graph* graph) = 0;
@@ -70,6 +72,14 @@ class IBackend {
   virtual Status hostClockShareEnd() = 0;
   virtual Status setActivityRecording(bool on) = 0;
   virtual Status drainActivities(std::vector<ActivityRecord>* out) = 0;
+
+  // For the status board (StatusBoard.h): memory in use on `device` and its capacity and,
+  // unless `busy_cluster_s` is null, its clusters' busy time so far (simulated seconds,
+  // summed over clusters). A backend without a device model does not support it.
+  virtual Status deviceUsage(int /*device*/, uint64_t* /*used*/, uint64_t* /*total*/,
+                             double* /*busy_cluster_s*/) {
+    return Status(Code::NotSupported, "deviceUsage: this backend has no device model");
+  }
 };
 
 // Each returns the backend, or nullptr with `why` set.

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "Backend.h"
+#include "StatusBoard.h"
 
 namespace cardsim::shim {
 namespace {
@@ -45,6 +46,7 @@ Status initLocked(const InitOptions& options) {
     Status why;
     g_backend = e.create(options, &why);
     if (!g_backend) return why;
+    StatusBoard::startForProcess(g_backend.get());
     static std::once_flag at_fork;
     std::call_once(at_fork, [] { pthread_atfork(nullptr, nullptr, [] { g_forked_child = true; }); });
     g_options = options;
@@ -167,8 +169,13 @@ Status deviceSynchronize() { CARDSIM_FORWARD(deviceSynchronize()); }
 Status deviceCanAccessPeer(int* can_access, int device, int peer) {
   CARDSIM_FORWARD(deviceCanAccessPeer(can_access, device, peer));
 }
-Status malloc(void** ptr, std::size_t bytes) { CARDSIM_FORWARD(malloc(ptr, bytes)); }
-Status free(void* ptr) { CARDSIM_FORWARD(free(ptr)); }
+// Memory in use shows on the status board (StatusBoard.h).
+Status malloc(void** ptr, std::size_t bytes) {
+  return StatusBoard::afterMemoryCall([&] { CARDSIM_FORWARD(malloc(ptr, bytes)); }());
+}
+Status free(void* ptr) {
+  return StatusBoard::afterMemoryCall([&] { CARDSIM_FORWARD(free(ptr)); }());
+}
 Status memGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   CARDSIM_FORWARD(memGetInfo(free_bytes, total_bytes));
 }
@@ -222,6 +229,10 @@ Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost
 }
 Status launchCollective(Stream stream, std::string_view name, double seconds) {
   CARDSIM_FORWARD(launchCollective(stream, name, seconds));
+}
+Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
+                              std::string* algorithm) {
+  CARDSIM_FORWARD(launchFabricCollective(stream, desc, seconds, algorithm));
 }
 Status launchHostFunc(Stream stream, std::function<void()> fn) {
   CARDSIM_FORWARD(launchHostFunc(stream, std::move(fn)));

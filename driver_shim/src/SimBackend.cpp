@@ -1,5 +1,6 @@
 // The `sim` backend: devices, kernel and collective launches, simulated time, activities.
 #include "SimBackend.h"
+#include "simulator/FabricConfig.h"
 
 namespace cardsim::shim::simbackend {
 
@@ -41,6 +42,11 @@ Status SimBackend::getDeviceProperties(DeviceProperties* p, int device) {
   p->peak_fp16_flops = peak(model::DType::FP16);
   p->peak_bf16_flops = peak(model::DType::BF16);
   p->peak_int8_ops = peak(model::DType::INT8);
+  auto vec = [&](model::DType t) { return c.vector_peak_ops_per_s[static_cast<size_t>(t)]; };
+  p->vector_peak_fp64_flops = vec(model::DType::FP64);
+  p->vector_peak_fp32_flops = vec(model::DType::FP32);
+  p->vector_peak_fp16_flops = vec(model::DType::FP16);
+  p->vector_peak_bf16_flops = vec(model::DType::BF16);
   p->compute_capability_major = params_.compute_capability_major;
   p->compute_capability_minor = params_.compute_capability_minor;
   p->pcie_generation = params_.host_link.pcie_generation;
@@ -160,6 +166,17 @@ Status SimBackend::drainActivities(std::vector<ActivityRecord>* out) {
   return Status::Ok();
 }
 
+Status SimBackend::deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) {
+  if (device < 0 || device >= devices_) return invalidDevice(device, devices_);
+  *used = memory_.used(device);
+  *total = memory_.capacity(device);
+  if (!busy_cluster_s) return Status::Ok();
+  return guard([&] {
+    *busy_cluster_s = sim_.counters(dev(device)).cluster_busy_seconds;
+    return Status::Ok();
+  });
+}
+
 }  // namespace cardsim::shim::simbackend
 
 namespace cardsim::shim {
@@ -172,7 +189,15 @@ std::unique_ptr<IBackend> createSimBackend(const InitOptions& options, Status* w
     if (!options.overrides_file.empty()) o.overrides_file = options.overrides_file;
     o.overrides = options.overrides;
     sim::Simulator& sim = sim::Simulator::start(o);
-    return std::make_unique<simbackend::SimBackend>(sim);
+    // The fabric is optional: a preset without one still runs everything but collectives.
+    std::unique_ptr<sim::FabricModel> fabric;
+    std::string fabric_error;
+    try {
+      fabric = std::make_unique<sim::FabricModel>(sim::loadFabricParams(o));
+    } catch (const std::exception& e) {
+      fabric_error = e.what();
+    }
+    return std::make_unique<simbackend::SimBackend>(sim, std::move(fabric), std::move(fabric_error));
   } catch (const std::exception& e) {
     *why = Status(Code::InitFailed, e.what());
     return nullptr;

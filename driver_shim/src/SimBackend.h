@@ -16,6 +16,7 @@
 #include "Backend.h"
 #include "DeviceMemory.h"
 #include "HandlePool.h"
+#include "simulator/FabricModel.h"
 #include "simulator/Simulator.h"
 
 namespace cardsim::shim {
@@ -137,8 +138,8 @@ inline const char* memcpyKindName(MemcpyKind k) {
 }
 class SimBackend final : public IBackend {
  public:
-  explicit SimBackend(Simulator& sim)
-      : sim_(sim), params_(sim.params()), devices_(static_cast<int>(sim.deviceCount())),
+  SimBackend(Simulator& sim, std::unique_ptr<sim::FabricModel> fabric, std::string fabric_error)
+      : sim_(sim), fabric_(std::move(fabric)), fabric_error_(std::move(fabric_error)), params_(sim.params()), devices_(static_cast<int>(sim.deviceCount())),
         memory_(std::vector<uint64_t>(sim.deviceCount(), sim.params().memory.capacity_bytes),
                 std::vector<std::string>(sim.deviceCount(), sim.params().name)) {
     for (int d = 0; d < devices_; ++d) {
@@ -215,6 +216,8 @@ class SimBackend final : public IBackend {
   Status graphLaunch(Graph graph, Stream stream) override;
   Status graphDestroy(Graph graph) override;
   Status launchHostFunc(Stream stream, std::function<void()> fn) override;
+  Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
+                                std::string* algorithm) override;
 
   // ---- time and activities
   Status hostTimePs(uint64_t* ps) override;
@@ -222,6 +225,7 @@ class SimBackend final : public IBackend {
   Status hostClockShareEnd() override;
   Status setActivityRecording(bool on) override;
   Status drainActivities(std::vector<ActivityRecord>* out) override;
+  Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override;
 
  private:
   static DeviceId dev(int d) { return DeviceId{static_cast<uint32_t>(d)}; }
@@ -385,6 +389,8 @@ class SimBackend final : public IBackend {
   }
 
   Simulator& sim_;
+  std::unique_ptr<sim::FabricModel> fabric_;   // null when the preset has no usable fabric
+  std::string fabric_error_;                   // why not
   const model::DeviceParams& params_;
   int devices_;
   DeviceMemory memory_;

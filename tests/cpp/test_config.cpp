@@ -87,6 +87,8 @@ void quantityPaths(const pb::Descriptor* d, const std::string& prefix,
   for (int i = 0; i < d->field_count(); ++i) {
     const pb::FieldDescriptor* f = d->field(i);
     if (f->type() != pb::FieldDescriptor::TYPE_MESSAGE || f->is_repeated()) continue;
+    // The fabric's quantities depend on its shape: test_fabric_config.cpp checks them.
+    if (prefix.empty() && f->name() == "fabric") continue;
     if (isQuantityField(f))
       out->push_back(prefix + f->name());
     else
@@ -456,7 +458,7 @@ TEST(Presets, Br100Values) {
   const DeviceParams p = toDeviceParams(loadPreset("br100"), "preset br100");
   EXPECT_EQ(p.name, "BR100");
   EXPECT_EQ(p.vendor, "Biren");
-  EXPECT_EQ(p.memory.capacity_bytes, 64ull * 1000 * 1000 * 1000);
+  EXPECT_EQ(p.memory.capacity_bytes, 64ull << 30);
   EXPECT_DOUBLE_EQ(p.memory.bandwidth_bytes_per_s, 1.64e12);
   EXPECT_DOUBLE_EQ(peak(p, DType::FP32), 256e12);
   EXPECT_DOUBLE_EQ(peak(p, DType::FP64), 0.0);
@@ -471,11 +473,122 @@ TEST(Presets, Br100Values) {
 TEST(Presets, H100Values) {
   const DeviceParams p = toDeviceParams(loadPreset("h100-sxm"), "preset h100-sxm");
   EXPECT_EQ(p.vendor, "NVIDIA");
-  EXPECT_EQ(p.memory.capacity_bytes, 80ull * 1000 * 1000 * 1000);
+  EXPECT_EQ(p.memory.capacity_bytes, 81559ull << 20);
   EXPECT_DOUBLE_EQ(p.memory.bandwidth_bytes_per_s, 3.35e12);
   EXPECT_DOUBLE_EQ(peak(p, DType::FP32), 66.9e12);
   EXPECT_EQ(p.compute.clusters, 132u);
   EXPECT_DOUBLE_EQ(p.compute.clock_hz, 1.98e9);
+}
+
+// What the vendor's tools print as the device's total memory, in MiB (capacities are
+// binary: "80 GB" on a datasheet is 81559 MiB on an H100, not 80e9 bytes).
+TEST(Presets, CapacityIsWhatTheVendorsToolsReportInMiB) {
+  const std::map<std::string, uint64_t> mib = {
+      {"mlu370-x8", 23374},  // cnmon, "0 MiB/ 23374 MiB" per X8 chip
+      {"mlu370-x4", 24576},  // torch_mlu kineto fixture, totalMem(MiB)
+      {"mlu590", 81920},     // torch_mlu fixture "80.0 GB", binary as the MLU370 one
+      {"br100", 65536},      // 4 HBM2E stacks of 16 GiB (tool output not public)
+      {"br104", 32768},      // 2 stacks of 16 GiB
+      {"h100-sxm", 81559}};  // nvidia-smi / NVML
+  ASSERT_EQ(mib.size(), presetNames().size());
+  for (const std::string& name : presetNames()) {
+    SCOPED_TRACE(name);
+    const DeviceParams p = toDeviceParams(loadPreset(name), "preset " + name);
+    EXPECT_EQ(p.memory.capacity_bytes % (1ull << 20), 0u) << "not a whole number of MiB";
+    EXPECT_EQ(p.memory.capacity_bytes >> 20, mib.at(name));
+  }
+}
+
+double vectorPeak(const DeviceParams& p, DType t) {
+  return p.compute.vector_peak_ops_per_s[static_cast<size_t>(t)];
+}
+
+TEST(Presets, EveryPresetHasVectorPeaksWhereItHasMatrixPeaksAndNoHigher) {
+  for (const std::string& name : presetNames()) {
+    SCOPED_TRACE(name);
+    const DeviceParams p = toDeviceParams(loadPreset(name), "preset " + name);
+    for (DType t : {DType::FP64, DType::FP32, DType::FP16, DType::BF16}) {
+      SCOPED_TRACE(cardsim::model::dtypeName(t));
+      EXPECT_EQ(vectorPeak(p, t) > 0, peak(p, t) > 0);
+      EXPECT_LE(vectorPeak(p, t), peak(p, t));
+    }
+    // Tensor-core cards: 16-bit GEMMs are far faster than 16-bit vector work.
+    EXPECT_LE(vectorPeak(p, DType::FP16), peak(p, DType::FP16) / 4);
+    EXPECT_GT(p.memory.cluster_bandwidth_bytes_per_s, p.memory.bandwidth_bytes_per_s / p.compute.clusters);
+    EXPECT_LE(p.memory.cluster_bandwidth_bytes_per_s, p.memory.bandwidth_bytes_per_s);
+    EXPECT_GT(p.dma.memory_weight, 0.0);
+    EXPECT_GE(p.compute.wave_overhead_cycles, 0.0);
+  }
+}
+
+TEST(Presets, H100MatrixAndVectorPeaks) {
+  const DeviceParams p = toDeviceParams(loadPreset("h100-sxm"), "preset h100-sxm");
+  EXPECT_DOUBLE_EQ(peak(p, DType::FP16), 989.4e12);
+  EXPECT_DOUBLE_EQ(vectorPeak(p, DType::FP16), 133.8e12);
+  EXPECT_DOUBLE_EQ(peak(p, DType::FP64), 66.9e12);
+  EXPECT_DOUBLE_EQ(vectorPeak(p, DType::FP64), 33.5e12);
+  EXPECT_DOUBLE_EQ(peak(p, DType::TF32), 494.7e12);
+  using cardsim::model::KernelClass;
+  using cardsim::model::peakFor;
+  // GEMMs run on the matrix units, everything else on the vector units; TF32 and INT8
+  // vector work at the fp32 vector rate.
+  EXPECT_DOUBLE_EQ(peakFor(p.compute, KernelClass::Gemm, DType::BF16), 989.4e12);
+  EXPECT_DOUBLE_EQ(peakFor(p.compute, KernelClass::Elementwise, DType::BF16), 133.8e12);
+  EXPECT_DOUBLE_EQ(peakFor(p.compute, KernelClass::Reduction, DType::FP16), 133.8e12);
+  EXPECT_DOUBLE_EQ(peakFor(p.compute, KernelClass::Other, DType::FP16), 133.8e12);
+  EXPECT_DOUBLE_EQ(peakFor(p.compute, KernelClass::Gemm, DType::TF32), 494.7e12);
+  EXPECT_DOUBLE_EQ(peakFor(p.compute, KernelClass::Elementwise, DType::TF32), 66.9e12);
+  EXPECT_DOUBLE_EQ(peakFor(p.compute, KernelClass::Elementwise, DType::INT8), 66.9e12);
+}
+
+TEST(Presets, Mlu370SharingAndCycleParameters) {
+  const DeviceParams p = toDeviceParams(loadPreset("mlu370-x8"), "preset mlu370-x8");
+  EXPECT_DOUBLE_EQ(p.memory.cluster_bandwidth_bytes_per_s, 128e9);
+  EXPECT_DOUBLE_EQ(p.dma.memory_weight, 0.25);
+  EXPECT_DOUBLE_EQ(p.compute.wave_overhead_cycles, 100.0);
+  EXPECT_DOUBLE_EQ(vectorPeak(p, DType::FP16), 1e12);
+  EXPECT_DOUBLE_EQ(vectorPeak(p, DType::FP32), 0.5e12);
+}
+
+TEST(ToDeviceParams, VectorPeakAboveTheMatrixPeakIsRejected) {
+  cfg::Preset p = loadPreset("h100-sxm");
+  applyOverride(p, "compute.vector_peak.fp16=2000 TFLOPS", "cli");
+  const std::string msg = configError([&] { toDeviceParams(p, "preset h100-sxm"); });
+  EXPECT_TRUE(contains(msg, "device.compute.vector_peak.fp16: \"2000 TFLOPS\" exceeds compute.peak.fp16 "
+                            "(\"989.4 TFLOPS\")")) << msg;
+  EXPECT_TRUE(contains(msg, "override from cli")) << msg;
+}
+
+TEST(ToDeviceParams, VectorPeakMustBeSetExactlyWhereTheMatrixPeakIs) {
+  cfg::Preset p = loadPreset("h100-sxm");
+  applyOverride(p, "compute.vector_peak.bf16=0 TFLOPS", "cli");
+  std::string msg = configError([&] { toDeviceParams(p, "preset h100-sxm"); });
+  EXPECT_TRUE(contains(msg, "device.compute.vector_peak.bf16: \"0 TFLOPS\" must be above 0 exactly where")) << msg;
+  cfg::Preset q = loadPreset("mlu370-x8");  // no fp64 units
+  applyOverride(q, "compute.vector_peak.fp64=1 TFLOPS", "cli");
+  msg = configError([&] { toDeviceParams(q, "preset mlu370-x8"); });
+  EXPECT_TRUE(contains(msg, "device.compute.vector_peak.fp64: \"1 TFLOPS\" must be above 0 exactly where")) << msg;
+}
+
+TEST(ToDeviceParams, WaveOverheadIsCountedInCycles) {
+  cfg::Preset p = loadPreset("br100");
+  applyOverride(p, "compute.wave_overhead=250 cycles", "cli");
+  EXPECT_DOUBLE_EQ(toDeviceParams(p, "x").compute.wave_overhead_cycles, 250.0);
+  applyOverride(p, "compute.wave_overhead=1 cycle", "cli");
+  EXPECT_DOUBLE_EQ(toDeviceParams(p, "x").compute.wave_overhead_cycles, 1.0);
+  applyOverride(p, "compute.wave_overhead=2 us", "cli");
+  const std::string msg = configError([&] { toDeviceParams(p, "x"); });
+  EXPECT_TRUE(contains(msg, "device.compute.wave_overhead")) << msg;
+  EXPECT_TRUE(contains(msg, "cycle")) << msg;
+}
+
+TEST(ToDeviceParams, SharingParametersAreChecked) {
+  cfg::Preset p = loadPreset("br100");
+  applyOverride(p, "dma.memory_weight=1.5", "cli");
+  applyOverride(p, "memory.cluster_bandwidth=0 GB/s", "cli");
+  const std::string msg = configError([&] { toDeviceParams(p, "x"); });
+  EXPECT_TRUE(contains(msg, "device.dma.memory_weight")) << msg;
+  EXPECT_TRUE(contains(msg, "device.memory.cluster_bandwidth")) << msg;
 }
 
 TEST(PcieLaneRate, ClosedForms) {
@@ -866,7 +979,7 @@ TEST(LoadDeviceParams, PresetFromPath) {
   SimOptions o;
   o.preset = path;
   const DeviceParams d = loadDeviceParams(o);
-  EXPECT_EQ(d.memory.capacity_bytes, 80ull * 1000 * 1000 * 1000);
+  EXPECT_EQ(d.memory.capacity_bytes, 81559ull << 20);
 }
 
 TEST(LoadDeviceParams, UnknownPresetIsConfigError) {

@@ -7,6 +7,7 @@
 
 #include "device_models/fabric/Algorithms.h"
 #include "device_models/fabric/CollectiveEngine.h"
+#include "device_models/fabric/FabricParams.h"
 
 using namespace cardsim::fabric;
 
@@ -200,12 +201,22 @@ TEST(FabricRegistry, NamesChoicesAndErrors) {
     EXPECT_NE(std::string(e.what()).find("ring, tree, direct, hierarchical, switch"), std::string::npos);
   }
   Topology star = switchStar(8, kLink, kSw, false), nvs = switchStar(8, kLink, kSw, true), mesh = fullMesh(8, kLink);
-  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 1024, star), star).name(), "tree");
-  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, star), star).name(), "ring");
+  // The choice is the fastest alone: two latencies (direct) beat 2(n-1) (ring) for a small
+  // message; in-switch reduction moves S instead of 2(n-1)/n S per rank for a large one.
+  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 1024, star), star).name(), "direct");
   EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, nvs), nvs).name(), "switch");
   EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllGather, 64e6, mesh), mesh).name(), "direct");
-  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllGather, 64e6, star), star).name(), "ring");
-  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllToAll, 64e6, star), star).name(), "direct");
+  const NicParams nic{{25e9, 2e-6}, 1e-6, 50e9};
+  Topology two = multiNode(2, switchStar(4, kLink, kSw, false), nic, kSw, 1.0);
+  for (double bytes : {1024.0, 64e6}) {
+    const auto r = request(CollectiveOp::AllReduce, bytes, two);
+    const ICollectiveAlgorithm& chosen = chooseAlgorithm(r, two);
+    const double t = CollectiveEngine(two).timeAlone(chosen.schedule(r, two));
+    for (const std::string& name : algorithmNames())
+      if (algorithm(name).unsupported(r, two).empty())
+        EXPECT_LE(t, CollectiveEngine(two).timeAlone(algorithm(name).schedule(r, two))) << name << " " << bytes;
+  }
+  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, two), two).name(), "hierarchical");
   try {
     pickAlgorithm("switch", request(CollectiveOp::AllReduce, 64e6, star), star);
     FAIL();
@@ -216,4 +227,34 @@ TEST(FabricRegistry, NamesChoicesAndErrors) {
   EXPECT_EQ(parseOp("all-reduce"), CollectiveOp::AllReduce);
   EXPECT_THROW(parseOp("allsum"), std::invalid_argument);
   EXPECT_DOUBLE_EQ(busBandwidthFactor(CollectiveOp::AllReduce, 8), 1.75);
+}
+
+TEST(FabricTopology, CardGroupSharesEachCardsLinksAmongItsChips) {
+  // 4 cards x 2 chips; a card's link to another card is shared by both of its chips.
+  FabricParams p;
+  p.shape = NodeShape::CardGroup;
+  p.devices_per_node = 8;
+  p.chips_per_card = 2;
+  p.link = {30e9, 1e-6};
+  p.on_card = {100e9, 0.2e-6};
+  p.switch_latency_s = 0.1e-6;
+  Topology t = buildTopology(p);
+  const auto& d = t.devices();
+  ASSERT_EQ(d.size(), 8u);
+  EXPECT_EQ(t.route(d[0], d[1]).size(), 2u);   // chip - card ports - chip
+  EXPECT_EQ(t.route(d[0], d[2]).size(), 3u);   // chip - ports - ports - chip
+  EXPECT_DOUBLE_EQ(t.routeLatency(d[0], d[2]), 0.2e-6 + 0.1e-6 + 1e-6 + 0.1e-6 + 0.2e-6);
+  // Both chips of card 0 sending to card 1 at once share the 30 GB/s card link.
+  FlowSolver solver(t);
+  const auto r = solver.rates({&t.route(d[0], d[2]), &t.route(d[1], d[3])});
+  EXPECT_DOUBLE_EQ(r[0], 15e9);
+  EXPECT_DOUBLE_EQ(r[1], 15e9);
+  p.chips_per_card = 3;
+  EXPECT_THROW(buildTopology(p), std::invalid_argument);
+  EXPECT_EQ(parseShape("full_mesh"), NodeShape::FullMesh);
+  EXPECT_THROW(parseShape("torus"), std::invalid_argument);
+  p.chips_per_card = 2;
+  p.nodes = 3;
+  p.nic = NicParams{{25e9, 2e-6}, 1e-6, 0};
+  EXPECT_EQ(buildTopology(p).devices().size(), 24u);
 }

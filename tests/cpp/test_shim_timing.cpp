@@ -25,8 +25,12 @@ double linkBandwidth(const cardsim::model::DeviceParams& p) {
   return cardsim::model::pcieLaneBytesPerSecond(p.host_link.pcie_generation) * p.host_link.lanes *
          p.host_link.efficiency;
 }
+// Matrix units (GEMMs) and vector units (everything else).
 double peak(const cardsim::model::DeviceParams& p, DType t) {
   return p.compute.peak_ops_per_s[static_cast<size_t>(t)];
+}
+double vectorPeak(const cardsim::model::DeviceParams& p, DType t) {
+  return p.compute.vector_peak_ops_per_s[static_cast<size_t>(t)];
 }
 double eff(const cardsim::model::DeviceParams& p, KernelClass k) {
   return p.compute.efficiency[static_cast<size_t>(k)];
@@ -110,7 +114,7 @@ TEST(ShimTiming, MemoryBoundKernelAloneMatchesRoofline) {
   auto acts = drain();
   ASSERT_EQ(acts.size(), 1u);
   const double roofline = std::max(bytes / p.memory.bandwidth_bytes_per_s,
-                                   (bytes / 8) / (peak(p, DType::FP32) * eff(p, KernelClass::Elementwise)));
+                                   (bytes / 8) / (vectorPeak(p, DType::FP32) * eff(p, KernelClass::Elementwise)));
   const double expected = p.compute.dispatch_latency_s + p.memory.latency_s + roofline;
   EXPECT_NEAR(durationS(acts[0]), expected, kTolerance * expected);
 }
@@ -126,10 +130,14 @@ TEST(ShimTiming, KernelWithPartialLastWaveCostsWholeWaves) {
   ASSERT_SHIM_OK(shim::launchKernel(nullptr, "gemm", c, {}));
   ASSERT_SHIM_OK(shim::deviceSynchronize());
   auto acts = drain();
+  // Each wave: a tile's work in whole cycles of the clock plus the per-wave overhead, after
+  // the memory latency, the phase rounded up to whole cycles.
+  const double f = p.compute.clock_hz;
   const double per_cluster = peak(p, DType::FP16) * eff(p, KernelClass::Gemm) / p.compute.clusters;
-  const double wave = flops / tiles / per_cluster;
-  const double expected = p.compute.dispatch_latency_s + 2 * (p.memory.latency_s + wave);
-  EXPECT_NEAR(durationS(acts.at(0)), expected, 0.01 * expected);
+  const double wave_cycles = std::ceil(flops / tiles / (per_cluster / f)) + p.compute.wave_overhead_cycles;
+  const double phase = std::ceil(p.memory.latency_s * f + wave_cycles - 1e-6) / f;
+  const double expected = p.compute.dispatch_latency_s + 2 * phase;
+  EXPECT_NEAR(durationS(acts.at(0)), expected, 1e-9);
 }
 
 TEST(ShimTiming, TwoMemoryBoundKernelsOnTwoStreamsOverlapAndShareBandwidth) {

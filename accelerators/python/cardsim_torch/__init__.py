@@ -71,7 +71,7 @@ def activate(p: Personality):
     if p.fused_adam_namespace:
         _C._register_fused_adam(p.fused_adam_namespace)
     distributed.register_backend(p)
-    host_time.install(_C)
+    host_time.install(_C, p.device)
     _active = p
     atexit.register(_report_fallbacks)
     return module

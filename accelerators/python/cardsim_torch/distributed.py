@@ -5,9 +5,10 @@ host-addressable in the emulator). Collectives complete before the call returns 
 their Work is already done, which is a legal schedule of the asynchronous API; point to
 point operations stay asynchronous so that isend/irecv pairs cannot deadlock.
 
-Timing: each collective charges its device an alpha-beta cost until the collective
-fabric is modelled: time = alpha * steps + bytes_on_the_wire / link_bandwidth, with the
-ring algorithm's steps and wire bytes (see ``collective_cost``).
+Timing: each collective occupies the device's current stream for the time the preset's
+collective fabric model gives it alone on an idle fabric (shim launchFabricCollective): the
+group's global ranks are its devices on the fabric, one device per rank. Each rank charges
+that time on its own card; the ranks' simulated clocks are not joined yet.
 """
 from __future__ import annotations
 
@@ -100,29 +101,22 @@ class _Host:
         self.writebacks.clear()
 
 
-def collective_cost(kind: str, nbytes: int, world: int) -> tuple[int, float]:
-    """(steps, bytes each rank sends) of the ring algorithm for a collective."""
-    if world <= 1:
-        return 0, 0.0
-    n = world
-    if kind == "all_reduce":
-        return 2 * (n - 1), 2.0 * (n - 1) / n * nbytes
-    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
-        return n - 1, (n - 1) / n * nbytes
-    if kind in ("broadcast", "reduce", "gather", "scatter"):
-        return n - 1, float(nbytes)
-    if kind == "barrier":       # an all-reduce of one 4-byte element, as the vendor libraries do
-        return 2 * (n - 1), 2.0 * (n - 1) / n * 4
-    return 1, float(nbytes)     # send / recv
+# torch.distributed's collectives as the fabric model names them; gather and scatter are
+# timed as the rooted reduce and broadcast of the same bytes.
+_FABRIC_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+              "broadcast": "broadcast", "reduce": "reduce", "gather": "reduce", "scatter": "broadcast",
+              "all_to_all": "all_to_all", "send": "send_recv", "recv": "send_recv", "barrier": "barrier"}
 
 
 class CardsimProcessGroup(dist.ProcessGroup):
     def __init__(self, store, rank: int, size: int, timeout: timedelta, backend_name: str,
-                 device_type: str):
+                 device_type: str, global_ranks=None):
         super().__init__(rank, size)
         from . import _C
         self._alias = _C._cpu_alias
-        self._charge_fn = _C._charge_collective
+        self._launch = _C._launch_collective
+        # The group's members as global ranks (their devices on the fabric), in group order.
+        self._ranks = list(global_ranks) if global_ranks else list(range(size))
         self._name = backend_name
         self._device_type = device_type
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank,
@@ -156,8 +150,10 @@ class CardsimProcessGroup(dist.ProcessGroup):
             self._charge(kind, sized)
         return _DoneWork(result)
 
-    def _charge(self, kind: str, tensors) -> None:
-        """Queues the collective's alpha-beta time on the device's current stream."""
+    def _charge(self, kind: str, tensors, root: int = 0, peer: int = 1, ranks=None) -> None:
+        """Queues the collective's fabric time on the device's current stream. `tensors`
+        carry nccl-tests' size for `kind` (see shim CollectiveDesc); `root` and `peer` are
+        group ranks."""
         if tensors is None:
             return
         if isinstance(tensors, torch.Tensor):
@@ -166,8 +162,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         if not dev:
             return
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        steps, wire = collective_cost(kind, nbytes, self.size())
-        self._charge_fn(dev[0].device.index, f"{self._name}:{kind}", steps, wire)
+        self._launch(dev[0].device.index, _FABRIC_OP[kind], float(nbytes),
+                     self._ranks if ranks is None else ranks, root, peer)
 
     @staticmethod
     def _avg(op) -> bool:
@@ -259,8 +255,10 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         h = self._host()
         host = [h(t, written=True) for t in tensors]
-        return self._done(h, self._gloo.broadcast(host, opts or dist.BroadcastOptions()), tensors,
-                          "broadcast", tensors)
+        opts = opts or dist.BroadcastOptions()
+        self._done(h, self._gloo.broadcast(host, opts), tensors)
+        self._charge("broadcast", tensors, root=opts.rootRank)
+        return _DoneWork(tensors)
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
@@ -271,7 +269,10 @@ class CardsimProcessGroup(dist.ProcessGroup):
         o.reduceOp = self._reduce_op(op)
         o.rootRank = opts.rootRank
         o.rootTensor = opts.rootTensor
-        self._done(h, self._gloo.reduce(host, o), tensors, "reduce", tensors)
+        work = self._gloo.reduce(host, o)
+        work.wait()
+        h.finish()
+        self._charge("reduce", tensors, root=opts.rootRank)
         if self._avg(op) and self.rank() == opts.rootRank:
             for t in tensors:
                 t.div_(self.size())
@@ -281,15 +282,19 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
         ins = [h(t) for t in input_tensors]
-        return self._done(h, self._gloo.gather(outs, ins, opts or dist.GatherOptions()), output_tensors,
-                          "gather", input_tensors)
+        opts = opts or dist.GatherOptions()
+        self._done(h, self._gloo.gather(outs, ins, opts), output_tensors)
+        self._charge("gather", input_tensors, root=opts.rootRank)
+        return _DoneWork(output_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         h = self._host()
         outs = [h(t, written=True) for t in output_tensors]
         ins = [[h(t) for t in lst] for lst in input_tensors]
-        return self._done(h, self._gloo.scatter(outs, ins, opts or dist.ScatterOptions()), output_tensors,
-                          "scatter", output_tensors)
+        opts = opts or dist.ScatterOptions()
+        self._done(h, self._gloo.scatter(outs, ins, opts), output_tensors)
+        self._charge("scatter", output_tensors, root=opts.rootRank)
+        return _DoneWork(output_tensors)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         # As all_to_all_single over the concatenation (Gloo has no list form).
@@ -341,8 +346,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         if module.is_initialized():
             ids = list(getattr(opts, "device_ids", None) or [])
             device = ids[0] if ids else module.current_device()
-            steps, wire = collective_cost("barrier", 0, self.size())
-            self._charge_fn(device, f"{self._name}:barrier", steps, wire)
+            self._launch(device, "barrier", 4.0, self._ranks, 0, 1 if self.size() > 1 else 0)
         return _DoneWork([])
 
     # -- point to point ------------------------------------------------------------------
@@ -350,19 +354,21 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def send(self, tensors, dst: int, tag: int = 0):
         h = self._host()
         host = [h(t) for t in tensors]
-        self._charge("send", tensors)
+        self._charge("send", tensors, ranks=[self._ranks[self.rank()], self._ranks[dst]])
         return _PendingWork(self._gloo.send(host, dst, tag), h.finish, tensors)
 
     def recv(self, tensors, src: int, tag: int = 0):
         h = self._host()
         host = [h(t, written=True) for t in tensors]
-        self._charge("recv", tensors)
+        self._charge("recv", tensors, ranks=[self._ranks[src], self._ranks[self.rank()]])
         return _PendingWork(self._gloo.recv(host, src, tag), h.finish, tensors)
 
     def recv_anysource(self, tensors, tag: int = 0):
         h = self._host()
         host = [h(t, written=True) for t in tensors]
-        self._charge("recv", tensors)
+        # the sender is known only on arrival: timed as from the next rank of the group
+        src = (self.rank() + 1) % self.size()
+        self._charge("recv", tensors, ranks=[self._ranks[src], self._ranks[self.rank()]])
         return _PendingWork(self._gloo.recv_anysource(host, tag), h.finish, tensors)
 
 
@@ -371,7 +377,8 @@ def register_backend(p) -> None:
     if p.comm_backend.upper() in dist.Backend._plugins:
         return
 
-    def create(store, rank, size, timeout):
-        return CardsimProcessGroup(store, rank, size, timeout, p.comm_backend, p.device)
+    def create(opts, backend_options=None):
+        return CardsimProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout, p.comm_backend,
+                                   p.device, global_ranks=opts.global_ranks_in_group)
 
-    dist.Backend.register_backend(p.comm_backend, create, devices=[p.device, "cpu"])
+    dist.Backend.register_backend(p.comm_backend, create, extended_api=True, devices=[p.device, "cpu"])

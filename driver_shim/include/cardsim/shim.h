@@ -87,12 +87,18 @@ struct DeviceProperties {
   double clock_hz = 0;
   double memory_bandwidth_bytes_per_s = 0;
   std::string memory_technology;
-  double peak_fp64_flops = 0;       // per second; 0 = unsupported
+  // Matrix units (what GEMMs run at), per second; 0 = unsupported.
+  double peak_fp64_flops = 0;
   double peak_fp32_flops = 0;
   double peak_tf32_flops = 0;
   double peak_fp16_flops = 0;
   double peak_bf16_flops = 0;
   double peak_int8_ops = 0;
+  // Vector units (elementwise, reductions, everything but GEMMs), per second.
+  double vector_peak_fp64_flops = 0;
+  double vector_peak_fp32_flops = 0;
+  double vector_peak_fp16_flops = 0;
+  double vector_peak_bf16_flops = 0;
   int compute_capability_major = 0;
   int compute_capability_minor = 0;
   uint32_t pcie_generation = 0;
@@ -205,6 +211,27 @@ Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost
 // caller modelled (the alpha-beta cost of a collective, until the fabric model times it).
 // It occupies the stream's queue only, no compute or memory resource.
 Status launchCollective(Stream stream, std::string_view name, double seconds);
+
+// A collective on the preset's collective fabric (see README, "Collective fabric").
+struct CollectiveDesc {
+  std::string op;              // "all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                               // "reduce", "all_to_all", "send_recv", "barrier"
+  double bytes = 0;            // nccl-tests' size: per-rank buffer (all_reduce, broadcast,
+                               // reduce), gathered output (all_gather), input (reduce_scatter),
+                               // one rank's send buffer (all_to_all), the message (send_recv)
+  std::vector<int> ranks;      // the group's global ranks in group order; rank r's device is
+                               // device r of the fabric (one device per rank)
+  int root = 0;                // index into ranks: broadcast/reduce root, send_recv source
+  int peer = 1;                // index into ranks: send_recv destination
+  std::string algorithm;       // "ring", "tree", "direct", "hierarchical", "switch"; empty:
+                               // CARDSIM_COLL_ALGO, else the fastest on an idle fabric
+};
+
+// Queues the collective on `stream` for the time the fabric model gives it alone on an
+// idle fabric (the ranks' clocks are not joined yet: each rank charges that time on its
+// own card). Returns the seconds and the algorithm used.
+Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
+                              std::string* algorithm);
 
 // Runs `fn` on the host in stream order (as cnrtInvokeHostFunc / a host function node). Work
 // is functional first, so outside a capture `fn` runs now, on this thread, for one launch

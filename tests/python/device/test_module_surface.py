@@ -11,7 +11,7 @@ import torch
 EXPECTED = {
     "mlu": dict(name="MLU370-X8", preset="mlu370-x8", total_memory=23374 << 20,
                 capability=(3, 0), clusters=8, graph="MLUGraph"),
-    "supa": dict(name="BR100", preset="br100", total_memory=64_000_000_000,
+    "supa": dict(name="BR100", preset="br100", total_memory=65536 << 20,
                  capability=(1, 0), clusters=32, graph="SUPAGraph"),
 }
 GRANULARITY = 512   # the caching allocator rounds block sizes up to 512 bytes

@@ -66,7 +66,7 @@ _OOM = """
 def test_out_of_memory_at_preset_capacity(py, card):
     res = _run(py, card, _OOM.format(card=card))
     cap = res["cap"]
-    assert cap == {"mlu": 23374 << 20, "supa": 64 * 10 ** 9}[card]
+    assert cap == {"mlu": 23374 << 20, "supa": 65536 << 20}[card]
     assert res["ooms0"] == 0
     assert res["held"] >= cap // 2
     for err in res["errs"]:

@@ -1,0 +1,37 @@
+// The card's memory (LPDDR or HBM) as the requesters see it: capacity, bandwidth and
+// latency, shared by every kernel, copy and memset on the card. Addresses interleave over
+// the channels (or stacks) at a fine grain, so every stream of traffic spreads evenly
+// over all of them; the model is therefore one shared bandwidth, the channels' sum, and
+// `memory.channels` is descriptive only.
+//
+// Sharing rule (weighted max-min, FairShare): a kernel holding k of the card's N clusters
+// weighs k/N and draws at most k x memory.cluster_bandwidth (each cluster has one port
+// into the memory system); a DMA engine weighs dma.memory_weight, uncapped (its host-link
+// leg has its own pipe). Whatever a capped requester leaves goes to the others.
+#pragma once
+
+#include <systemc>
+
+#include "device_models/DeviceParams.h"
+#include "device_models/SharedPipe.h"
+
+namespace cardsim::model {
+
+class MemorySystem : public sc_core::sc_module {
+ public:
+  MemorySystem(sc_core::sc_module_name name, const MemoryParams& params);
+
+  // Moves `bytes` for a kernel holding `clusters` of the card's `total_clusters`.
+  void transferForClusters(double bytes, uint32_t clusters, uint32_t total_clusters, Waiter* w);
+  // Moves `bytes` for a DMA engine of weight `weight`.
+  void transferForDma(double bytes, double weight, Waiter* w) { pipe_.start(bytes, weight, w); }
+  const MemoryParams& params() const { return params_; }
+  const FairShare& stats() const { return pipe_.share(); }
+
+ private:
+  void onWake() { pipe_.onWake(); }
+  MemoryParams params_;
+  SharedPipe pipe_;
+};
+
+}  // namespace cardsim::model

@@ -1,0 +1,41 @@
+// The fabric of one preset, in base units: the shape of one node and the links between
+// nodes. Filled from the preset's `fabric` block (simulator/Config); buildTopology turns it
+// into the graph the algorithms run on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "device_models/fabric/Algorithms.h"
+#include "device_models/fabric/Topology.h"
+
+namespace cardsim::fabric {
+
+enum class NodeShape : uint8_t {
+  FullMesh,     // every pair of devices joined by its own link (BLink)
+  SwitchStar,   // every device joined to one switch (NVSwitch)
+  CardGroup,    // chips joined through their card's fabric ports; cards in a full mesh (MLU-Link)
+};
+const char* shapeName(NodeShape s);
+NodeShape parseShape(const std::string& name);   // throws listing the valid names
+
+struct FabricParams {
+  NodeShape shape = NodeShape::SwitchStar;
+  uint32_t devices_per_node = 8;
+  LinkParams link;                    // mesh: each pair; star: device <-> switch; card group: card <-> card
+  LinkParams on_card;                 // card group: chip <-> its card's ports
+  uint32_t chips_per_card = 1;        // card group
+  double switch_latency_s = 0;        // star: the switch; card group: the card's ports
+  bool in_switch_reduction = false;   // star: the switch reduces (NVLS-style)
+  uint32_t nodes = 1;                 // CARDSIM_NODES
+  NicParams nic;                      // between nodes
+  double leaf_latency_s = 0;
+  double oversubscription = 1;
+  uint32_t channels = 1;              // rings/trees in parallel
+  double chunk_bytes = 0;             // pipeline chunk; 0: none
+};
+
+// nodes x devices_per_node devices, node-major (device rank r is on node r / devices_per_node).
+Topology buildTopology(const FabricParams& p);
+
+}  // namespace cardsim::fabric

@@ -1,0 +1,142 @@
+#include "simulator/FabricConfig.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "simulator/Units.h"
+#include "simulator/proto/config.pb.h"
+
+namespace cardsim::sim {
+
+namespace {
+
+// Reads the fabric's quantities; only those the shape uses are required.
+class FabricReader {
+ public:
+  explicit FabricReader(std::string origin) : origin_(std::move(origin)) {}
+
+  double get(const config::Quantity& q, bool present, const std::string& key, Dimension dim, bool positive) {
+    const std::string path = "device.fabric." + key;
+    if (!present) {
+      problems_.push_back(path + ": missing");
+      return 0;
+    }
+    if (q.confidence() == config::CONFIDENCE_UNSET)
+      problems_.push_back(path + ".confidence: missing (PUBLISHED, DERIVED or ASSUMED)");
+    if ((q.confidence() == config::PUBLISHED || q.confidence() == config::DERIVED) && q.source().empty())
+      problems_.push_back(path + ".source: missing for a " + config::Confidence_Name(q.confidence()) + " number");
+    std::string why;
+    auto v = parseQuantity(q.value(), dim, &why);
+    if (!v) {
+      problems_.push_back(path + ": " + why + " (expected a " + dimensionName(dim) + " like " +
+                          dimensionExample(dim) + ")");
+      return 0;
+    }
+    if (positive && !(*v > 0)) problems_.push_back(path + ": \"" + q.value() + "\" must be greater than 0");
+    if (!positive && *v < 0) problems_.push_back(path + ": \"" + q.value() + "\" must not be negative");
+    return *v;
+  }
+  uint32_t count(const config::Quantity& q, bool present, const std::string& key, uint32_t min_value) {
+    const double v = get(q, present, key, Dimension::Count, false);
+    if (present && (v < min_value || v != std::floor(v) || v > 1e6)) {
+      problems_.push_back("device.fabric." + key + ": \"" + q.value() + "\" must be a whole number of at least " +
+                          std::to_string(min_value));
+      return min_value;
+    }
+    return static_cast<uint32_t>(v);
+  }
+  fabric::LinkParams link(const config::FabricLink& l, bool present, const std::string& key) {
+    if (!present) {
+      problems_.push_back("device.fabric." + key + ": missing");
+      return {};
+    }
+    fabric::LinkParams p;
+    p.bandwidth_bytes_per_s = get(l.bandwidth(), l.has_bandwidth(), key + ".bandwidth", Dimension::Bandwidth, true);
+    p.latency_s = get(l.latency(), l.has_latency(), key + ".latency", Dimension::Time, false);
+    // One achieved-fraction figure per link type, applied to its bandwidth.
+    if (l.has_efficiency())
+      p.bandwidth_bytes_per_s *= get(l.efficiency(), true, key + ".efficiency", Dimension::Fraction, true);
+    return p;
+  }
+  void fail(const std::string& msg) { problems_.push_back(msg); }
+  void raise() const {
+    if (problems_.empty()) return;
+    std::string msg = origin_ + ": invalid fabric:";
+    for (const auto& p : problems_) msg += "\n  " + p;
+    throw ConfigError(msg);
+  }
+
+ private:
+  std::string origin_;
+  std::vector<std::string> problems_;
+};
+
+}  // namespace
+
+fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::string& origin) {
+  FabricReader x(origin);
+  fabric::FabricParams p;
+  try {
+    p.shape = fabric::parseShape(f.shape());
+  } catch (const std::invalid_argument& e) {
+    x.fail(std::string("device.fabric.shape: ") + e.what());
+  }
+  p.devices_per_node = x.count(f.devices_per_node(), f.has_devices_per_node(), "devices_per_node", 1);
+  p.link = x.link(f.link(), f.has_link(), "link");
+  if (p.shape == fabric::NodeShape::CardGroup) {
+    p.on_card = x.link(f.on_card(), f.has_on_card(), "on_card");
+    p.chips_per_card = x.count(f.chips_per_card(), f.has_chips_per_card(), "chips_per_card", 1);
+    if (p.chips_per_card > 0 && p.devices_per_node % p.chips_per_card != 0)
+      x.fail("device.fabric.chips_per_card: " + std::to_string(p.chips_per_card) + " does not divide devices_per_node (" +
+             std::to_string(p.devices_per_node) + ")");
+  }
+  if (p.shape != fabric::NodeShape::FullMesh)
+    p.switch_latency_s = x.get(f.switch_latency(), f.has_switch_latency(), "switch_latency", Dimension::Time, false);
+  p.in_switch_reduction = f.in_switch_reduction();
+  if (p.in_switch_reduction && p.shape != fabric::NodeShape::SwitchStar)
+    x.fail("device.fabric.in_switch_reduction: only a 'switch' shape can reduce in the switch");
+  p.nodes = f.has_nodes() ? x.count(f.nodes(), true, "nodes", 1) : 1;
+  // Between nodes: only read when the preset describes it (a single-node preset may not).
+  if (f.has_nic()) {
+    const auto& n = f.nic();
+    p.nic.link.bandwidth_bytes_per_s = x.get(n.bandwidth(), n.has_bandwidth(), "nic.bandwidth", Dimension::Bandwidth, true);
+    p.nic.link.latency_s = x.get(n.latency(), n.has_latency(), "nic.latency", Dimension::Time, false);
+    p.nic.host_latency_s = x.get(n.host_latency(), n.has_host_latency(), "nic.host_latency", Dimension::Time, false);
+    if (n.has_host_bandwidth())
+      p.nic.host_bandwidth_bytes_per_s = x.get(n.host_bandwidth(), true, "nic.host_bandwidth", Dimension::Bandwidth, true);
+    p.leaf_latency_s = x.get(f.leaf_latency(), f.has_leaf_latency(), "leaf_latency", Dimension::Time, false);
+    p.oversubscription = f.has_oversubscription()
+                             ? x.get(f.oversubscription(), true, "oversubscription", Dimension::Count, true) : 1.0;
+    if (p.oversubscription < 1) x.fail("device.fabric.oversubscription: must be at least 1");
+  }
+  if (f.has_channels()) p.channels = x.count(f.channels(), true, "channels", 1);
+  if (f.has_chunk()) p.chunk_bytes = x.get(f.chunk(), true, "chunk", Dimension::Bytes, false);
+  x.raise();
+  return p;
+}
+
+fabric::FabricParams loadFabricParams(const SimOptions& options) {
+  config::Preset preset = loadPreset(options.preset);
+  std::string origin = "preset " + options.preset;
+  if (!options.overrides_file.empty()) {
+    applyOverridesFile(preset, options.overrides_file);
+    origin += " + " + options.overrides_file;
+  }
+  for (const auto& o : options.overrides) applyOverride(preset, o, "override \"" + o + "\"");
+  if (!preset.device().has_fabric())
+    throw ConfigError(origin + ": device.fabric: missing (the preset describes no collective fabric)");
+  fabric::FabricParams p = toFabricParams(preset.device().fabric(), origin);
+  if (const char* env = std::getenv("CARDSIM_NODES"); env && *env) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end != '\0' || n < 1 || n > 65536)
+      throw ConfigError(std::string("CARDSIM_NODES: \"") + env + "\" is not a node count (1..65536)");
+    p.nodes = static_cast<uint32_t>(n);
+  }
+  if (p.nodes > 1 && p.nic.link.bandwidth_bytes_per_s <= 0)
+    throw ConfigError(origin + ": device.fabric.nic: missing, but " + std::to_string(p.nodes) +
+                      " nodes need NICs between them");
+  return p;
+}
+
+}  // namespace cardsim::sim

@@ -1,0 +1,40 @@
+// The collective fabric of a running simulation: the preset's fabric parameters, the
+// topology for as many nodes as a job's ranks need, and the time of a collective alone on
+// it. Ranks are placed on the topology's devices in order (global rank r on device r), as
+// a job of one device per rank is. Thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "device_models/fabric/Algorithms.h"
+#include "device_models/fabric/FabricParams.h"
+
+namespace cardsim::sim {
+
+class FabricModel {
+ public:
+  explicit FabricModel(fabric::FabricParams params) : params_(std::move(params)) {}
+  const fabric::FabricParams& params() const { return params_; }
+
+  struct Timed {
+    double seconds = 0;
+    std::string algorithm;
+  };
+  // `ranks`: the group's global ranks, in group order; `root`/`peer` index into them;
+  // `algorithm` empty: CARDSIM_COLL_ALGO, else the tuner's choice. Throws
+  // std::invalid_argument naming what is wrong.
+  Timed time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks, uint32_t root,
+             uint32_t peer, const std::string& algorithm);
+
+ private:
+  const fabric::Topology& topologyFor(uint32_t devices);
+  fabric::FabricParams params_;
+  std::mutex mutex_;
+  std::map<uint32_t, std::unique_ptr<fabric::Topology>> topologies_;   // by node count
+};
+
+}  // namespace cardsim::sim

@@ -1,0 +1,146 @@
+// The presets' `fabric` blocks: loaded by shape, sourced, overridable, errors by key path.
+#include <gtest/gtest.h>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/reflection.h>
+
+#include <cstdlib>
+#include <set>
+
+#include "simulator/FabricConfig.h"
+#include "simulator/FabricModel.h"
+#include "simulator/proto/config.pb.h"
+
+using namespace cardsim;
+namespace pb = google::protobuf;
+
+namespace {
+
+// Every quantity present under `m`, with its key path.
+void presentQuantities(const pb::Message& m, const std::string& prefix,
+                       std::vector<std::pair<std::string, const config::Quantity*>>* out) {
+  const pb::Reflection* r = m.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const pb::FieldDescriptor* f : fields) {
+    if (f->type() != pb::FieldDescriptor::TYPE_MESSAGE || f->is_repeated()) continue;
+    const pb::Message& sub = r->GetMessage(m, f);
+    if (f->message_type() == config::Quantity::descriptor())
+      out->push_back({prefix + f->name(), static_cast<const config::Quantity*>(&sub)});
+    else
+      presentQuantities(sub, prefix + f->name() + ".", out);
+  }
+}
+
+std::string errorOf(const std::vector<std::string>& overrides, const std::string& preset = "br100") {
+  sim::SimOptions o;
+  o.preset = preset;
+  o.overrides = overrides;
+  try {
+    sim::loadFabricParams(o);
+  } catch (const sim::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(FabricConfig, EveryPresetDescribesItsFabricWithSources) {
+  for (const std::string& name : sim::presetNames()) {
+    SCOPED_TRACE(name);
+    const config::Preset p = sim::loadPreset(name);
+    ASSERT_TRUE(p.device().has_fabric());
+    std::set<std::string> ids;
+    for (const auto& s : p.sources()) ids.insert(s.id());
+    std::vector<std::pair<std::string, const config::Quantity*>> qs;
+    presentQuantities(p.device().fabric(), "fabric.", &qs);
+    EXPECT_GE(qs.size(), 4u);
+    for (const auto& [path, q] : qs) {
+      EXPECT_NE(q->confidence(), config::CONFIDENCE_UNSET) << path;
+      if (q->confidence() == config::PUBLISHED || q->confidence() == config::DERIVED)
+        EXPECT_TRUE(ids.count(q->source())) << path << " cites '" << q->source() << "', not in the preset's sources";
+      if (q->confidence() == config::ASSUMED) EXPECT_FALSE(q->note().empty()) << path << ": say why it is assumed";
+    }
+    sim::SimOptions o;
+    o.preset = name;
+    const fabric::FabricParams f = sim::loadFabricParams(o);
+    EXPECT_EQ(f.devices_per_node, 8u);
+    EXPECT_GT(f.link.bandwidth_bytes_per_s, 1e9);
+    EXPECT_EQ(fabric::buildTopology(f).devices().size(), 8u);
+  }
+}
+
+TEST(FabricConfig, PresetShapes) {
+  sim::SimOptions o;
+  o.preset = "br100";
+  fabric::FabricParams f = sim::loadFabricParams(o);
+  EXPECT_EQ(f.shape, fabric::NodeShape::FullMesh);
+  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 32e9);
+  o.preset = "h100-sxm";
+  f = sim::loadFabricParams(o);
+  EXPECT_EQ(f.shape, fabric::NodeShape::SwitchStar);
+  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9);
+  EXPECT_TRUE(f.in_switch_reduction);
+  o.preset = "mlu370-x8";
+  f = sim::loadFabricParams(o);
+  EXPECT_EQ(f.shape, fabric::NodeShape::CardGroup);
+  EXPECT_EQ(f.chips_per_card, 2u);
+  EXPECT_EQ(f.chunk_bytes, 512.0 * 1024);
+}
+
+TEST(FabricConfig, OverridesAndNodes) {
+  sim::SimOptions o;
+  o.preset = "br100";
+  o.overrides = {"fabric.link.bandwidth=64 GB/s", "fabric.link.efficiency=0.5", "fabric.nodes=4"};
+  fabric::FabricParams f = sim::loadFabricParams(o);
+  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 32e9);   // 64 GB/s x 0.5 achieved
+  EXPECT_EQ(f.nodes, 4u);
+  EXPECT_EQ(fabric::buildTopology(f).devices().size(), 32u);
+  setenv("CARDSIM_NODES", "3", 1);
+  EXPECT_EQ(sim::loadFabricParams(o).nodes, 3u);
+  setenv("CARDSIM_NODES", "three", 1);
+  EXPECT_THROW(sim::loadFabricParams(o), sim::ConfigError);
+  unsetenv("CARDSIM_NODES");
+}
+
+TEST(FabricConfig, ErrorsNameTheKeyPathAndValue) {
+  EXPECT_NE(errorOf({"fabric.shape=torus"}).find("device.fabric.shape: unknown fabric shape 'torus' (valid: full_mesh, switch, card_group)"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"fabric.link.bandwidth=fast"}).find("device.fabric.link.bandwidth"), std::string::npos);
+  EXPECT_NE(errorOf({"fabric.link.bandwidth=-1 GB/s"}).find("device.fabric.link.bandwidth"), std::string::npos);
+  // A card group needs what a mesh does not.
+  const std::string card = errorOf({"fabric.shape=card_group"});
+  EXPECT_NE(card.find("device.fabric.on_card: missing"), std::string::npos) << card;
+  EXPECT_NE(card.find("device.fabric.chips_per_card: missing"), std::string::npos) << card;
+  EXPECT_NE(errorOf({"fabric.in_switch_reduction=true"}).find("only a 'switch' shape"), std::string::npos);
+  EXPECT_NE(errorOf({"fabric.in_switch_reduction=yes"}).find("wants true or false"), std::string::npos);
+  EXPECT_NE(errorOf({"fabric.nosuch=1"}).find("nosuch"), std::string::npos);
+  EXPECT_NE(errorOf({"fabric.oversubscription=0.5"}).find("device.fabric.oversubscription"), std::string::npos);
+  EXPECT_EQ(errorOf({}), "");
+}
+
+TEST(FabricModel, TimesGroupsByGlobalRankAndGrowsNodesAsNeeded) {
+  sim::SimOptions o;
+  o.preset = "h100-sxm";
+  o.overrides = {"fabric.link.bandwidth=400 GB/s", "fabric.link.latency=1 us", "fabric.switch_latency=0.5 us"};
+  sim::FabricModel m(sim::loadFabricParams(o));
+  using fabric::CollectiveOp;
+  // A group of one moves nothing; a point-to-point to itself neither.
+  EXPECT_EQ(m.time(CollectiveOp::Broadcast, 1e6, {3}, 0, 0, "").seconds, 0.0);
+  EXPECT_EQ(m.time(CollectiveOp::SendRecv, 1e6, {2, 2}, 0, 1, "").seconds, 0.0);
+  // Ranks 0 and 5 of one node: one transfer through the switch.
+  const auto p2p = m.time(CollectiveOp::SendRecv, 8e6, {0, 5}, 0, 1, "");
+  EXPECT_NEAR(p2p.seconds, 2e-6 + 0.5e-6 + 8e6 / 400e9, 1e-12);
+  // Forced ring over a subgroup: 2(n-1) steps of S/n.
+  const auto ring = m.time(CollectiveOp::AllReduce, 64e6, {1, 3, 5, 7}, 0, 0, "ring");
+  EXPECT_EQ(ring.algorithm, "ring");
+  EXPECT_NEAR(ring.seconds, 6 * (2.5e-6 + 16e6 / 400e9), 1e-12);
+  // Rank 12 lives on a second node: the topology grows, the transfer crosses the NICs.
+  const auto far = m.time(CollectiveOp::SendRecv, 8e6, {0, 12}, 0, 1, "");
+  EXPECT_GT(far.seconds, p2p.seconds * 5);
+  EXPECT_THROW(m.time(CollectiveOp::SendRecv, 1, {0, 1}, 0, 2, ""), std::invalid_argument);
+  EXPECT_THROW(m.time(CollectiveOp::Broadcast, 1, {0, 1}, 2, 0, ""), std::invalid_argument);
+  EXPECT_THROW(m.time(CollectiveOp::AllReduce, 1, {0, -1}, 0, 0, ""), std::invalid_argument);
+  EXPECT_THROW(m.time(CollectiveOp::AllReduce, 1, {0, 1}, 0, 0, "butterfly"), std::invalid_argument);
+}

@@ -1,0 +1,123 @@
+"""`cardsim collbench --model-only`: the nccl-tests-style sweep through the fabric model.
+
+Link numbers are forced with --set so the closed forms below do not depend on the presets.
+"""
+import csv
+import io
+import math
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+
+CARDSIM = ROOT / ".venv" / "bin" / "cardsim"
+HEADER = "op,algo,ranks,bytes,time_us,algbw_GBps,busbw_GBps"
+
+
+def run(*args, env=None):
+    import os
+    e = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_")}
+    e.update(env or {})
+    return subprocess.run([str(CARDSIM), *args], capture_output=True, text=True, timeout=120, env=e)
+
+
+def rows(out: str):
+    lines = out.strip().splitlines()
+    assert lines[0] == HEADER, lines[0]
+    return list(csv.DictReader(io.StringIO(out)))
+
+
+MESH = ["--preset", "br100", "--set", "fabric.link.bandwidth=100 GB/s", "--set", "fabric.link.latency=1 us"]
+STAR = ["--preset", "h100-sxm", "--set", "fabric.link.bandwidth=400 GB/s", "--set", "fabric.link.latency=1 us",
+        "--set", "fabric.switch_latency=0.5 us"]
+
+
+def test_direct_all_gather_on_a_full_mesh_matches_the_closed_form():
+    res = run("collbench", "--model-only", *MESH, "--ranks", "8", "--op", "all_gather", "--algo", "direct",
+              "--min-bytes", "1K", "--max-bytes", "1M", "--csv")
+    assert res.returncode == 0, res.stderr
+    got = rows(res.stdout)
+    assert [int(r["bytes"]) for r in got] == [1024 * 2 ** i for i in range(11)]
+    for r in got:
+        s = int(r["bytes"])
+        t_us = (1e-6 + s / 8 / 100e9) * 1e6
+        assert r["op"] == "all_gather" and r["algo"] == "direct" and r["ranks"] == "8"
+        assert float(r["time_us"]) == pytest.approx(t_us, abs=1e-3)
+        algbw = s / (t_us * 1e-6) / 1e9
+        assert float(r["algbw_GBps"]) == pytest.approx(algbw, abs=2e-3)
+        assert float(r["busbw_GBps"]) == pytest.approx(algbw * 7 / 8, abs=2e-3)
+
+
+def test_ring_all_reduce_on_a_switch_matches_the_closed_form_and_busbw():
+    res = run("collbench", "--model-only", *STAR, "--ranks", "8", "--algo", "ring", "--min-bytes", "64M",
+              "--max-bytes", "256M", "--factor", "4", "--csv")
+    assert res.returncode == 0, res.stderr
+    got = rows(res.stdout)
+    assert [int(r["bytes"]) for r in got] == [64 << 20, 256 << 20]
+    for r in got:
+        s = int(r["bytes"])
+        t = 2 * 7 * (2e-6 + 0.5e-6 + s / 8 / 400e9)
+        assert float(r["time_us"]) == pytest.approx(t * 1e6, rel=1e-6)
+        # large messages approach the link: busbw = 2(n-1)/n * algbw
+        assert float(r["busbw_GBps"]) == pytest.approx(2 * 7 / 8 * s / t / 1e9, rel=1e-4)
+
+
+def test_the_rule_picks_algorithms_by_size_and_the_environment_forces_one():
+    res = run("collbench", "--model-only", *STAR, "--ranks", "8", "--min-bytes", "1K", "--max-bytes", "64M",
+              "--factor", "256", "--csv")
+    assert res.returncode == 0, res.stderr
+    algos = {int(r["bytes"]): r["algo"] for r in rows(res.stdout)}
+    # the fastest alone: in-switch reduction moves S per rank and crosses the switch once
+    assert set(algos.values()) == {"switch"}, algos
+    plain = run("collbench", "--model-only", *STAR, "--set", "fabric.in_switch_reduction=false", "--ranks", "8",
+                "--min-bytes", "1K", "--max-bytes", "64M", "--factor", "256", "--csv")
+    assert plain.returncode == 0, plain.stderr
+    # without it: two all-to-all phases (2 latencies) beat 2(n-1) ring steps at the same bytes
+    assert {r["algo"] for r in rows(plain.stdout)} == {"direct"}, plain.stdout
+    forced = run("collbench", "--model-only", *STAR, "--ranks", "8", "--min-bytes", "1K", "--max-bytes", "1K",
+                 "--csv", env={"CARDSIM_COLL_ALGO": "ring"})
+    assert forced.returncode == 0, forced.stderr
+    assert rows(forced.stdout)[0]["algo"] == "ring"
+
+
+def test_a_thousand_ranks_over_nodes():
+    res = run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", "1024", "--op", "all_reduce",
+              "--min-bytes", "1G", "--max-bytes", "1G", "--csv")
+    assert res.returncode == 0, res.stderr
+    (r,) = rows(res.stdout)
+    assert r["ranks"] == "1024" and r["algo"] == "hierarchical"
+    assert float(r["time_us"]) > 0 and math.isfinite(float(r["busbw_GBps"]))
+
+
+def test_table_output_names_the_columns():
+    res = run("collbench", "--model-only", *MESH, "--min-bytes", "1K", "--max-bytes", "4K")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("# cardsim collbench: all_reduce on 8 rank(s) of br100")
+    for col in ("size", "count", "type", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)"):
+        assert col in lines[1]
+    assert len(lines) == 2 + 3
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--op", "all_sum"], "all_sum"),
+    (["--algo", "butterfly"], "butterfly"),
+    (["--algo", "switch", "--preset", "br100"], "switch"),
+    (["--min-bytes", "12Q"], "12Q"),
+    (["--set", "fabric.link.bandwidth=-5 GB/s"], "fabric.link.bandwidth"),
+    (["--set", "fabric.bogus=1"], "bogus"),
+    (["--preset", "nosuchcard"], "nosuchcard"),
+    (["--ranks", "0"], "--ranks"),
+    (["--frobnicate"], "--frobnicate"),
+])
+def test_bad_input_is_named_with_exit_status_2(args, needle):
+    res = run("collbench", "--model-only", *args)
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert needle in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_unknown_subcommand_lists_the_valid_ones():
+    res = run("frobnicate")
+    assert res.returncode == 2 and "collbench" in res.stderr, res.stderr

@@ -1,0 +1,99 @@
+// cardsim collbench: an nccl-tests-style sweep of one collective over message sizes, timed
+// by the fabric model of a preset (--model-only). Sizes double from --min-bytes to
+// --max-bytes (or grow by --factor); time is the collective alone on an idle fabric;
+// algbw = bytes / time and busbw = algbw x nccl-tests' bus factor (GB = 1e9 bytes).
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "device_models/fabric/Algorithms.h"
+#include "device_models/fabric/CollectiveEngine.h"
+#include "simulator/FabricConfig.h"
+#include "traces/cli/Args.h"
+#include "traces/cli/Commands.h"
+
+namespace cardsim::cli {
+
+namespace {
+const std::vector<FlagSpec> kFlags = {
+    {"preset", true, false, "device preset (default mlu370-x8)"},
+    {"ranks", true, false, "ranks, one device each, on devices 0..N-1 (default 8)"},
+    {"op", true, false, "all_reduce (default), all_gather, reduce_scatter, broadcast, reduce, all_to_all, send_recv, barrier"},
+    {"algo", true, false, "ring, tree, direct, hierarchical, switch (default: CARDSIM_COLL_ALGO, else the rule)"},
+    {"min-bytes", true, false, "smallest size, K/M/G suffixes (default 1K)"},
+    {"max-bytes", true, false, "largest size (default 1G)"},
+    {"factor", true, false, "size multiplier between rows (default 2)"},
+    {"nodes", true, false, "nodes of the preset's node shape (default: enough for --ranks)"},
+    {"set", true, true, "key.path=value override of the preset"},
+    {"csv", false, false, "print CSV: op,algo,ranks,bytes,time_us,algbw_GBps,busbw_GBps"},
+    {"model-only", false, false, "time through the fabric model alone (no processes)"},
+    {"help", false, false, "this help"},
+};
+}  // namespace
+
+int runCollbench(const std::vector<std::string>& argv) {
+  Args a("collbench", kFlags, argv);
+  if (a.has("help")) {
+    std::fputs(Args::usage("collbench", kFlags).c_str(), stdout);
+    return 0;
+  }
+  if (!a.positional().empty()) throw UsageError("cardsim collbench: unexpected argument '" + a.positional()[0] + "'");
+  if (!a.has("model-only"))
+    throw UsageError("cardsim collbench: only --model-only is available so far (the live path through "
+                     "cncl/bccl arrives with the fabric server)");
+  const long long ranks = a.integer("ranks", 8);
+  if (ranks < 1) throw UsageError("cardsim collbench: --ranks must be at least 1, got " + std::to_string(ranks));
+  const double lo = a.size("min-bytes", 1024), hi = a.size("max-bytes", 1024.0 * 1024 * 1024);
+  const double factor = a.number("factor", 2);
+  if (!(lo > 0) || hi < lo) throw UsageError("cardsim collbench: need 0 < --min-bytes <= --max-bytes");
+  if (!(factor > 1)) throw UsageError("cardsim collbench: --factor must be above 1");
+  const fabric::CollectiveOp op = fabric::parseOp(a.get("op", "all_reduce"));
+  const char* env_algo = std::getenv("CARDSIM_COLL_ALGO");
+  const std::string algo = a.get("algo", env_algo ? env_algo : "");
+  if (!algo.empty()) fabric::algorithm(algo);   // unknown names fail before any work
+
+  sim::SimOptions o;
+  o.preset = a.get("preset", "mlu370-x8");
+  o.overrides = a.all("set");
+  fabric::FabricParams fp = sim::loadFabricParams(o);
+  const long long nodes = a.integer("nodes", (ranks + fp.devices_per_node - 1) / fp.devices_per_node);
+  if (nodes < 1 || nodes * fp.devices_per_node < ranks)
+    throw UsageError("cardsim collbench: " + std::to_string(nodes) + " node(s) of " +
+                     std::to_string(fp.devices_per_node) + " devices cannot hold " + std::to_string(ranks) + " ranks");
+  fp.nodes = static_cast<uint32_t>(nodes);
+  const fabric::Topology topo = fabric::buildTopology(fp);
+  fabric::CollectiveEngine engine(topo);
+
+  fabric::CollectiveRequest r;
+  r.op = op;
+  r.ranks.assign(topo.devices().begin(), topo.devices().begin() + ranks);
+  r.channels = fp.channels;
+  r.chunk_bytes = fp.chunk_bytes;
+  r.peer = ranks > 1 ? 1 : 0;
+  const bool csv = a.has("csv");
+  if (csv) {
+    std::printf("op,algo,ranks,bytes,time_us,algbw_GBps,busbw_GBps\n");
+  } else {
+    std::printf("# cardsim collbench: %s on %lld rank(s) of %s, %u node(s) x %u devices (%s), model only\n",
+                fabric::opName(op), ranks, o.preset.c_str(), fp.nodes, fp.devices_per_node,
+                fabric::shapeName(fp.shape));
+    std::printf("# %12s %12s %8s %13s %12s %12s %12s\n", "size", "count", "type", "algo", "time(us)",
+                "algbw(GB/s)", "busbw(GB/s)");
+  }
+  const double bus = fabric::busBandwidthFactor(op, static_cast<uint32_t>(ranks));
+  for (double bytes = lo; bytes <= hi * (1 + 1e-12); bytes = std::floor(bytes * factor)) {
+    r.bytes = bytes;
+    const fabric::ICollectiveAlgorithm& alg = fabric::pickAlgorithm(algo, r, topo);
+    const double t = ranks > 1 ? engine.timeAlone(alg.schedule(r, topo)) : 0.0;
+    const double algbw = t > 0 ? bytes / t / 1e9 : 0.0;
+    if (csv)
+      std::printf("%s,%s,%lld,%.0f,%.3f,%.3f,%.3f\n", fabric::opName(op), alg.name(), ranks, bytes, t * 1e6,
+                  algbw, algbw * bus);
+    else
+      std::printf("  %12.0f %12.0f %8s %13s %12.2f %12.2f %12.2f\n", bytes, std::floor(bytes / 4), "float",
+                  alg.name(), t * 1e6, algbw, algbw * bus);
+  }
+  return 0;
+}
+
+}  // namespace cardsim::cli

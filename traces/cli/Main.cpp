@@ -1,0 +1,61 @@
+// cardsim: the project's one command-line tool. Subcommands come from the table below;
+// an unknown one lists the valid names.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "simulator/Config.h"
+#include "traces/cli/Args.h"
+#include "traces/cli/Commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const std::vector<std::string>&);
+};
+
+constexpr Command kCommands[] = {
+    {"collbench", "time collectives over a preset's fabric (nccl-tests style table or CSV)",
+     &cardsim::cli::runCollbench},
+};
+
+void printHelp(FILE* out) {
+  std::fprintf(out, "usage: cardsim COMMAND [options]   (cardsim COMMAND --help for its options)\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    printHelp(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string name = argv[1];
+  for (const Command& c : kCommands) {
+    if (name != c.name) continue;
+    try {
+      return c.run(std::vector<std::string>(argv + 2, argv + argc));
+    } catch (const cardsim::cli::UsageError& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 2;
+    } catch (const cardsim::sim::ConfigError& e) {   // a bad preset, key path or value
+      std::fprintf(stderr, "cardsim %s: %s\n", c.name, e.what());
+      return 2;
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "cardsim %s: %s\n", c.name, e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cardsim %s: %s\n", c.name, e.what());
+      return 1;
+    }
+  }
+  std::string valid;
+  for (const Command& c : kCommands) valid += std::string(valid.empty() ? "" : ", ") + c.name;
+  std::fprintf(stderr, "cardsim: unknown command '%s' (valid: %s)\n", name.c_str(), valid.c_str());
+  return 2;
+}
