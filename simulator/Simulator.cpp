@@ -440,6 +440,10 @@ TimePs Simulator::hostNow() const { return hostClock(); }
 
 void Simulator::hostAdvance(double seconds) { advanceHostClock(model::secondsToPs(seconds)); }
 
+void Simulator::hostClockJoin(TimePs t) { raiseHostClock(t); }
+
+bool Simulator::hostClockStarted() const { return t_host_started || g_share.active.load(); }
+
 void Simulator::shareHostClockBegin() {
   if (t_share_depth++ > 0) return;
   std::lock_guard<std::mutex> lock(g_share.mutex);

@@ -80,6 +80,10 @@ class Simulator {
   // hostClockShareBegin/End: a thread blocked on work it handed to another thread).
   void shareHostClockBegin();
   void shareHostClockEnd();
+  // The calling thread continues no earlier than `t` (it joined a thread that ended there).
+  void hostClockJoin(TimePs t);
+  // Whether the calling thread has a clock yet (has called into the runtime).
+  bool hostClockStarted() const;
 
   // Advances the host clock by `host_overhead_s`, then queues `cmd` on (device, queue);
   // returns the point right after it. cmd.seq and cmd.ready_ps are filled in here.

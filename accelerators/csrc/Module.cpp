@@ -225,6 +225,14 @@ PYBIND11_MODULE(_C, m) {
   // Host time across the autograd engine's hand-off (see cardsim_torch/host_time.py).
   m.def("_host_clock_share_begin", [] { throwIfFailed(shim::hostClockShareBegin(), "hostClockShareBegin"); });
   m.def("_host_clock_share_end", [] { throwIfFailed(shim::hostClockShareEnd(), "hostClockShareEnd"); });
+  // Python-level joins (cardsim_torch/host_time.py): a finished thread's clock, if it has one.
+  m.def("_host_thread_clock_ps", []() -> py::object {
+    uint64_t ps = 0;
+    bool started = false;
+    throwIfFailed(shim::hostThreadClock(&ps, &started), "hostThreadClock");
+    return started ? py::object(py::int_(ps)) : py::none();
+  });
+  m.def("_host_clock_join", [](uint64_t ps) { throwIfFailed(shim::hostClockJoin(ps), "hostClockJoin"); });
   m.def("_host_time_ns", [] {
     uint64_t ps = 0;
     throwIfFailed(shim::hostTimePs(&ps), "hostTimePs");

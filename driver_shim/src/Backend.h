@@ -70,6 +70,8 @@ class IBackend {
   virtual Status hostTimePs(uint64_t* ps) = 0;
   virtual Status hostClockShareBegin() = 0;
   virtual Status hostClockShareEnd() = 0;
+  virtual Status hostClockJoin(uint64_t ps) = 0;
+  virtual Status hostThreadClock(uint64_t* ps, bool* started) = 0;
   virtual Status setActivityRecording(bool on) = 0;
   virtual Status drainActivities(std::vector<ActivityRecord>* out) = 0;
 

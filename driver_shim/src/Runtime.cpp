@@ -35,7 +35,15 @@ Status remember(Status s) {
   return s;
 }
 
-Status initLocked(const InitOptions& options) {
+Status initLocked(const InitOptions& in) {
+  InitOptions options = in;
+  if (options.execution.empty()) {
+    const char* env = std::getenv("CARDSIM_EXECUTION");
+    options.execution = env && *env ? env : "full";
+  }
+  if (options.execution != "full" && options.execution != "timing")
+    return Status(Code::InitFailed, "CARDSIM_EXECUTION: unknown execution mode \"" + options.execution +
+                                        "\" (valid: full, timing)");
   std::string name = options.backend;
   if (name.empty()) {
     const char* env = std::getenv("CARDSIM_BACKEND");
@@ -117,11 +125,22 @@ Status getLastError() {
   return s;
 }
 
+const char* executionModeName(ExecutionMode m) { return m == ExecutionMode::Timing ? "timing" : "full"; }
+
+Status getExecutionMode(ExecutionMode* mode) {
+  if (!mode) return remember(Status(Code::InvalidValue, "getExecutionMode: 'mode' is null"));
+  Status why;
+  if (!backend(&why)) return remember(why);
+  *mode = g_options.execution == "timing" ? ExecutionMode::Timing : ExecutionMode::Full;
+  return Status::Ok();
+}
+
 Status initialize(const InitOptions& options) {
   if (g_forked_child.load()) return remember(forkedChildError());
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_backend) {
     const bool same = (options.backend.empty() || options.backend == g_options.backend) &&
+                      (options.execution.empty() || options.execution == g_options.execution) &&
                       options.preset == g_options.preset && options.devices == g_options.devices &&
                       options.overrides == g_options.overrides &&
                       options.overrides_file == g_options.overrides_file;
@@ -250,6 +269,8 @@ Status graphDestroy(Graph graph) { CARDSIM_FORWARD(graphDestroy(graph)); }
 Status hostTimePs(uint64_t* ps) { CARDSIM_FORWARD(hostTimePs(ps)); }
 Status hostClockShareBegin() { CARDSIM_FORWARD(hostClockShareBegin()); }
 Status hostClockShareEnd() { CARDSIM_FORWARD(hostClockShareEnd()); }
+Status hostClockJoin(uint64_t ps) { CARDSIM_FORWARD(hostClockJoin(ps)); }
+Status hostThreadClock(uint64_t* ps, bool* started) { CARDSIM_FORWARD(hostThreadClock(ps, started)); }
 Status setActivityRecording(bool on) { CARDSIM_FORWARD(setActivityRecording(on)); }
 Status drainActivities(std::vector<ActivityRecord>* out) { CARDSIM_FORWARD(drainActivities(out)); }
 

@@ -100,8 +100,8 @@ Status SimBackend::launchKernel(Stream stream, std::string_view kname, const Ker
   cmd.kernel.bytes_read = cost.bytes_read;
   cmd.kernel.bytes_written = cost.bytes_written;
   cmd.kernel.tiles = cost.tiles;
-  if (capturing(s)) return record(s, kname, work, std::move(cmd));
-  if (work) {
+  if (capturing(s)) return record(s, kname, timing_ ? std::function<void()>() : work, std::move(cmd));
+  if (work && !timing_) {
     try {
       work();
     } catch (const std::exception& e) {
@@ -139,6 +139,18 @@ Status SimBackend::hostClockShareBegin() {
 
 Status SimBackend::hostClockShareEnd() {
   sim_.shareHostClockEnd();
+  return Status::Ok();
+}
+
+Status SimBackend::hostClockJoin(uint64_t ps) {
+  sim_.hostClockJoin(ps);
+  return Status::Ok();
+}
+
+Status SimBackend::hostThreadClock(uint64_t* ps, bool* started) {
+  if (!ps || !started) return nullArg("hostThreadClock", "ps/started");
+  *started = sim_.hostClockStarted();
+  *ps = *started ? sim_.hostNow() : 0;
   return Status::Ok();
 }
 
@@ -197,7 +209,8 @@ std::unique_ptr<IBackend> createSimBackend(const InitOptions& options, Status* w
     } catch (const std::exception& e) {
       fabric_error = e.what();
     }
-    return std::make_unique<simbackend::SimBackend>(sim, std::move(fabric), std::move(fabric_error));
+    return std::make_unique<simbackend::SimBackend>(sim, std::move(fabric), std::move(fabric_error),
+                                                    options.execution == "timing");
   } catch (const std::exception& e) {
     *why = Status(Code::InitFailed, e.what());
     return nullptr;

@@ -138,8 +138,8 @@ inline const char* memcpyKindName(MemcpyKind k) {
 }
 class SimBackend final : public IBackend {
  public:
-  SimBackend(Simulator& sim, std::unique_ptr<sim::FabricModel> fabric, std::string fabric_error)
-      : sim_(sim), fabric_(std::move(fabric)), fabric_error_(std::move(fabric_error)), params_(sim.params()), devices_(static_cast<int>(sim.deviceCount())),
+  SimBackend(Simulator& sim, std::unique_ptr<sim::FabricModel> fabric, std::string fabric_error, bool timing)
+      : sim_(sim), fabric_(std::move(fabric)), fabric_error_(std::move(fabric_error)), timing_(timing), params_(sim.params()), devices_(static_cast<int>(sim.deviceCount())),
         memory_(std::vector<uint64_t>(sim.deviceCount(), sim.params().memory.capacity_bytes),
                 std::vector<std::string>(sim.deviceCount(), sim.params().name)) {
     for (int d = 0; d < devices_; ++d) {
@@ -223,6 +223,8 @@ class SimBackend final : public IBackend {
   Status hostTimePs(uint64_t* ps) override;
   Status hostClockShareBegin() override;
   Status hostClockShareEnd() override;
+  Status hostClockJoin(uint64_t ps) override;
+  Status hostThreadClock(uint64_t* ps, bool* started) override;
   Status setActivityRecording(bool on) override;
   Status drainActivities(std::vector<ActivityRecord>* out) override;
   Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override;
@@ -391,6 +393,7 @@ class SimBackend final : public IBackend {
   Simulator& sim_;
   std::unique_ptr<sim::FabricModel> fabric_;   // null when the preset has no usable fabric
   std::string fabric_error_;                   // why not
+  bool timing_;                                // ExecutionMode::Timing: no work, no device memory touched
   const model::DeviceParams& params_;
   int devices_;
   DeviceMemory memory_;

@@ -71,8 +71,9 @@ Status SimBackend::memset(void* ptr, int value, std::size_t bytes, Stream stream
   cmd.kind = CommandKind::Copy;
   cmd.copy_kind = model::CopyKind::Memset;
   cmd.bytes = bytes;
-  auto work = [ptr, value, bytes] {
-    if (bytes > 0) std::memset(ptr, value, bytes);
+  const bool touch = !timing_;   // device memory is never touched in timing mode
+  auto work = [ptr, value, bytes, touch] {
+    if (bytes > 0 && touch) std::memset(ptr, value, bytes);
   };
   if (capturing(s)) {
     if (!async) return breakCapture(s, what);
@@ -145,7 +146,11 @@ Status SimBackend::memcpy(void* dst, const void* src, std::size_t bytes, MemcpyK
     cmd.copy_kind = model::CopyKind::DeviceToDevice;
   }
   cmd.pageable = pageable;
-  auto work = [dst, src, bytes] { std::memmove(dst, src, bytes); };
+  std::function<void()> work = [dst, src, bytes] { std::memmove(dst, src, bytes); };
+  // Timing mode: device memory is never touched; the host receives the documented fill.
+  if (timing_)
+    work = kind == MemcpyKind::DeviceToHost ? std::function<void()>([dst, bytes] { std::memset(dst, 0, bytes); })
+                                            : std::function<void()>([] {});
   const char* label = model::copyKindName(cmd.copy_kind);
   if (capturing(s)) {
     if (!async) return breakCapture(s, what);

@@ -9,6 +9,9 @@ start from wherever it stopped last time. Around every backward (``Tensor.backwa
 caller continues from where backward ended. Nested backward calls (checkpointing) join the
 outer one.
 
+Python threads: a thread that joins another (``Thread.join``) continues no earlier than
+the joined thread's clock when it finished, if that thread used the card.
+
 Exit: the engine's device thread drops its last reference to a finished backward a moment
 after the caller has been woken, and that reference holds Python objects (the thread-local
 state torch stashes for the backward). If the program ends in that moment, the thread
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import threading
 
 import torch
 import torch.autograd
@@ -67,5 +71,34 @@ def install(_C, device_type: str) -> None:
 
     torch.autograd.graph._engine_run_backward = _engine_run_backward
     torch.autograd._engine_run_backward = _engine_run_backward
+    _install_thread_joins(_C)
     atexit.register(_quiesce, device_type)
     _installed = True
+
+
+def _install_thread_joins(_C) -> None:
+    """Thread.join carries the joined thread's host clock into the joiner. The clock is read
+    when the thread's body has returned, before join() can return (CPython releases the
+    joiner only after _bootstrap_inner has returned)."""
+    bootstrap = threading.Thread._bootstrap_inner
+    join = threading.Thread.join
+
+    @functools.wraps(bootstrap)
+    def _bootstrap_inner(self):
+        try:
+            bootstrap(self)
+        finally:
+            try:
+                self._cardsim_clock_ps = _C._host_thread_clock_ps() if _C._is_initialized() else None
+            except Exception:
+                self._cardsim_clock_ps = None
+
+    @functools.wraps(join)
+    def _join(self, timeout=None):
+        join(self, timeout)
+        ps = getattr(self, "_cardsim_clock_ps", None)
+        if ps is not None and not self.is_alive() and threading.current_thread() is not self:
+            _C._host_clock_join(ps)
+
+    threading.Thread._bootstrap_inner = _bootstrap_inner
+    threading.Thread.join = _join

@@ -60,8 +60,16 @@ Status getLastError();
 
 // ---- Backend and initialization -------------------------------------------------------
 
+// Full: kernels, copies and memsets do their work on host memory (exact results). Timing:
+// the same commands are timed exactly as in full mode, but no work is done and device
+// memory is never touched (an allocation costs no host memory); a copy to the host writes
+// zeros, the documented fill of timing mode. Host functions still run.
+enum class ExecutionMode { Full, Timing };
+const char* executionModeName(ExecutionMode m);
+
 struct InitOptions {
   std::string backend;        // "sim" or "native"; empty: CARDSIM_BACKEND, else "sim"
+  std::string execution;      // "full" or "timing"; empty: CARDSIM_EXECUTION, else "full"
   std::string preset;         // empty: CARDSIM_PRESET, else "mlu370-x8"
   uint32_t devices = 0;       // 0: CARDSIM_DEVICES, else 8
   std::vector<std::string> overrides;  // "memory.bandwidth=3.2TB/s", applied last
@@ -74,6 +82,8 @@ Status initialize(const InitOptions& options = {});
 std::vector<std::string> backendNames();
 // The backend in use, after initialization ("sim" or "native").
 std::string backendName();
+// The execution mode (initializes the runtime if needed).
+Status getExecutionMode(ExecutionMode* mode);
 
 // ---- Devices ----------------------------------------------------------------------------
 
@@ -270,6 +280,12 @@ Status hostTimePs(uint64_t* ps);
 // that calls in later starts no earlier than it. Calls nest (only the outermost pair acts).
 Status hostClockShareBegin();
 Status hostClockShareEnd();
+// A thread that waited for another (a join) continues no earlier than `ps`, the other
+// thread's clock when it finished.
+Status hostClockJoin(uint64_t ps);
+// This thread's clock, and whether it has one yet (a thread that never called the runtime
+// has none: `started` is false and `ps` is 0).
+Status hostThreadClock(uint64_t* ps, bool* started);
 
 struct ActivityRecord {
   enum class Kind { Kernel, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, MemcpyPeer, Memset,

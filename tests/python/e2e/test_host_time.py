@@ -70,3 +70,39 @@ def test_backward_launches_cost_host_time(py, card, tmp_path):
 
 def test_backward_host_time_is_deterministic_across_processes(py, tmp_path):
     assert _run(py, "mlu", tmp_path) == _run(py, "mlu", tmp_path)
+
+
+JOIN = r"""
+import json, sys, threading, importlib, torch
+card = sys.argv[1]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+x = torch.ones(16, device=card)
+dm.synchronize()
+out = {}
+def work(n):
+    for _ in range(n):
+        x.add_(1)
+    out["worker_end_ns"] = dm.host_time_ns()
+def idle():
+    out["idle"] = sum(range(1000))
+t0 = dm.host_time_ns()
+t = threading.Thread(target=work, args=(20,)); t.start(); t.join()
+t1 = dm.host_time_ns()
+u = threading.Thread(target=idle); u.start(); u.join()
+t2 = dm.host_time_ns()
+print("RESULT " + json.dumps(dict(t0=t0, t1=t1, t2=t2, **out)))
+"""
+
+
+def test_joining_a_thread_continues_from_its_clock(py, tmp_path):
+    cfg = tmp_path / "host.cfg"
+    cfg.write_text(f"host.launch_overhead = {LAUNCH_US} us\n")
+    res = py(JOIN, env={"CARDSIM_CONFIG": str(cfg)}, args=("mlu",))
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(next(l for l in res.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
+    # The worker's 20 launches happened after the start; the joiner continues after them.
+    assert r["worker_end_ns"] - r["t0"] >= 20 * LAUNCH_US * 1e3, r
+    assert r["t1"] >= r["worker_end_ns"], r
+    # Joining a thread that never used the card costs no simulated time.
+    assert r["t2"] == r["t1"], r
