@@ -170,6 +170,7 @@ at::Tensor convolutionOverrideable(const at::Tensor& input, const at::Tensor& we
   std::optional<at::Tensor> b_h;
   if (bias.has_value() && bias->defined()) b_h = call.toHost(*bias);
   TORCH_CHECK(!isCapturing(currentStream(call.device)), "convolution cannot be captured into a graph yet");
+  TORCH_CHECK(!timingMode(), "convolution cannot run in timing mode yet (CARDSIM_EXECUTION=timing)");
   at::Tensor r = at::convolution(in_h, w_h, b_h, stride, padding, dilation, transposed, output_padding, groups);
   at::Tensor out = call.toDevice(r);
   shim::KernelCost c;
@@ -191,6 +192,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardOverrideable(
   call.op_name = "aten::convolution_backward_overrideable";
   at::Tensor g_h = call.toHost(grad_output), in_h = call.toHost(input), w_h = call.toHost(weight);
   TORCH_CHECK(!isCapturing(currentStream(call.device)), "convolution cannot be captured into a graph yet");
+  TORCH_CHECK(!timingMode(), "convolution cannot run in timing mode yet (CARDSIM_EXECUTION=timing)");
   std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
   auto [gi, gw, gb] = at::convolution_backward(g_h, in_h, w_h, at::OptionalIntArrayRef(bias_sizes), stride,
                                                padding, dilation, transposed, output_padding, groups, output_mask);

@@ -116,8 +116,19 @@ void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "operator ", entry.name, " cannot be captured into a graph: its result "
-                "shapes are unknown without running it (", e.what_without_backtrace(), ")");
+    TORCH_CHECK(false, "operator ", entry.name, timingMode() ? " cannot run in timing mode" :
+                " cannot be captured into a graph", ": its result shapes are unknown without running it (",
+                e.what_without_backtrace(), ")");
+  }
+  // The results take the dtypes the host kernel will give them. Layer norm's meta kernel
+  // keeps mean/rstd of reduced-precision input in fp32, the CPU kernel (which replays, and
+  // whose backward reads them) in the input's type; full and timing mode must agree too.
+  if (entry.name == "aten::native_layer_norm" && meta[0].isTensor()) {
+    const size_t first = meta.size() - schema.returns().size();
+    const at::ScalarType in = meta[0].toTensor().scalar_type();
+    for (size_t i = first + 1; i < meta.size(); ++i)
+      if (meta[i].isTensor() && meta[i].toTensor().scalar_type() != in)
+        meta[i] = meta[i].toTensor().to(in);
   }
   // Arguments the operator resizes (out= tensors of the wrong shape) get their new shape now.
   for (const auto& [m, dev] : twins) {
@@ -230,7 +241,9 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     std::lock_guard<std::mutex> lock(g_fallback_mutex);
     g_fallback_ops.insert(entry.name);
   }
-  if (capturing) {
+  // Timing mode takes the capture path: result shapes from the meta kernel, device memory
+  // for the results, the cost to the model; the runtime drops the work instead of recording it.
+  if (capturing || timingMode()) {
     captureOnHost(op, entry, call, stack, base, stream);
     return;
   }

@@ -117,6 +117,15 @@ bool isCapturing(shim::Stream stream) {
   return capturing;
 }
 
+bool timingMode() {
+  static const bool timing = [] {
+    shim::ExecutionMode m = shim::ExecutionMode::Full;
+    throwIfFailed(shim::getExecutionMode(&m), "execution mode");
+    return m == shim::ExecutionMode::Timing;
+  }();
+  return timing;
+}
+
 void launch(c10::DeviceIndex device, const char* name, const shim::KernelCost& cost,
             const std::function<void()>& work, c10::ArrayRef<const at::Tensor*> touched) {
   shim::Stream stream = currentStream(device);
@@ -127,7 +136,7 @@ void launch(c10::DeviceIndex device, const char* name, const shim::KernelCost& c
     throwIfFailed(shim::launchKernel(stream, name, cost, [work, held] { work(); }), name);
     return;
   }
-  if (work) work();
+  if (work && !timingMode()) work();
   throwIfFailed(shim::launchKernel(stream, name, cost, nullptr), name);
 }
 

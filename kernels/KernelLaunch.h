@@ -41,6 +41,10 @@ double flopScale(at::ScalarType t, c10::DeviceIndex device);
 
 bool isCapturing(shim::Stream stream);
 
+// CARDSIM_EXECUTION=timing: kernels are timed but do no work and touch no device memory
+// (read once from the runtime; it cannot change within a process).
+bool timingMode();
+
 // Gives a device storage `nbytes` of new device memory, the old bytes copied on the card
 // (tensor.resize_ and storage.resize_ both come here).
 void resizeStorage(const c10::Storage& storage, size_t nbytes);

@@ -232,6 +232,11 @@ PYBIND11_MODULE(_C, m) {
     throwIfFailed(shim::hostThreadClock(&ps, &started), "hostThreadClock");
     return started ? py::object(py::int_(ps)) : py::none();
   });
+  m.def("_execution_mode", [] {
+    shim::ExecutionMode mode = shim::ExecutionMode::Full;
+    throwIfFailed(shim::getExecutionMode(&mode), "execution mode");
+    return std::string(shim::executionModeName(mode));
+  });
   m.def("_host_clock_join", [](uint64_t ps) { throwIfFailed(shim::hostClockJoin(ps), "hostClockJoin"); });
   m.def("_host_time_ns", [] {
     uint64_t ps = 0;

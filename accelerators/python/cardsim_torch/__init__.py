@@ -14,7 +14,33 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Personality", "activate", "active_personality"]
+__all__ = ["Personality", "activate", "active_personality", "execution_mode", "set_execution_mode"]
+
+_MODES = ("full", "timing")
+
+
+def set_execution_mode(mode: str) -> None:
+    """Chooses the execution mode before the first device use (as CARDSIM_EXECUTION does):
+    "full" runs every kernel's arithmetic, "timing" times the same commands without doing
+    any work or touching device memory (reads of device data give zeros)."""
+    if mode not in _MODES:
+        raise ValueError(f"unknown execution mode {mode!r} (valid: {', '.join(_MODES)})")
+    from . import _C
+    if _C._is_initialized():
+        current = _C._execution_mode()
+        if current != mode:
+            raise RuntimeError(f"the emulated cards already run in {current!r} mode; the execution mode "
+                               f"must be chosen before the first device use")
+        return
+    os.environ["CARDSIM_EXECUTION"] = mode
+
+
+def execution_mode() -> str:
+    """The execution mode: "full" or "timing" (without starting the runtime)."""
+    from . import _C
+    if _C._is_initialized():
+        return _C._execution_mode()
+    return os.environ.get("CARDSIM_EXECUTION") or "full"
 
 
 @dataclass(frozen=True)

@@ -541,7 +541,10 @@ def build(p, _C) -> types.ModuleType:
     utils = types.ModuleType(f"torch.{name}._utils")
     utils._get_device_index = _get_device_index
 
+    from . import execution_mode, set_execution_mode
+
     ns = dict(
+        execution_mode=execution_mode, set_execution_mode=set_execution_mode,
         is_available=is_available, device_count=device_count, current_device=current_device,
         set_device=set_device, device=device, device_of=device_of, synchronize=synchronize,
         get_device_properties=get_device_properties, get_device_name=get_device_name,

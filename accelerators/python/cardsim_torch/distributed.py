@@ -78,6 +78,16 @@ class _PendingWork(dist._Work):
         return fut
 
 
+class _NoDataGloo:
+    """Timing mode: collectives move no bytes (device memory is never touched); every call
+    returns a finished work."""
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            return _DoneWork(None)
+        return call
+
+
 class _Host:
     """Maps device tensors to CPU tensors Gloo can use, and writes results back."""
 
@@ -119,8 +129,12 @@ class CardsimProcessGroup(dist.ProcessGroup):
         self._ranks = list(global_ranks) if global_ranks else list(range(size))
         self._name = backend_name
         self._device_type = device_type
-        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank,
-                                           size, timeout)
+        from . import execution_mode
+        if execution_mode() == "timing":
+            self._gloo = _NoDataGloo()
+        else:
+            self._gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank,
+                                               size, timeout)
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -1,0 +1,122 @@
+"""CARDSIM_EXECUTION=timing: the same simulated times, memory statistics and errors as full
+mode, without arithmetic or touching device memory; reads of device data give zeros."""
+import json
+
+import pytest
+
+STEP = r"""
+import json, sys, importlib, torch
+card = sys.argv[1]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+mode = dm.execution_mode()
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
+                        torch.nn.Dropout(0.1), torch.nn.Linear(256, 10)).to(card)
+opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+x = torch.randn(32, 64).to(card); y = torch.randint(0, 10, (32,)).to(card)
+steps = []
+for step in range(3):
+    dm.synchronize(); t0 = dm.host_time_ns()
+    s, e = dm.Event(enable_timing=True), dm.Event(enable_timing=True)
+    s.record()
+    with torch.autocast(card, dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(m(x).float(), y)
+    opt.zero_grad(); loss.backward()
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+    opt.step()
+    e.record(); e.synchronize()
+    steps.append(dict(host_ns=dm.host_time_ns() - t0, event_ms=s.elapsed_time(e), loss=loss.item(),
+                      peak=dm.max_memory_allocated(), reserved=dm.memory_reserved()))
+print("RESULT " + json.dumps(dict(mode=mode, steps=steps, summary=dm.memory_summary() != "")))
+"""
+
+
+def _result(res):
+    assert res.returncode == 0, res.stderr[-3000:]
+    line = next(l for l in res.stdout.splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.parametrize("card", ["mlu", "supa"])
+def test_same_simulated_times_and_memory_as_full_mode(py, card):
+    full = _result(py(STEP, args=(card,)))
+    timing = _result(py(STEP, args=(card,), env={"CARDSIM_EXECUTION": "timing"}))
+    assert full["mode"] == "full" and timing["mode"] == "timing"
+    for f, t in zip(full["steps"], timing["steps"]):
+        assert t["host_ns"] == f["host_ns"] and t["event_ms"] == f["event_ms"], (f, t)
+        assert t["peak"] == f["peak"] and t["reserved"] == f["reserved"], (f, t)
+        assert f["loss"] > 0 and t["loss"] == 0.0      # the documented fill
+    assert timing["summary"]
+
+
+BIG = r"""
+import json, os, torch, torch_mlu, cardsim_torch
+cardsim_torch.set_execution_mode("timing")
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+dm = torch.mlu
+x = torch.ones(16, device="mlu"); dm.synchronize()
+before = rss()
+# 3 x 4 GiB on a 22.8 GiB card: far more than a test machine should touch, never touched here
+a = torch.empty(32768, 32768, device="mlu")
+b = torch.empty(32768, 32768, device="mlu")
+s, e = dm.Event(enable_timing=True), dm.Event(enable_timing=True)
+s.record(); c = a @ b; a.add_(1); c.relu_(); e.record(); e.synchronize()
+after = rss()
+oom, held = None, []
+try:
+    for _ in range(4):   # 12 GiB held + 4 x 4 GiB > the card's 23374 MiB
+        held.append(torch.empty(4 << 30, dtype=torch.uint8, device="mlu"))
+except torch.OutOfMemoryError as err:
+    oom = str(err)
+print("RESULT " + json.dumps(dict(grew=after - before, ms=s.elapsed_time(e), item=c[0, 0].item(),
+                                  cpu=c[:2, :2].cpu().tolist(), oom=oom,
+                                  flops=dm.get_device_properties(0).peak_fp32_flops)))
+"""
+
+
+def test_real_sizes_cost_no_host_memory_and_oom_stays(py):
+    r = _result(py(BIG))
+    assert r["grew"] < 256 << 20, r["grew"]
+    # the matmul alone: 2 n^3 flops at no more than the fp32 peak
+    assert r["ms"] * 1e-3 >= 2 * 32768 ** 3 / r["flops"], r
+    assert r["item"] == 0.0 and r["cpu"] == [[0.0, 0.0], [0.0, 0.0]]
+    assert r["oom"] and "mlu:0" in r["oom"] and "Tried to allocate 4.00 GiB" in r["oom"], r["oom"]
+
+
+def test_mode_selection_errors(py):
+    late = _result(py(r"""
+import json, torch, torch_mlu, cardsim_torch
+torch.zeros(1, device="mlu")
+out = {}
+for mode in ("timing", "fast"):
+    try:
+        cardsim_torch.set_execution_mode(mode)
+    except (RuntimeError, ValueError) as e:
+        out[mode] = type(e).__name__ + ": " + str(e)
+cardsim_torch.set_execution_mode("full")   # the mode in force: accepted
+print("RESULT " + json.dumps(out))
+"""))
+    assert late["timing"].startswith("RuntimeError") and "before the first device use" in late["timing"]
+    assert late["fast"].startswith("ValueError") and "full, timing" in late["fast"]
+    bad = py("import torch, torch_mlu; torch.zeros(1, device='mlu')", env={"CARDSIM_EXECUTION": "fast"})
+    assert bad.returncode != 0 and "CARDSIM_EXECUTION" in bad.stderr and "full, timing" in bad.stderr
+
+
+def test_deepspeed_demo_steps_take_the_same_simulated_time(root, tmp_path, group_runner):
+    import os
+    runs = {}
+    for mode in ("full", "timing"):
+        out = tmp_path / f"{mode}.json"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_") and k != "DS_ACCELERATOR"}
+        env.update(CARDSIM_EXECUTION=mode, OMP_NUM_THREADS="1")
+        proc = group_runner([str(root / "scripts" / "demo.sh"), "--steps", "3", "--zero-stage", "2",
+                             "--json", str(out)], timeout=600, env=env, cwd=str(root))
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        runs[mode] = json.loads(out.read_text())
+    for f, t in zip(runs["full"], runs["timing"]):
+        assert t["sim_step_ms"] == f["sim_step_ms"] and t["peak_mem_mib"] == f["peak_mem_mib"], (f, t)
+        assert t["kernel_flops"] == f["kernel_flops"], (f, t)
+        assert f["loss"] > 0 and t["loss"] == 0.0
