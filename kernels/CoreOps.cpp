@@ -173,6 +173,7 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
   }
   // device -> host
   const auto sd = src.device().index();
+  if (timingMode()) noteHostRead(static_cast<double>(dst.nbytes()));
   c10::DeviceGuard guard(src.device());
   at::Tensor packed = src;
   if (src.scalar_type() != dst.scalar_type() || !src.is_contiguous() || src.is_conj() || src.is_neg()) {

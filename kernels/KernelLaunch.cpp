@@ -117,6 +117,31 @@ bool isCapturing(shim::Stream stream) {
   return capturing;
 }
 
+namespace {
+std::mutex g_reads_mutex;
+std::vector<HostReadSite> g_reads;
+std::string (*g_site_fn)() = nullptr;
+}  // namespace
+
+void setHostReadSiteFn(std::string (*site_fn)()) { g_site_fn = site_fn; }
+
+void noteHostRead(double bytes) {
+  const std::string site = g_site_fn ? g_site_fn() : std::string("(unknown site)");
+  std::lock_guard<std::mutex> lock(g_reads_mutex);
+  for (HostReadSite& r : g_reads)
+    if (r.site == site) {
+      ++r.count;
+      r.bytes += bytes;
+      return;
+    }
+  g_reads.push_back(HostReadSite{site, 1, bytes});
+}
+
+std::vector<HostReadSite> hostReads() {
+  std::lock_guard<std::mutex> lock(g_reads_mutex);
+  return g_reads;
+}
+
 bool timingMode() {
   static const bool timing = [] {
     shim::ExecutionMode m = shim::ExecutionMode::Full;

@@ -45,6 +45,18 @@ bool isCapturing(shim::Stream stream);
 // (read once from the runtime; it cannot change within a process).
 bool timingMode();
 
+// Reads of device data on the host in timing mode (they give zeros, so a program's control
+// flow may differ from a full run there): counted per calling site. The site comes from
+// `site_fn` (the Python layer installs one that names the user's file and line).
+void setHostReadSiteFn(std::string (*site_fn)());
+void noteHostRead(double bytes);
+struct HostReadSite {
+  std::string site;
+  uint64_t count = 0;
+  double bytes = 0;
+};
+std::vector<HostReadSite> hostReads();   // in first-seen order
+
 // Gives a device storage `nbytes` of new device memory, the old bytes copied on the card
 // (tensor.resize_ and storage.resize_ both come here).
 void resizeStorage(const c10::Storage& storage, size_t nbytes);

@@ -232,6 +232,21 @@ PYBIND11_MODULE(_C, m) {
     throwIfFailed(shim::hostThreadClock(&ps, &started), "hostThreadClock");
     return started ? py::object(py::int_(ps)) : py::none();
   });
+  // Where a host read of device data comes from: the innermost Python frame outside torch
+  // and cardsim_torch (installed at import; called only for reads in timing mode).
+  kernels::setHostReadSiteFn([]() -> std::string {
+    py::gil_scoped_acquire gil;
+    try {
+      return py::module_::import("cardsim_torch.host_reads").attr("site")().cast<std::string>();
+    } catch (const std::exception&) {
+      return "(unknown site)";
+    }
+  });
+  m.def("_host_reads", [] {
+    py::list out;
+    for (const auto& r : kernels::hostReads()) out.append(py::make_tuple(r.site, r.count, r.bytes));
+    return out;
+  });
   m.def("_execution_mode", [] {
     shim::ExecutionMode mode = shim::ExecutionMode::Full;
     throwIfFailed(shim::getExecutionMode(&mode), "execution mode");

@@ -104,6 +104,10 @@ def activate(p: Personality):
 
 
 def _report_fallbacks() -> None:
+    if os.environ.get("CARDSIM_REPORT_HOST_READS", "") not in ("", "0"):
+        from . import _C, host_reads
+        if _C._is_initialized() and _C._execution_mode() == "timing":
+            host_reads.report(_C)
     if os.environ.get("CARDSIM_REPORT_FALLBACKS", "") not in ("", "0"):
         from . import _C
         ops = _C._fallback_operators()

@@ -120,3 +120,32 @@ def test_deepspeed_demo_steps_take_the_same_simulated_time(root, tmp_path, group
         assert t["sim_step_ms"] == f["sim_step_ms"] and t["peak_mem_mib"] == f["peak_mem_mib"], (f, t)
         assert t["kernel_flops"] == f["kernel_flops"], (f, t)
         assert f["loss"] > 0 and t["loss"] == 0.0
+
+
+READS = r"""
+import torch, torch_mlu
+x = torch.ones(8, device="mlu")
+total = 0.0
+for _ in range(3):
+    total += (x * 2).sum().item()          # READ-SITE-1
+host = x.cpu()                             # READ-SITE-2
+print("TOTAL", total, host.tolist()[:2])
+"""
+
+
+def test_host_reads_are_reported_by_site_in_timing_mode(py, tmp_path):
+    prog = tmp_path / "reads.py"
+    prog.write_text(READS)
+    res = py(f"import runpy; runpy.run_path({str(prog)!r})",
+             env={"CARDSIM_EXECUTION": "timing", "CARDSIM_REPORT_HOST_READS": "1"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "TOTAL 0.0 [0.0, 0.0]" in res.stdout
+    lines = {l.split("reads.py:")[1].split(" ")[0]: l for l in res.stderr.splitlines() if "reads.py:" in l}
+    src = READS.splitlines()
+    line1 = next(i for i, l in enumerate(src, 1) if "READ-SITE-1" in l)
+    line2 = next(i for i, l in enumerate(src, 1) if "READ-SITE-2" in l)
+    assert lines[str(line1)].split()[0] == "3", res.stderr     # .item() three times at one site
+    assert lines[str(line2)].split()[0] == "1", res.stderr
+    assert "host read(s) of device data in timing mode" in res.stderr
+    full = py(f"import runpy; runpy.run_path({str(prog)!r})", env={"CARDSIM_REPORT_HOST_READS": "1"})
+    assert full.returncode == 0 and "host read" not in full.stderr and "TOTAL 48.0" in full.stdout
