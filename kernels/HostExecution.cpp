@@ -69,11 +69,14 @@ const OpEntry& entryFor(const c10::OperatorHandle& op) {
 // While the stream captures a graph, nothing runs: the operator's meta kernel gives the
 // results' shapes, the results get device memory, and the graph records a closure that
 // runs the CPU kernel on the host views and writes the results into that memory.
+// `record`: a capture (the work is kept for replays); otherwise timing mode, where only the
+// result shapes and the cost are needed.
 void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall& call,
-                   torch::jit::Stack* stack, size_t base, shim::Stream stream) {
+                   torch::jit::Stack* stack, size_t base, shim::Stream stream, bool record) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
-  std::vector<c10::IValue> replay_args(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
+  std::vector<c10::IValue> replay_args;
+  if (record) replay_args.assign(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
   // Meta twins of the host views, sharing a meta storage wherever the device tensors share one.
   std::unordered_map<const void*, c10::Storage> meta_storage;       // device data -> meta storage
   std::unordered_map<const c10::TensorImpl*, std::pair<at::Tensor, at::Tensor>> twin_of;  // alias -> (meta, device)
@@ -94,10 +97,10 @@ void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
     twins.emplace_back(m, *dev);
     return m;
   };
-  torch::jit::Stack meta(replay_args);
+  torch::jit::Stack meta(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
   for (size_t i = 0; i < nargs; ++i) {
     c10::IValue& v = meta[i];
-    const c10::IValue& orig = replay_args[i];
+    const c10::IValue& orig = (*stack)[base + i];
     if (v.isTensor()) {
       v = metaOf(v.toTensor());
     } else if (v.isTensorList()) {
@@ -151,15 +154,16 @@ void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
   std::vector<at::Tensor> outputs;
   std::vector<at::Tensor> destinations;   // host views of the results, by return position
   std::vector<c10::Storage> keep_alive;   // the graph holds the memory it reads and writes
-  for (const auto& [dev, a] : call.aliases) keep_alive.push_back(dev.storage());
+  if (record)
+    for (const auto& [dev, a] : call.aliases) keep_alive.push_back(dev.storage());
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
   for (size_t i = meta.size() - nret; i < meta.size(); ++i) {
     c10::IValue& v = meta[i];
     if (v.isTensor()) {
       at::Tensor d = deviceOf(v.toTensor());
       outputs.push_back(d);
-      destinations.push_back(d.defined() ? cpuAlias(d) : at::Tensor());
-      if (d.defined()) keep_alive.push_back(d.storage());
+      destinations.push_back(d.defined() && record ? cpuAlias(d) : at::Tensor());
+      if (d.defined() && record) keep_alive.push_back(d.storage());
       stack->push_back(d);
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> out;
@@ -180,6 +184,10 @@ void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
     for (const auto& [dev, a] : call.aliases)
       if (call.written.count(dev.unsafeGetTensorImpl())) outputs.push_back(dev);
   shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device);
+  if (!record) {
+    throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
+    return;
+  }
   auto work = [op, replay_args, destinations, keep_alive]() {
     torch::jit::Stack st(replay_args);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &st);
@@ -244,7 +252,7 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // Timing mode takes the capture path: result shapes from the meta kernel, device memory
   // for the results, the cost to the model; the runtime drops the work instead of recording it.
   if (capturing || timingMode()) {
-    captureOnHost(op, entry, call, stack, base, stream);
+    captureOnHost(op, entry, call, stack, base, stream, capturing);
     return;
   }
 

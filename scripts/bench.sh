@@ -12,3 +12,4 @@ build/traces/cardsim collbench --model-only --preset h100-sxm --ranks 1024 --alg
 end=$(date +%s.%N)
 awk -v a="$start" -v b="$end" 'BEGIN { printf "fabric_1024rank_allreduce_s: %.4f\n", b - a }'
 .venv/bin/python benchmarks/torch_overhead.py
+.venv/bin/python benchmarks/timing_mode.py
