@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <future>
@@ -70,6 +71,30 @@ bool sharing() {
 }
 
 TimePs hostClock() { return sharing() ? g_share.ps.load() : ownClock(); }
+
+// Measured host time (CARDSIM_HOST_TIME=measured[:factor]): besides the modelled overhead,
+// each call advances the clock by the wall time the thread spent outside the runtime since
+// its previous call returned, times the factor. Off (factor 0) by default: real time makes
+// simulated times depend on the host's speed and load.
+std::atomic<double> g_measured_factor{0.0};
+thread_local std::chrono::steady_clock::time_point t_last_return;
+thread_local bool t_has_last_return = false;
+
+TimePs measuredHostPs() {
+  const double factor = g_measured_factor.load(std::memory_order_relaxed);
+  if (factor <= 0) return 0;
+  const auto now = std::chrono::steady_clock::now();
+  const double gap = t_has_last_return ? std::chrono::duration<double>(now - t_last_return).count() : 0.0;
+  t_last_return = now;
+  t_has_last_return = true;
+  return model::secondsToPs(gap * factor);
+}
+// A call that blocked (a wait) returns now: its blocked time is not host work.
+void noteReturn() {
+  if (g_measured_factor.load(std::memory_order_relaxed) <= 0) return;
+  t_last_return = std::chrono::steady_clock::now();
+  t_has_last_return = true;
+}
 
 TimePs advanceHostClock(TimePs d) {
   TimePs now;
@@ -412,6 +437,21 @@ Simulator::Simulator(const SimOptions& options) : impl_(std::make_unique<Impl>()
   if (options.devices < 1) throw ConfigError("device count must be at least 1");
   impl_->options = options;
   impl_->params = loadDeviceParams(options);
+  if (const char* env = std::getenv("CARDSIM_HOST_TIME"); env && *env) {
+    const std::string v = env;
+    double factor = -1;
+    if (v == "model") factor = 0;
+    else if (v == "measured") factor = 1;
+    else if (v.rfind("measured:", 0) == 0) {
+      char* end = nullptr;
+      factor = std::strtod(v.c_str() + 9, &end);
+      if (*end != '\0' || !(factor > 0) || factor > 1e6) factor = -1;
+    }
+    if (factor < 0)
+      throw ConfigError("CARDSIM_HOST_TIME: \"" + v + "\" is not a host-time mode (valid: model, measured, "
+                        "measured:FACTOR with FACTOR > 0)");
+    g_measured_factor.store(factor);
+  }
   impl_->devices = options.devices;
   impl_->queues_per_device = impl_->params.queues.hardware_queues;
   const size_t slots = static_cast<size_t>(impl_->devices) * impl_->queues_per_device;
@@ -438,7 +478,11 @@ uint32_t Simulator::deviceCount() const { return impl_->devices; }
 
 TimePs Simulator::hostNow() const { return hostClock(); }
 
-void Simulator::hostAdvance(double seconds) { advanceHostClock(model::secondsToPs(seconds)); }
+void Simulator::hostAdvance(double seconds) {
+  advanceHostClock(model::secondsToPs(seconds) + measuredHostPs());
+}
+
+double Simulator::measuredHostFactor() const { return g_measured_factor.load(); }
 
 void Simulator::hostClockJoin(TimePs t) { raiseHostClock(t); }
 
@@ -505,7 +549,9 @@ TimePs Simulator::waitFor(const std::vector<QueuePoint>& points, double overhead
   r->at_ps = hostClock();
   if (r->points.empty()) return hostClock();
   Reply rep = impl_->ask(std::move(r));
-  return raiseHostClock(rep.time_ps);
+  const TimePs after = raiseHostClock(rep.time_ps);
+  noteReturn();
+  return after;
 }
 
 bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) {
@@ -514,7 +560,9 @@ bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) 
   r->kind = Request::Kind::Query;
   r->points = points;
   r->at_ps = hostClock();
-  return impl_->ask(std::move(r)).done;
+  const bool done = impl_->ask(std::move(r)).done;
+  noteReturn();
+  return done;
 }
 
 void Simulator::setRecording(bool on) { impl_->recording.store(on); }

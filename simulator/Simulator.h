@@ -82,6 +82,8 @@ class Simulator {
   void shareHostClockEnd();
   // The calling thread continues no earlier than `t` (it joined a thread that ended there).
   void hostClockJoin(TimePs t);
+  // CARDSIM_HOST_TIME: 0 for the modelled host (default), else the factor on measured time.
+  double measuredHostFactor() const;
   // Whether the calling thread has a clock yet (has called into the runtime).
   bool hostClockStarted() const;
 

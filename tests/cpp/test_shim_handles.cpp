@@ -1,5 +1,6 @@
 // Handles (streams, events, graphs) are released on destroy, host functions run in stream
 // order and become graph nodes, and host threads share a clock across a hand-off.
+#include <chrono>
 #include <thread>
 
 #include "ShimTestUtil.h"
@@ -143,4 +144,52 @@ TEST(ShimHandles, NestedSharesActOnlyAtTheOutermostEnd) {
   ASSERT_SHIM_OK(shim::hostClockShareEnd());
   ASSERT_SHIM_OK(shim::hostTimePs(&t1));
   EXPECT_EQ(t1, t0 + 2 * launch_ps);
+}
+
+TEST(ShimHostTime, MeasuredModeAddsTheHostsOwnTimeBetweenCallsTimesTheFactor) {
+  setenv("CARDSIM_HOST_TIME", "measured:2", 1);
+  auto p = startRuntime("mlu370-x8", 1);
+  const uint64_t launch_ps = static_cast<uint64_t>(p.host.launch_overhead_s * 1e12 + 0.5);
+  shim::Stream s;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "a", memoryBound(64, 1), {}));
+  uint64_t t0, t1;
+  ASSERT_SHIM_OK(shim::hostTimePs(&t0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));   // host work between two calls
+  ASSERT_SHIM_OK(shim::launchKernel(s, "b", memoryBound(64, 1), {}));
+  ASSERT_SHIM_OK(shim::hostTimePs(&t1));
+  EXPECT_GE(t1 - t0, launch_ps + 2 * 20'000'000'000ull);   // 20 ms x 2
+  // Time blocked in a synchronize is not host work.
+  ASSERT_SHIM_OK(shim::streamSynchronize(s));
+  uint64_t t2, t3;
+  ASSERT_SHIM_OK(shim::hostTimePs(&t2));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "c", memoryBound(64, 1), {}));
+  ASSERT_SHIM_OK(shim::hostTimePs(&t3));
+  EXPECT_LT(t3 - t2, launch_ps + 2 * 5'000'000'000ull);   // well under 5 ms of real time x 2
+}
+
+TEST(ShimHostTime, TheModelledHostIgnoresRealTime) {
+  unsetenv("CARDSIM_HOST_TIME");
+  auto p = startRuntime("mlu370-x8", 1);
+  const uint64_t launch_ps = static_cast<uint64_t>(p.host.launch_overhead_s * 1e12 + 0.5);
+  shim::Stream s;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  uint64_t t0, t1;
+  ASSERT_SHIM_OK(shim::hostTimePs(&t0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "a", memoryBound(64, 1), {}));
+  ASSERT_SHIM_OK(shim::hostTimePs(&t1));
+  EXPECT_EQ(t1 - t0, launch_ps);
+}
+
+TEST(ShimHostTime, ABadHostTimeModeIsNamed) {
+  setenv("CARDSIM_HOST_TIME", "measured:fast", 1);
+  shim::InitOptions o;
+  o.backend = "sim";
+  o.preset = "mlu370-x8";
+  o.devices = 1;
+  const shim::Status s = shim::initialize(o);
+  EXPECT_EQ(s.code(), shim::Code::InitFailed);
+  EXPECT_NE(s.message().find("CARDSIM_HOST_TIME"), std::string::npos) << s.toString();
+  EXPECT_NE(s.message().find("measured:FACTOR"), std::string::npos) << s.toString();
 }
