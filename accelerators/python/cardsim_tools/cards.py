@@ -19,6 +19,7 @@ import json
 import os
 import pathlib
 import re
+import sys
 from dataclasses import dataclass, field
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -397,3 +398,16 @@ def relation(cards: list[Card], a: int, b: int) -> str:
 
 def mib(n: int) -> int:
     return n // MIB
+
+
+def tool_main(name: str, run, argv: list[str] | None) -> int:
+    """Runs a tool's `run(args)`: its errors print as "name: message" with their exit status;
+    a closed pipe (`tool | head`) is not an error."""
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except ToolError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return e.code
+    except BrokenPipeError:
+        return 0
+

@@ -210,13 +210,7 @@ def run(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return run(sys.argv[1:] if argv is None else argv)
-    except C.ToolError as e:
-        print(f"cnmon: {e}", file=sys.stderr)
-        return e.code
-    except BrokenPipeError:
-        return 0
+    return C.tool_main("cnmon", run, argv)
 
 
 if __name__ == "__main__":
