@@ -96,9 +96,13 @@ void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
     case CommandKind::EventWait:
       events_.waitFor(cmd.wait_for);
       break;
-    case CommandKind::Collective:
-      if (cmd.duration_ps > 0) sc_core::wait(sc_core::sc_time(static_cast<double>(cmd.duration_ps), sc_core::SC_PS));
+    case CommandKind::Collective: {
+      TimePs d = cmd.duration_ps;
+      const TimePs now = sc_core::sc_time_stamp().value();
+      if (cmd.end_at_ps > 0) d = cmd.end_at_ps > now ? cmd.end_at_ps - now : 0;
+      if (d > 0) sc_core::wait(sc_core::sc_time(static_cast<double>(d), sc_core::SC_PS));
       break;
+    }
   }
 }
 

@@ -70,6 +70,8 @@ struct Command {
   std::shared_ptr<EventSlot> event;  // EventRecord
   QueuePoint wait_for;               // EventWait
   TimePs duration_ps = 0;            // Collective
+  TimePs end_at_ps = 0;              // Collective: ends no earlier than this (the fabric
+                                     // server's completion across ranks); 0: start + duration
 };
 
 // Receives every completed command, in the simulation thread.

@@ -137,7 +137,7 @@ struct Reply {
 };
 
 struct Request {
-  enum class Kind { Wait, Query, Counters } kind = Kind::Wait;
+  enum class Kind { Wait, Query, Counters, Peek } kind = Kind::Wait;
   std::vector<QueuePoint> points;
   TimePs at_ps = 0;
   DeviceId device{};
@@ -174,6 +174,7 @@ struct Simulator::Impl : model::ICompletionSink {
   // Owned by the simulation thread.
   std::vector<std::unique_ptr<Card>> cards;
   std::vector<uint64_t> completed;     // per (device, queue)
+  std::vector<TimePs> last_end;        // per (device, queue): end of the latest completed command
   std::vector<PendingWait> waits;
   std::string fatal;
 
@@ -309,8 +310,12 @@ void Simulator::Impl::handle(Request* r) {
       r->reply.set_value(Reply{done, r->at_ps, {}, {}});
       return;
     }
+    case Request::Kind::Peek:
     case Request::Kind::Wait: {
       PendingWait w{r, {}, r->at_ps};
+      if (r->kind == Request::Kind::Peek)
+        for (const QueuePoint& p : r->points)
+          if (completed[slot(p.device, p.queue)] >= p.seq) w.latest_ps = std::max(w.latest_ps, last_end[slot(p.device, p.queue)]);
       for (const QueuePoint& p : r->points)
         if (completed[slot(p.device, p.queue)] < p.seq) w.remaining.push_back(p);
       if (w.remaining.empty()) {
@@ -326,6 +331,7 @@ void Simulator::Impl::handle(Request* r) {
 void Simulator::Impl::onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
                                  TimePs end) {
   completed[slot(device, queue)] = cmd.seq;
+  last_end[slot(device, queue)] = end;
   completed_total.fetch_add(1, std::memory_order_relaxed);
   if (recording.load(std::memory_order_relaxed)) {
     Activity a;
@@ -457,6 +463,7 @@ Simulator::Simulator(const SimOptions& options) : impl_(std::make_unique<Impl>()
   const size_t slots = static_cast<size_t>(impl_->devices) * impl_->queues_per_device;
   impl_->submitted.assign(slots, 0);
   impl_->completed.assign(slots, 0);
+  impl_->last_end.assign(slots, 0);
   // SystemC prints a banner when its context is created unless told not to.
   setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 0);
   std::promise<void> ready;
@@ -552,6 +559,18 @@ TimePs Simulator::waitFor(const std::vector<QueuePoint>& points, double overhead
   const TimePs after = raiseHostClock(rep.time_ps);
   noteReturn();
   return after;
+}
+
+TimePs Simulator::queueFreeAt(DeviceId device, QueueId queue) {
+  const QueuePoint p = tail(device, queue);
+  if (p.seq == 0) return 0;
+  auto r = std::make_unique<Request>();
+  r->kind = Request::Kind::Peek;
+  r->points.push_back(p);
+  r->at_ps = 0;
+  const TimePs t = impl_->ask(std::move(r)).time_ps;
+  noteReturn();
+  return t;
 }
 
 bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) {

@@ -75,6 +75,18 @@ class IBackend {
   virtual Status setActivityRecording(bool on) = 0;
   virtual Status drainActivities(std::vector<ActivityRecord>* out) = 0;
 
+  // The fabric server (shim.h); only a backend with a fabric model has one.
+  virtual Status fabricServe(const std::string&, uint16_t, uint16_t*) {
+    return Status(Code::NotSupported, std::string("fabricServe: the ") + name() + " backend has no fabric model");
+  }
+  virtual Status fabricConnect(const std::string&, const std::string&, int, int) {
+    return Status(Code::NotSupported, std::string("fabricConnect: the ") + name() + " backend has no fabric model");
+  }
+  virtual Status fabricAddress(std::string* address) {
+    if (address) address->clear();
+    return Status::Ok();
+  }
+
   // For the status board (StatusBoard.h): memory in use on `device` and its capacity and,
   // unless `busy_cluster_s` is null, its clusters' busy time so far (simulated seconds,
   // summed over clusters). A backend without a device model does not support it.

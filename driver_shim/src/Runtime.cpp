@@ -111,6 +111,7 @@ const char* codeName(Code c) {
     case Code::InitFailed: return "InitFailed";
     case Code::KernelFailed: return "KernelFailed";
     case Code::Internal: return "Internal";
+    case Code::CommFailed: return "CommFailed";
   }
   return "Unknown";
 }
@@ -253,6 +254,13 @@ Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double*
                               std::string* algorithm) {
   CARDSIM_FORWARD(launchFabricCollective(stream, desc, seconds, algorithm));
 }
+Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) {
+  CARDSIM_FORWARD(fabricServe(bind, port, bound_port));
+}
+Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size) {
+  CARDSIM_FORWARD(fabricConnect(address, job, rank, world_size));
+}
+Status fabricAddress(std::string* address) { CARDSIM_FORWARD(fabricAddress(address)); }
 Status launchHostFunc(Stream stream, std::function<void()> fn) {
   CARDSIM_FORWARD(launchHostFunc(stream, std::move(fn)));
 }

@@ -228,6 +228,9 @@ class SimBackend final : public IBackend {
   Status setActivityRecording(bool on) override;
   Status drainActivities(std::vector<ActivityRecord>* out) override;
   Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override;
+  Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) override;
+  Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size) override;
+  Status fabricAddress(std::string* address) override;
 
  private:
   static DeviceId dev(int d) { return DeviceId{static_cast<uint32_t>(d)}; }

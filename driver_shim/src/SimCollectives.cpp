@@ -1,7 +1,108 @@
-// The `sim` backend: collectives timed by the fabric model.
+// The `sim` backend: collectives timed by the fabric model, alone or, with a fabric server,
+// joined across the ranks of a job.
+#include <cstdlib>
+#include <mutex>
+
 #include "SimBackend.h"
+#include "simulator/FabricClient.h"
+#include "simulator/FabricServer.h"
 
 namespace cardsim::shim::simbackend {
+
+namespace {
+
+// One server and one connection per process. Never deleted: they are stopped at exit
+// (before static destructors, which would race their threads), then left alone.
+std::mutex g_fabric_mutex;
+sim::FabricServer* g_server = nullptr;
+sim::FabricClient* g_client = nullptr;
+
+void stopFabricAtExit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::atexit([] {
+      sim::FabricClient* client;
+      sim::FabricServer* server;
+      {
+        std::lock_guard<std::mutex> lock(g_fabric_mutex);
+        client = g_client;
+        server = g_server;
+      }
+      if (client) client->close();
+      // Answers already computed still reach the other ranks before the server goes.
+      if (server) server->stop(2.0);
+    });
+  });
+}
+
+sim::FabricClient* fabricClient() {
+  std::lock_guard<std::mutex> lock(g_fabric_mutex);
+  return g_client;
+}
+
+std::string groupKey(const CollectiveDesc& desc) {
+  if (!desc.group.empty()) return desc.group;
+  std::string key;
+  for (int r : desc.ranks) key += (key.empty() ? "" : ",") + std::to_string(r);
+  return key;
+}
+
+}  // namespace
+
+Status SimBackend::fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) {
+  if (!fabric_) return Status(Code::NotSupported, "fabricServe: " + fabric_error_);
+  std::lock_guard<std::mutex> lock(g_fabric_mutex);
+  if (g_server) {
+    if (bound_port) *bound_port = g_server->port();
+    return Status::Ok();
+  }
+  sim::FabricServer::Options o;
+  o.preset = sim_.options().preset;
+  o.bind = bind.empty() ? "127.0.0.1" : bind;
+  o.port = port;
+  try {
+    auto server = std::make_unique<sim::FabricServer>(fabric_->params(), o);
+    server->start();
+    g_server = server.release();
+  } catch (const std::exception& e) {
+    return Status(Code::InitFailed, std::string("fabricServe: ") + e.what());
+  }
+  stopFabricAtExit();
+  if (bound_port) *bound_port = g_server->port();
+  return Status::Ok();
+}
+
+Status SimBackend::fabricConnect(const std::string& address, const std::string& job, int rank, int world_size) {
+  if (!fabric_) return Status(Code::NotSupported, "fabricConnect: " + fabric_error_);
+  if (rank < 0 || world_size < 1 || rank >= world_size)
+    return Status(Code::InvalidValue, "fabricConnect: rank " + std::to_string(rank) + " is outside a world of " +
+                                          std::to_string(world_size));
+  std::lock_guard<std::mutex> lock(g_fabric_mutex);
+  if (g_client) {
+    if (g_client->address() == address) return Status::Ok();
+    return Status(Code::InvalidValue, "fabricConnect: this process is already connected to the fabric server at " +
+                                          g_client->address() + " (asked for " + address + ")");
+  }
+  sim::FabricClient::Identity who;
+  who.job = job;
+  who.rank = static_cast<uint32_t>(rank);
+  who.world_size = static_cast<uint32_t>(world_size);
+  who.preset = sim_.options().preset;
+  try {
+    g_client = new sim::FabricClient(address, who);
+  } catch (const std::exception& e) {
+    return Status(Code::CommFailed, std::string("fabricConnect: ") + e.what());
+  }
+  stopFabricAtExit();
+  return Status::Ok();
+}
+
+Status SimBackend::fabricAddress(std::string* address) {
+  if (!address) return nullArg("fabricAddress", "address");
+  std::lock_guard<std::mutex> lock(g_fabric_mutex);
+  *address = g_client ? g_client->address() : std::string();
+  return Status::Ok();
+}
 
 Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                           std::string* algorithm) {
@@ -9,19 +110,52 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   if (Status st = resolve(stream, "launchFabricCollective", &s); !st.ok()) return st;
   if (!fabric_)
     return Status(Code::NotSupported, "launchFabricCollective '" + desc.op + "': " + fabric_error_);
+  std::string algo = desc.algorithm;
+  if (algo.empty())
+    if (const char* env = std::getenv("CARDSIM_COLL_ALGO")) algo = env;
   sim::FabricModel::Timed t;
+  fabric::CollectiveOp op;
   try {
-    t = fabric_->time(fabric::parseOp(desc.op), desc.bytes, desc.ranks, static_cast<uint32_t>(std::max(desc.root, 0)),
-                      static_cast<uint32_t>(std::max(desc.peer, 0)), desc.algorithm);
+    // Validates the request here, before any other rank depends on it.
+    op = fabric::parseOp(desc.op);
+    t = fabric_->time(op, desc.bytes, desc.ranks, static_cast<uint32_t>(std::max(desc.root, 0)),
+                      static_cast<uint32_t>(std::max(desc.peer, 0)), algo);
   } catch (const std::exception& e) {
     return Status(Code::InvalidValue, "launchFabricCollective '" + desc.op + "': " + e.what());
   }
-  if (seconds) *seconds = t.seconds;
-  if (algorithm) *algorithm = t.algorithm;
   model::Command cmd;
   cmd.kind = CommandKind::Collective;
   cmd.duration_ps = model::secondsToPs(t.seconds);
   const std::string name = desc.op + ":" + t.algorithm;
+  double took = t.seconds;
+  sim::FabricClient* client = fabricClient();
+  // Point to point stays per rank: a send and its receive may be posted in either order
+  // on the two ranks, so neither may block on the other's arrival.
+  if (client && desc.ranks.size() > 1 && op != fabric::CollectiveOp::SendRecv && !capturing(s)) {
+    const model::TimePs free_at = sim_.queueFreeAt(model::DeviceId{static_cast<uint32_t>(s->device)}, s->queue);
+    const model::TimePs ready = sim_.hostNow() + model::secondsToPs(params_.host.launch_overhead_s);
+    sim::FabricClient::Collective c;
+    c.group = groupKey(desc);
+    c.ranks = desc.ranks;
+    c.seq = client->nextSeq(c.group);
+    c.op = fabric::opName(op);
+    c.bytes = desc.bytes;
+    c.root = static_cast<uint32_t>(std::max(desc.root, 0));
+    c.peer = static_cast<uint32_t>(std::max(desc.peer, 0));
+    c.algorithm = algo;
+    c.arrival_ps = std::max(free_at, ready);
+    c.timeout_s = desc.timeout_s;
+    sim::FabricClient::Completion done;
+    try {
+      done = client->collective(c);
+    } catch (const std::exception& e) {
+      return Status(Code::CommFailed, e.what());
+    }
+    cmd.end_at_ps = done.end_ps;
+    took = model::psToSeconds(done.end_ps - std::min(done.end_ps, c.arrival_ps));
+  }
+  if (seconds) *seconds = took;
+  if (algorithm) *algorithm = t.algorithm;
   if (capturing(s)) return record(s, name, nullptr, std::move(cmd));
   return submitAndMaybeWait(s, std::move(cmd), name, params_.host.launch_overhead_s, false);
 }

@@ -35,6 +35,7 @@ enum class Code : int {
   InitFailed,       // the backend could not start (bad preset, config, runtime)
   KernelFailed,     // a kernel's host callable threw
   Internal,
+  CommFailed,       // a collective failed across ranks: a member left, timed out or disagreed
 };
 const char* codeName(Code c);
 
@@ -235,13 +236,33 @@ struct CollectiveDesc {
   int peer = 1;                // index into ranks: send_recv destination
   std::string algorithm;       // "ring", "tree", "direct", "hierarchical", "switch"; empty:
                                // CARDSIM_COLL_ALGO, else the fastest on an idle fabric
+  std::string group;           // the process group's key, the same on every member (its
+                               // collectives are numbered in call order); empty: the ranks
+  double timeout_s = 0;        // the process group's timeout; 0: none
 };
 
-// Queues the collective on `stream` for the time the fabric model gives it alone on an
-// idle fabric (the ranks' clocks are not joined yet: each rank charges that time on its
-// own card). Returns the seconds and the algorithm used.
+// Queues the collective on `stream`. Connected to a fabric server (fabricConnect) and with
+// more than one rank (send_recv excepted), it starts when the stream can start it (this
+// rank's arrival) and completes at the time the server computes from every member's
+// arrival, the same on every rank; the call blocks until every member has arrived, and a
+// member that left or did not arrive within `timeout_s` fails it with CommFailed naming
+// the group, the collective and the missing ranks. Otherwise the collective takes the time
+// the fabric model gives it alone on an idle fabric, from this rank's own arrival. Returns
+// the seconds from this rank's arrival to the completion, and the algorithm used.
 Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                               std::string* algorithm);
+
+// ---- The fabric server (one shared fabric for the ranks of a job, one process per rank) ---
+
+// Starts a fabric server for this process's preset on a background thread (rank 0 of a job
+// does this) listening on `bind` ("127.0.0.1", or "0.0.0.0" for jobs spanning hosts) and
+// `port` (0: any free port); returns the port. It serves until the process exits.
+Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port);
+// Joins the job's fabric at "host:port" as `rank` of `world_size` (`job` the same string on
+// every rank). Once per process; a second call with another address fails.
+Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size);
+// The connected server's address, or empty.
+Status fabricAddress(std::string* address);
 
 // Runs `fn` on the host in stream order (as cnrtInvokeHostFunc / a host function node). Work
 // is functional first, so outside a capture `fn` runs now, on this thread, for one launch

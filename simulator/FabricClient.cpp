@@ -1,0 +1,261 @@
+#include "simulator/FabricClient.h"
+
+#include <boost/asio.hpp>
+
+#include <chrono>
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "simulator/FabricWire.h"
+#include "simulator/proto/fabric.pb.h"
+
+namespace cardsim::sim {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+namespace rpc = cardsim::fabric_rpc;
+
+struct FabricClient::Impl : std::enable_shared_from_this<Impl> {
+  asio::io_context io;
+  tcp::socket socket{io};
+  std::thread thread;
+  std::string address;
+
+  // Serving thread only.
+  unsigned char header[4] = {};
+  std::string body;
+  std::deque<std::string> out;
+  bool writing = false;
+
+  struct Result {
+    bool ok = false;
+    Completion completion;
+    std::string error;
+  };
+  std::mutex mutex;   // everything below
+  std::map<uint64_t, std::promise<Result>> waiting;
+  uint64_t next_id = 1;
+  std::string fatal;   // set once the connection is unusable
+  bool closed_by_us = false;
+  std::promise<std::string> welcome;   // "" when welcomed, else why not
+  bool welcomed = false;
+  std::map<std::string, uint64_t> seqs;
+
+  void failAll(const std::string& why) {
+    std::map<uint64_t, std::promise<Result>> doomed;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (fatal.empty()) fatal = why;
+      doomed.swap(waiting);
+      if (!welcomed) {
+        welcomed = true;
+        welcome.set_value(fatal);
+      }
+    }
+    for (auto& [id, p] : doomed) p.set_value(Result{false, {}, fatal});
+  }
+
+  void readHeader() {
+    auto self = shared_from_this();
+    asio::async_read(socket, asio::buffer(header, 4), [self](boost::system::error_code ec, size_t) {
+      if (ec) return self->lost(ec);
+      const uint32_t n = wire::frameLength(self->header);
+      if (n == 0 || n > wire::kMaxFrameBytes)
+        return self->failAll("the fabric server at " + self->address + " sent a frame of " + std::to_string(n) +
+                             " bytes: is that address a cardsim fabric server?");
+      self->body.resize(n);
+      asio::async_read(self->socket, asio::buffer(self->body), [self](boost::system::error_code ec2, size_t) {
+        if (ec2) return self->lost(ec2);
+        rpc::ToClient m;
+        if (!m.ParseFromString(self->body))
+          return self->failAll("the fabric server at " + self->address + " sent a malformed message");
+        self->onMessage(m);
+        self->readHeader();
+      });
+    });
+  }
+
+  void lost(const boost::system::error_code& ec) {
+    bool ours;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ours = closed_by_us;
+    }
+    failAll(ours ? "the connection to the fabric server was closed"
+                 : "the fabric server at " + address + " closed the connection (" + ec.message() +
+                       "): the server, or the rank hosting it, has stopped");
+  }
+
+  void onMessage(const rpc::ToClient& m) {
+    if (m.has_welcome()) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!welcomed) {
+        welcomed = true;
+        welcome.set_value("");
+      }
+      return;
+    }
+    uint64_t id = 0;
+    Result r;
+    if (m.has_complete()) {
+      id = m.complete().id();
+      r.ok = true;
+      r.completion.end_ps = m.complete().end_ps();
+      r.completion.algorithm = m.complete().algorithm();
+      r.completion.alone_s = m.complete().alone_s();
+    } else if (m.has_error()) {
+      id = m.error().id();
+      r.error = m.error().message();
+      if (id == 0) return failAll(r.error);
+    } else {
+      return;
+    }
+    std::promise<Result> p;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = waiting.find(id);
+      if (it == waiting.end()) return;   // gave up on it already
+      p = std::move(it->second);
+      waiting.erase(it);
+    }
+    p.set_value(std::move(r));
+  }
+
+  void send(std::string frame) {
+    auto self = shared_from_this();
+    asio::post(io, [self, f = std::move(frame)]() mutable {
+      self->out.push_back(std::move(f));
+      if (!self->writing) self->writeNext();
+    });
+  }
+
+  void writeNext() {
+    if (out.empty()) {
+      writing = false;
+      return;
+    }
+    writing = true;
+    auto self = shared_from_this();
+    asio::async_write(socket, asio::buffer(out.front()), [self](boost::system::error_code ec, size_t) {
+      self->out.pop_front();
+      if (ec) return self->lost(ec);
+      self->writeNext();
+    });
+  }
+};
+
+FabricClient::FabricClient(const std::string& address, const Identity& who, double connect_timeout_s)
+    : address_(address), impl_(std::make_shared<Impl>()) {
+  impl_->address = address;
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size())
+    throw FabricError("fabric server address '" + address + "' is not host:port");
+  const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(connect_timeout_s));
+  boost::system::error_code ec;
+  tcp::resolver resolver(impl_->io);
+  auto endpoints = resolver.resolve(host, port, ec);
+  if (ec) throw FabricError("fabric server address '" + address + "': " + ec.message());
+  for (;;) {
+    asio::connect(impl_->socket, endpoints, ec);
+    if (!ec) break;
+    if (ec != asio::error::connection_refused || std::chrono::steady_clock::now() >= deadline)
+      throw FabricError("cannot connect to the fabric server at " + address + ": " + ec.message());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  impl_->socket.set_option(tcp::no_delay(true), ec);
+  rpc::ToServer hello;
+  auto* h = hello.mutable_hello();
+  h->set_protocol_version(wire::kProtocolVersion);
+  h->set_job(who.job);
+  h->set_rank(who.rank);
+  h->set_world_size(who.world_size);
+  h->set_preset(who.preset);
+  std::future<std::string> welcomed = impl_->welcome.get_future();
+  impl_->send(wire::frame(hello.SerializeAsString()));
+  impl_->readHeader();
+  Impl* impl = impl_.get();
+  impl_->thread = std::thread([impl] { impl->io.run(); });
+  const auto left = std::max(std::chrono::steady_clock::duration(std::chrono::seconds(1)),
+                             deadline - std::chrono::steady_clock::now());
+  std::string why;
+  if (welcomed.wait_for(left) != std::future_status::ready)
+    why = "no answer from " + address + " (is it a cardsim fabric server?)";
+  else
+    why = welcomed.get();
+  if (!why.empty()) {
+    close();
+    throw FabricError(why);
+  }
+}
+
+FabricClient::~FabricClient() { close(); }
+
+uint64_t FabricClient::nextSeq(const std::string& group) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->seqs[group]++;
+}
+
+FabricClient::Completion FabricClient::collective(const Collective& c) {
+  std::future<Impl::Result> f;
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (!impl_->fatal.empty()) throw FabricError(impl_->fatal);
+    id = impl_->next_id++;
+    f = impl_->waiting[id].get_future();
+  }
+  rpc::ToServer m;
+  auto* a = m.mutable_arrive();
+  a->set_id(id);
+  a->set_group(c.group);
+  for (int r : c.ranks) a->add_ranks(r);
+  a->set_seq(c.seq);
+  a->set_op(c.op);
+  a->set_bytes(c.bytes);
+  a->set_root(c.root);
+  a->set_peer(c.peer);
+  a->set_algorithm(c.algorithm);
+  a->set_arrival_ps(c.arrival_ps);
+  a->set_timeout_ms(c.timeout_s > 0 ? static_cast<uint32_t>(std::min(c.timeout_s * 1000.0, 4.0e9)) : 0);
+  impl_->send(wire::frame(m.SerializeAsString()));
+  if (c.timeout_s > 0) {
+    // The server enforces the timeout and names the missing ranks; this is the backstop
+    // for a server that stopped answering.
+    if (f.wait_for(std::chrono::duration<double>(c.timeout_s + 10)) != std::future_status::ready) {
+      std::lock_guard<std::mutex> lock(impl_->mutex);
+      impl_->waiting.erase(id);
+      throw FabricError("no answer from the fabric server at " + address_ + " within " +
+                        std::to_string(static_cast<int>(c.timeout_s + 10)) + " s");
+    }
+  }
+  Impl::Result r = f.get();
+  if (!r.ok) throw FabricError(r.error);
+  return r.completion;
+}
+
+void FabricClient::close() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->closed_by_us) return;
+    impl_->closed_by_us = true;
+  }
+  auto impl = impl_;
+  asio::post(impl->io, [impl] {
+    boost::system::error_code ec;
+    impl->socket.shutdown(tcp::socket::shutdown_both, ec);
+    impl->socket.close(ec);
+  });
+  if (impl->thread.joinable()) {
+    if (impl->thread.get_id() == std::this_thread::get_id()) impl->thread.detach();
+    else impl->thread.join();
+  }
+  impl->failAll("the connection to the fabric server was closed");
+}
+
+}  // namespace cardsim::sim

@@ -1,0 +1,67 @@
+// A rank's connection to the fabric server (FabricServer.h): reports collectives'
+// arrivals and waits for their completions. Thread-safe: several host threads may have
+// collectives in flight at once (each answer is matched to its request).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cardsim::sim {
+
+// Anything that went wrong with a collective on the fabric server, in words for the user.
+class FabricError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class FabricClient {
+ public:
+  struct Identity {
+    std::string job;
+    uint32_t rank = 0;
+    uint32_t world_size = 1;
+    std::string preset;
+  };
+  // Connects to "host:port" (retrying refused connections until `connect_timeout_s`) and
+  // introduces the rank; throws FabricError naming the address and the reason.
+  FabricClient(const std::string& address, const Identity& who, double connect_timeout_s = 30);
+  ~FabricClient();
+  FabricClient(const FabricClient&) = delete;
+  FabricClient& operator=(const FabricClient&) = delete;
+
+  struct Collective {
+    std::string group;         // the process group's key
+    std::vector<int> ranks;    // its global ranks, in group order
+    uint64_t seq = 0;          // the collective's position in the group's sequence
+    std::string op;
+    double bytes = 0;
+    uint32_t root = 0, peer = 0;
+    std::string algorithm;
+    uint64_t arrival_ps = 0;
+    double timeout_s = 0;      // 0: wait as long as it takes
+  };
+  struct Completion {
+    uint64_t end_ps = 0;
+    std::string algorithm;
+    double alone_s = 0;
+  };
+  // Reports the arrival and blocks until the server completes (or fails) the collective.
+  Completion collective(const Collective& c);
+
+  const std::string& address() const { return address_; }
+  // The next sequence number of `group` (each group's collectives are numbered in call order).
+  uint64_t nextSeq(const std::string& group);
+
+  // Closes the connection; collectives in flight fail.
+  void close();
+
+ private:
+  struct Impl;
+  std::string address_;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace cardsim::sim

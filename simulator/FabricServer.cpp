@@ -1,0 +1,457 @@
+#include "simulator/FabricServer.h"
+
+#include <boost/asio.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <future>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "device_models/Command.h"
+#include "simulator/FabricModel.h"
+#include "simulator/FabricWire.h"
+#include "simulator/proto/fabric.pb.h"
+
+namespace cardsim::sim {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+namespace rpc = cardsim::fabric_rpc;
+
+namespace {
+
+std::string rankList(const std::vector<int>& ranks) {
+  // Long groups are abbreviated: a message naming 1024 ranks helps nobody.
+  std::string s = "[";
+  const size_t n = ranks.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (n > 16 && i == 8) {
+      s += "... " + std::to_string(n - 12) + " more, ";
+      i = n - 4;
+    }
+    s += (i && s.back() != ' ' ? ", " : "") + std::to_string(ranks[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+struct Session;
+
+struct Pending {
+  std::string group;
+  std::vector<int> ranks;
+  uint64_t seq = 0;
+  std::string op;
+  double bytes = 0;
+  uint32_t root = 0, peer = 0;
+  std::string algorithm;
+  struct Arrival {
+    std::weak_ptr<Session> session;
+    uint64_t id = 0;
+    uint64_t arrival_ps = 0;
+  };
+  std::map<int, Arrival> arrived;   // by global rank
+  std::unique_ptr<asio::steady_timer> timer;
+
+  std::string what() const { return op + " #" + std::to_string(seq) + " of process group " + rankList(ranks); }
+};
+
+struct Job {
+  std::map<int, std::string> gone;           // rank -> why it left
+  std::map<std::string, Pending> pending;    // by group key and sequence number
+  int sessions = 0;
+};
+
+struct FabricServer::Impl {
+  Impl(fabric::FabricParams params, Options o) : acceptor(io), model(std::move(params)), options(std::move(o)) {}
+
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  FabricModel model;
+  Options options;
+  std::thread thread;
+  bool running = false;                   // start() or run() was called and stop() not yet
+  std::promise<void> finished;            // set when the serving loop returns
+
+  // Owned by the serving thread.
+  std::map<std::string, Job> jobs;
+  std::set<std::shared_ptr<Session>> sessions;
+  std::map<std::pair<std::string, int>, std::weak_ptr<Session>> by_rank;
+  bool stopping = false;
+
+  std::atomic<uint64_t> completed{0}, failed{0}, accepted{0}, open{0}, pending_count{0};
+
+  void log(const std::string& line) {
+    if (options.log) std::fprintf(stderr, "cardsim fabricd: %s\n", line.c_str());
+  }
+  void accept();
+  void onMessage(Session& s, const rpc::ToServer& m);
+  void onHello(Session& s, const rpc::Hello& h);
+  void onArrive(Session& s, const rpc::Arrive& a);
+  void onClosed(Session& s);
+  void complete(Job& job, const std::string& key);
+  void failPending(Job& job, const std::string& key, const std::string& why);
+  void startStopping();
+};
+
+struct Session : std::enable_shared_from_this<Session> {
+  Session(FabricServer::Impl& i, tcp::socket s) : impl(i), socket(std::move(s)) {
+    boost::system::error_code ec;
+    auto ep = socket.remote_endpoint(ec);
+    peer = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  FabricServer::Impl& impl;
+  tcp::socket socket;
+  std::string peer;
+  unsigned char header[4] = {};
+  std::string body;
+  std::deque<std::string> out;
+  bool writing = false, closing = false, closed = false;
+  bool hello = false;
+  std::string job;
+  int rank = -1;
+
+  std::string who() const {
+    return hello ? "rank " + std::to_string(rank) + " of job " + job + " (" + peer + ")" : "client " + peer;
+  }
+
+  void readHeader() {
+    auto self = shared_from_this();
+    asio::async_read(socket, asio::buffer(header, 4), [self](boost::system::error_code ec, size_t) {
+      if (ec) return self->closeNow();
+      const uint32_t n = wire::frameLength(self->header);
+      if (n == 0 || n > wire::kMaxFrameBytes)
+        return self->fail("a frame of " + std::to_string(n) + " bytes (limit " + std::to_string(wire::kMaxFrameBytes) +
+                          "): not a cardsim fabric client, or a corrupted stream");
+      self->readBody(n);
+    });
+  }
+
+  void readBody(uint32_t n) {
+    body.resize(n);
+    auto self = shared_from_this();
+    asio::async_read(socket, asio::buffer(body), [self, n](boost::system::error_code ec, size_t) {
+      if (ec) return self->closeNow();
+      rpc::ToServer m;
+      if (!m.ParseFromString(self->body) || m.msg_case() == rpc::ToServer::MSG_NOT_SET)
+        return self->fail("a malformed message (" + std::to_string(n) +
+                          " bytes that are not a fabric protocol message): not a cardsim fabric client?");
+      self->impl.onMessage(*self, m);
+      if (!self->closing && !self->closed) self->readHeader();
+    });
+  }
+
+  void send(const rpc::ToClient& m) {
+    if (closed) return;
+    out.push_back(wire::frame(m.SerializeAsString()));
+    if (!writing) writeNext();
+  }
+
+  void writeNext() {
+    if (out.empty()) {
+      writing = false;
+      if (closing) closeNow();
+      return;
+    }
+    writing = true;
+    auto self = shared_from_this();
+    asio::async_write(socket, asio::buffer(out.front()), [self](boost::system::error_code ec, size_t) {
+      self->out.pop_front();
+      if (ec) return self->closeNow();
+      self->writeNext();
+    });
+  }
+
+  // Tells the client what was wrong with the connection, then closes it.
+  void fail(const std::string& why) {
+    impl.log(who() + ": " + why);
+    rpc::ToClient m;
+    m.mutable_error()->set_message("fabric server: " + why);
+    send(m);
+    closeAfterWrites();
+  }
+
+  void closeAfterWrites() {
+    closing = true;
+    if (!writing) closeNow();
+  }
+
+  void closeNow() {
+    if (closed) return;
+    closed = true;
+    boost::system::error_code ec;
+    socket.shutdown(tcp::socket::shutdown_both, ec);
+    socket.close(ec);
+    impl.onClosed(*this);
+  }
+};
+
+void FabricServer::Impl::accept() {
+  acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    if (stopping || !acceptor.is_open()) return;
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true), ec);
+      auto s = std::make_shared<Session>(*this, std::move(socket));
+      sessions.insert(s);
+      accepted.fetch_add(1);
+      open.fetch_add(1);
+      log("connection from " + s->peer);
+      s->readHeader();
+    }
+    accept();
+  });
+}
+
+void FabricServer::Impl::onMessage(Session& s, const rpc::ToServer& m) {
+  if (m.has_hello()) return onHello(s, m.hello());
+  if (!s.hello) return s.fail("the first message must be Hello");
+  onArrive(s, m.arrive());
+}
+
+void FabricServer::Impl::onHello(Session& s, const rpc::Hello& h) {
+  if (s.hello) return s.fail("Hello sent twice");
+  if (h.protocol_version() != wire::kProtocolVersion)
+    return s.fail("the client speaks fabric protocol version " + std::to_string(h.protocol_version()) +
+                  ", this server version " + std::to_string(wire::kProtocolVersion) +
+                  " (use the same cardsim build for the job and the server)");
+  if (!options.preset.empty() && h.preset() != options.preset)
+    return s.fail("rank " + std::to_string(h.rank()) + " uses preset '" + h.preset() +
+                  "' but this fabric server models preset '" + options.preset + "'");
+  if (h.world_size() == 0 || h.rank() >= h.world_size())
+    return s.fail("rank " + std::to_string(h.rank()) + " is outside a world of " + std::to_string(h.world_size()));
+  const int rank = static_cast<int>(h.rank());
+  auto key = std::make_pair(h.job(), rank);
+  if (auto it = by_rank.find(key); it != by_rank.end() && !it->second.expired())
+    return s.fail("rank " + std::to_string(rank) + " of job " + h.job() + " is already connected");
+  s.hello = true;
+  s.job = h.job();
+  s.rank = rank;
+  by_rank[key] = s.shared_from_this();
+  Job& job = jobs[s.job];
+  job.gone.erase(rank);
+  ++job.sessions;
+  log(s.who() + " joined");
+  rpc::ToClient w;
+  w.mutable_welcome()->set_protocol_version(wire::kProtocolVersion);
+  w.mutable_welcome()->set_preset(options.preset);
+  s.send(w);
+}
+
+void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
+  auto error = [&](const std::string& why) {
+    rpc::ToClient m;
+    m.mutable_error()->set_id(a.id());
+    m.mutable_error()->set_message(why);
+    s.send(m);
+    failed.fetch_add(1);
+  };
+  std::vector<int> ranks(a.ranks().begin(), a.ranks().end());
+  const std::string what = a.op() + " #" + std::to_string(a.seq()) + " of process group " + rankList(ranks);
+  if (ranks.empty()) return error(what + ": the group has no ranks");
+  if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end())
+    return error(what + ": rank " + std::to_string(s.rank) + " is not a member of the group");
+  Job& job = jobs[s.job];
+  for (int r : ranks)
+    if (auto g = job.gone.find(r); g != job.gone.end())
+      return error(what + ": rank " + std::to_string(r) + " " + g->second);
+  const std::string key = a.group() + "\n" + std::to_string(a.seq());
+  auto [it, created] = job.pending.try_emplace(key);
+  Pending& p = it->second;
+  if (created) {
+    std::vector<int> sorted = ranks;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      job.pending.erase(it);
+      return error(what + ": a rank appears twice in the group");
+    }
+    p.group = a.group();
+    p.ranks = std::move(ranks);
+    p.seq = a.seq();
+    p.op = a.op();
+    p.bytes = a.bytes();
+    p.root = a.root();
+    p.peer = a.peer();
+    p.algorithm = a.algorithm();
+    pending_count.fetch_add(1);
+    if (a.timeout_ms() > 0) {
+      p.timer = std::make_unique<asio::steady_timer>(io, std::chrono::milliseconds(a.timeout_ms()));
+      const std::string job_name = s.job;
+      const uint32_t ms = a.timeout_ms();
+      p.timer->async_wait([this, job_name, key, ms](boost::system::error_code ec) {
+        if (ec) return;   // completed or failed before the deadline
+        auto j = jobs.find(job_name);
+        if (j == jobs.end()) return;
+        auto pit = j->second.pending.find(key);
+        if (pit == j->second.pending.end()) return;
+        std::vector<int> missing;
+        for (int r : pit->second.ranks)
+          if (!pit->second.arrived.count(r)) missing.push_back(r);
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%.3g", ms / 1000.0);
+        failPending(j->second, key, "timed out after " + std::string(secs) + " s (the process group's timeout) waiting for rank(s) " +
+                                        rankList(missing) + ", which never started it (hung, or calling collectives in another order?)");
+      });
+    }
+  } else if (p.op != a.op() || p.bytes != a.bytes() || p.ranks != ranks || p.root != a.root() || p.peer != a.peer() ||
+             p.algorithm != a.algorithm()) {
+    const int first = p.arrived.empty() ? -1 : p.arrived.begin()->first;
+    char detail[256];
+    std::snprintf(detail, sizeof detail, "rank %d called %s of %.0f bytes (root %u, algorithm '%s') but rank %d %s of %.0f bytes (root %u, algorithm '%s')",
+                  s.rank, a.op().c_str(), a.bytes(), a.root(), a.algorithm().c_str(), first, p.op.c_str(), p.bytes, p.root,
+                  p.algorithm.c_str());
+    error(what + ": the ranks disagree: " + detail);
+    return failPending(job, key, "the ranks disagree: " + std::string(detail));
+  }
+  if (p.arrived.count(s.rank)) return error(what + ": rank " + std::to_string(s.rank) + " reported it twice");
+  p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps()};
+  if (p.arrived.size() == p.ranks.size()) complete(job, key);
+}
+
+void FabricServer::Impl::complete(Job& job, const std::string& key) {
+  auto it = job.pending.find(key);
+  Pending& p = it->second;
+  uint64_t start = 0;
+  for (const auto& [r, a] : p.arrived) start = std::max(start, a.arrival_ps);
+  FabricModel::Timed t;
+  try {
+    t = model.time(fabric::parseOp(p.op), p.bytes, p.ranks, p.root, p.peer, p.algorithm);
+  } catch (const std::exception& e) {
+    return failPending(job, key, e.what());
+  }
+  const uint64_t end = start + model::secondsToPs(t.seconds);
+  for (const auto& [r, a] : p.arrived) {
+    auto s = a.session.lock();
+    if (!s) continue;
+    rpc::ToClient m;
+    auto* c = m.mutable_complete();
+    c->set_id(a.id);
+    c->set_end_ps(end);
+    c->set_algorithm(t.algorithm);
+    c->set_alone_s(t.seconds);
+    s->send(m);
+  }
+  completed.fetch_add(1);
+  pending_count.fetch_sub(1);
+  job.pending.erase(it);
+}
+
+void FabricServer::Impl::failPending(Job& job, const std::string& key, const std::string& why) {
+  auto it = job.pending.find(key);
+  if (it == job.pending.end()) return;
+  Pending& p = it->second;
+  const std::string msg = p.what() + ": " + why;
+  log(msg);
+  for (const auto& [r, a] : p.arrived) {
+    auto s = a.session.lock();
+    if (!s) continue;
+    rpc::ToClient m;
+    m.mutable_error()->set_id(a.id);
+    m.mutable_error()->set_message(msg);
+    s->send(m);
+  }
+  failed.fetch_add(1);
+  pending_count.fetch_sub(1);
+  job.pending.erase(it);
+}
+
+void FabricServer::Impl::onClosed(Session& s) {
+  auto self = s.shared_from_this();
+  sessions.erase(self);
+  open.fetch_sub(1);
+  if (!s.hello) return;
+  by_rank.erase(std::make_pair(s.job, s.rank));
+  auto jit = jobs.find(s.job);
+  if (jit == jobs.end()) return;
+  Job& job = jit->second;
+  log(s.who() + " left");
+  job.gone[s.rank] = "left the job (its connection to the fabric server closed: the process exited or was killed)";
+  std::vector<std::string> doomed;
+  for (const auto& [key, p] : job.pending)
+    if (!p.arrived.count(s.rank) && std::find(p.ranks.begin(), p.ranks.end(), s.rank) != p.ranks.end())
+      doomed.push_back(key);
+  for (const std::string& key : doomed)
+    failPending(job, key, "rank " + std::to_string(s.rank) + " " + job.gone[s.rank] + " before starting it");
+  if (--job.sessions <= 0) {
+    // The job is over for the server: drop what is left (answers to ranks no one listens for).
+    pending_count.fetch_sub(job.pending.size());
+    jobs.erase(jit);
+  }
+}
+
+void FabricServer::Impl::startStopping() {
+  stopping = true;
+  boost::system::error_code ec;
+  acceptor.close(ec);
+  for (auto& [name, job] : jobs)
+    for (auto& [key, p] : job.pending)
+      if (p.timer) p.timer->cancel();
+  const auto all = sessions;   // closing one erases it from `sessions`
+  for (const auto& s : all) s->closeAfterWrites();
+}
+
+FabricServer::FabricServer(fabric::FabricParams params, Options options)
+    : impl_(std::make_shared<Impl>(std::move(params), std::move(options))) {
+  const std::string where = impl_->options.bind + ":" + std::to_string(impl_->options.port);
+  try {
+    tcp::endpoint ep(asio::ip::make_address(impl_->options.bind), impl_->options.port);
+    impl_->acceptor.open(ep.protocol());
+    impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
+    impl_->acceptor.bind(ep);
+    impl_->acceptor.listen();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("fabric server: cannot listen on " + where + ": " + e.what());
+  }
+  impl_->accept();
+}
+
+FabricServer::~FabricServer() {
+  if (impl_->running) stop(0.5);
+}
+
+uint16_t FabricServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void FabricServer::start() {
+  impl_->running = true;
+  Impl* impl = impl_.get();
+  impl_->thread = std::thread([impl] {
+    impl->io.run();
+    impl->finished.set_value();
+  });
+}
+
+void FabricServer::run() {
+  impl_->running = true;
+  impl_->io.run();
+  impl_->finished.set_value();
+}
+
+void FabricServer::stop(double drain_s) {
+  if (!impl_->running) return;
+  impl_->running = false;
+  Impl* impl = impl_.get();
+  asio::post(impl->io, [impl] { impl->startStopping(); });
+  auto done = impl->finished.get_future();
+  if (done.wait_for(std::chrono::duration<double>(std::max(0.0, drain_s))) != std::future_status::ready) impl->io.stop();
+  if (impl->thread.joinable()) impl->thread.join();
+  else done.wait();
+}
+
+FabricServer::Stats FabricServer::stats() const {
+  Stats s;
+  s.collectives_completed = impl_->completed.load();
+  s.collectives_failed = impl_->failed.load();
+  s.connections_accepted = impl_->accepted.load();
+  s.connections_open = impl_->open.load();
+  s.collectives_pending = impl_->pending_count.load();
+  return s;
+}
+
+}  // namespace cardsim::sim

@@ -1,0 +1,60 @@
+// The fabric server: one shared collective-fabric model for the ranks of a job, one
+// process per rank (Boost.Asio over TCP, protocol in simulator/proto/fabric.proto).
+//
+// Each rank reports when a collective can start on its stream (its arrival, in simulated
+// time); once every member of the group has arrived, the collective completes at the
+// latest arrival plus the model's time for it, and every member gets that completion.
+// The answer depends only on the arrivals, never on the wall-clock order in which they
+// came, so reruns are bit-identical. A member that disconnects, or does not arrive within
+// the group's timeout, fails the collective for the others with a message naming the
+// group, the collective and the missing ranks. Garbage, an oversized frame or another
+// protocol version costs that connection only; the server keeps serving the others.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "device_models/fabric/FabricParams.h"
+
+namespace cardsim::sim {
+
+class FabricServer {
+ public:
+  struct Options {
+    std::string preset;               // the preset the model was built from (clients must match)
+    std::string bind = "127.0.0.1";   // "0.0.0.0" for jobs spanning hosts
+    uint16_t port = 0;                // 0: any free port
+    bool log = false;                 // one line per connection event on stderr
+  };
+  // Binds and listens; throws std::runtime_error naming the address on failure.
+  FabricServer(fabric::FabricParams params, Options options);
+  ~FabricServer();
+  FabricServer(const FabricServer&) = delete;
+  FabricServer& operator=(const FabricServer&) = delete;
+
+  uint16_t port() const;
+  // Serves on a background thread.
+  void start();
+  // Serves on the calling thread until stop() (from another thread or a signal handler).
+  void run();
+  // Stops accepting, delivers answers already queued (up to `drain_s`), closes every
+  // connection and returns once the serving thread has finished.
+  void stop(double drain_s = 2.0);
+
+  struct Stats {
+    uint64_t collectives_completed = 0;
+    uint64_t collectives_failed = 0;
+    uint64_t connections_accepted = 0;
+    uint64_t connections_open = 0;
+    uint64_t collectives_pending = 0;
+  };
+  Stats stats() const;
+
+  struct Impl;   // the serving state (public only so its connection objects can name it)
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace cardsim::sim

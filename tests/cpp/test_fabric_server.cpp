@@ -1,0 +1,234 @@
+// The fabric server: completions from every member's arrival whatever the wall-clock order,
+// and faults (timeouts, departures, disagreement, other protocol versions, garbage) that
+// cost the offending collective or connection only.
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "device_models/Command.h"
+#include "simulator/FabricClient.h"
+#include "simulator/FabricConfig.h"
+#include "simulator/FabricModel.h"
+#include "simulator/FabricServer.h"
+#include "simulator/FabricWire.h"
+#include "simulator/proto/fabric.pb.h"
+
+using namespace cardsim;
+using sim::FabricClient;
+using sim::FabricError;
+using sim::FabricServer;
+
+namespace {
+
+const char* kPreset = "mlu370-x8";
+
+fabric::FabricParams params() {
+  sim::SimOptions o;
+  o.preset = kPreset;
+  return sim::loadFabricParams(o);
+}
+
+struct Fixture {
+  FabricServer server{params(), FabricServer::Options{kPreset, "127.0.0.1", 0, false}};
+  std::string address;
+  Fixture() {
+    server.start();
+    address = "127.0.0.1:" + std::to_string(server.port());
+  }
+  std::unique_ptr<FabricClient> client(uint32_t rank, uint32_t world, const std::string& job = "job") {
+    return std::make_unique<FabricClient>(address, FabricClient::Identity{job, rank, world, kPreset}, 5);
+  }
+};
+
+FabricClient::Collective allReduce(std::vector<int> ranks, uint64_t arrival_ps, double bytes = 1 << 20,
+                                   double timeout_s = 10) {
+  FabricClient::Collective c;
+  c.group = "g";
+  c.ranks = std::move(ranks);
+  c.op = "all_reduce";
+  c.bytes = bytes;
+  c.arrival_ps = arrival_ps;
+  c.timeout_s = timeout_s;
+  return c;
+}
+
+double aloneSeconds(double bytes, const std::vector<int>& ranks) {
+  sim::FabricModel m(params());
+  return m.time(fabric::CollectiveOp::AllReduce, bytes, ranks, 0, 1, "").seconds;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(FabricServer, CompletesAtLatestArrivalPlusModelTimeWhateverTheArrivalOrder) {
+  Fixture fx;
+  const std::vector<int> ranks = {0, 1, 2, 3};
+  const uint64_t arrivals[4] = {5'000'000, 9'000'000, 1'000'000, 7'000'000};
+  const uint64_t expected = 9'000'000 + model::secondsToPs(aloneSeconds(1 << 20, ranks));
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 4; ++r) clients.push_back(fx.client(r, 4));
+  // The same collective sequence, with the ranks reaching the server in three different
+  // wall-clock orders: the answers must not change.
+  const std::vector<std::vector<int>> orders = {{0, 1, 2, 3}, {3, 2, 1, 0}, {2, 0, 3, 1}};
+  for (size_t round = 0; round < orders.size(); ++round) {
+    std::vector<std::future<FabricClient::Completion>> done(4);
+    for (size_t i = 0; i < 4; ++i) {
+      const int r = orders[round][i];
+      auto c = allReduce(ranks, arrivals[r] + round * 100'000'000ull);
+      c.seq = clients[r]->nextSeq(c.group);
+      done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int r = 0; r < 4; ++r) {
+      const auto got = done[r].get();
+      EXPECT_EQ(got.end_ps, expected + round * 100'000'000ull) << "round " << round << " rank " << r;
+      EXPECT_FALSE(got.algorithm.empty());
+    }
+  }
+  EXPECT_EQ(fx.server.stats().collectives_completed, 3u);
+  EXPECT_EQ(fx.server.stats().collectives_pending, 0u);
+}
+
+TEST(FabricServer, TimeoutNamesTheGroupTheCollectiveAndTheMissingRank) {
+  Fixture fx;
+  auto c0 = fx.client(0, 3), c1 = fx.client(1, 3), c2 = fx.client(2, 3);
+  const std::vector<int> ranks = {0, 1, 2};
+  auto f0 = std::async(std::launch::async, [&] { return errorOf([&] { c0->collective(allReduce(ranks, 0, 4096, 0.5)); }); });
+  auto f1 = std::async(std::launch::async, [&] { return errorOf([&] { c1->collective(allReduce(ranks, 0, 4096, 0.5)); }); });
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto* f : {&f0, &f1}) {
+    const std::string e = f->get();
+    EXPECT_NE(e.find("all_reduce #0 of process group [0, 1, 2]"), std::string::npos) << e;
+    EXPECT_NE(e.find("timed out"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank(s) [2]"), std::string::npos) << e;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // The server goes on: the next collective of the group completes.
+  auto ok = allReduce({0, 1}, 0);
+  ok.group = "pair";
+  auto a = std::async(std::launch::async, [&] { return c0->collective(ok); });
+  EXPECT_GT(c1->collective(ok).end_ps, 0u);
+  EXPECT_GT(a.get().end_ps, 0u);
+}
+
+TEST(FabricServer, ARankThatLeavesFailsItsPeersAtOnceNamingIt) {
+  Fixture fx;
+  auto c0 = fx.client(0, 2), c1 = fx.client(1, 2);
+  auto f = std::async(std::launch::async, [&] { return errorOf([&] { c0->collective(allReduce({0, 1}, 0, 4096, 60)); }); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = std::chrono::steady_clock::now();
+  c1->close();   // as a killed process's socket does
+  const std::string e = f.get();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_NE(e.find("all_reduce #0 of process group [0, 1]"), std::string::npos) << e;
+  EXPECT_NE(e.find("rank 1 left the job"), std::string::npos) << e;
+  // Later collectives with the departed rank fail at once too.
+  const std::string again = errorOf([&] {
+    auto c = allReduce({0, 1}, 0, 4096, 60);
+    c.seq = 1;
+    c0->collective(c);
+  });
+  EXPECT_NE(again.find("rank 1 left the job"), std::string::npos) << again;
+}
+
+TEST(FabricServer, RanksThatDisagreeGetAnErrorNamingBothCalls) {
+  Fixture fx;
+  auto c0 = fx.client(0, 2), c1 = fx.client(1, 2);
+  auto f = std::async(std::launch::async, [&] { return errorOf([&] { c0->collective(allReduce({0, 1}, 0, 4096)); }); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string e1 = errorOf([&] { c1->collective(allReduce({0, 1}, 0, 8192)); });
+  const std::string e0 = f.get();
+  for (const std::string& e : {e0, e1}) {
+    EXPECT_NE(e.find("disagree"), std::string::npos) << e;
+    EXPECT_NE(e.find("8192"), std::string::npos) << e;
+    EXPECT_NE(e.find("4096"), std::string::npos) << e;
+  }
+}
+
+TEST(FabricServer, ANonMemberAndAPresetMismatchAreRefused) {
+  Fixture fx;
+  auto c0 = fx.client(0, 4);
+  const std::string e = errorOf([&] { c0->collective(allReduce({1, 2}, 0)); });
+  EXPECT_NE(e.find("rank 0 is not a member"), std::string::npos) << e;
+  const std::string p = errorOf([&] { FabricClient(fx.address, FabricClient::Identity{"job", 1, 4, "br100"}, 5); });
+  EXPECT_NE(p.find("uses preset 'br100' but this fabric server models preset 'mlu370-x8'"), std::string::npos) << p;
+}
+
+namespace {
+
+// Sends raw bytes and returns what the server answers before it closes the connection.
+std::string rawExchange(uint16_t port, const std::string& bytes) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), port});
+  asio::write(s, asio::buffer(bytes));
+  std::string got;
+  boost::system::error_code ec;
+  char buf[4096];
+  for (;;) {
+    const size_t n = s.read_some(asio::buffer(buf), ec);
+    if (ec) break;
+    got.append(buf, n);
+  }
+  return got;
+}
+
+std::string errorMessageIn(const std::string& frames) {
+  if (frames.size() < 4) return "";
+  const uint32_t n = sim::wire::frameLength(reinterpret_cast<const unsigned char*>(frames.data()));
+  fabric_rpc::ToClient m;
+  if (!m.ParseFromString(frames.substr(4, n)) || !m.has_error()) return "";
+  return m.error().message();
+}
+
+}  // namespace
+
+TEST(FabricServer, AnotherProtocolVersionOrGarbageCostsThatConnectionOnly) {
+  Fixture fx;
+  auto c0 = fx.client(0, 2), c1 = fx.client(1, 2);
+  fabric_rpc::ToServer hello;
+  hello.mutable_hello()->set_protocol_version(sim::wire::kProtocolVersion + 1);
+  hello.mutable_hello()->set_preset(kPreset);
+  hello.mutable_hello()->set_world_size(1);
+  const std::string v = errorMessageIn(rawExchange(fx.server.port(), sim::wire::frame(hello.SerializeAsString())));
+  EXPECT_NE(v.find("protocol version " + std::to_string(sim::wire::kProtocolVersion + 1)), std::string::npos) << v;
+  const std::string g = errorMessageIn(rawExchange(fx.server.port(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_NE(g.find("not a cardsim fabric client"), std::string::npos) << g;
+  std::string junk = sim::wire::frame(std::string("\xff\xff\xff\xff\x0f garbage", 14));
+  const std::string m = errorMessageIn(rawExchange(fx.server.port(), junk));
+  EXPECT_NE(m.find("malformed"), std::string::npos) << m;
+  // The job's ranks were never disturbed.
+  auto f = std::async(std::launch::async, [&] { return c0->collective(allReduce({0, 1}, 10)); });
+  const auto done = c1->collective(allReduce({0, 1}, 20));
+  EXPECT_EQ(done.end_ps, f.get().end_ps);
+  EXPECT_EQ(done.end_ps, 20 + model::secondsToPs(aloneSeconds(1 << 20, {0, 1})));
+}
+
+TEST(FabricServer, AClientOfAnUnreachableServerGetsAClearError) {
+  uint16_t port;
+  {
+    Fixture fx;
+    port = fx.server.port();
+    fx.server.stop();
+  }
+  const std::string e = errorOf([&] {
+    FabricClient("127.0.0.1:" + std::to_string(port), FabricClient::Identity{"job", 0, 1, kPreset}, 0.3);
+  });
+  EXPECT_NE(e.find("cannot connect to the fabric server at 127.0.0.1:" + std::to_string(port)), std::string::npos) << e;
+  const std::string bad = errorOf([] { FabricClient("no-port", FabricClient::Identity{"job", 0, 1, kPreset}, 0.3); });
+  EXPECT_NE(bad.find("is not host:port"), std::string::npos) << bad;
+}
