@@ -1,0 +1,238 @@
+// The trace file format (traces/lib): writer/reader round trip, refusal of a newer major
+// version, and detection of foreign, truncated and corrupted files.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "traces/lib/TraceError.h"
+#include "traces/lib/TraceFormat.h"
+#include "traces/lib/TraceReader.h"
+#include "traces/lib/TraceWriter.h"
+
+namespace trace = cardsim::trace;
+
+namespace {
+
+std::string tempPath(const std::string& name) {
+  return ::testing::TempDir() + "/cardsim_trace_" + std::to_string(::getpid()) + "_" + name;
+}
+
+std::string readAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void writeAll(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+trace::Header sampleHeader() {
+  trace::Header h;
+  h.set_preset("mlu370-x8");
+  h.set_rank(3);
+  h.set_world_size(4);
+  h.set_config_text("name: \"mlu370-x8\"\n");
+  return h;
+}
+
+// A file with `kernels` kernel launches and as many device commands.
+std::string writeSample(const std::string& name, int kernels) {
+  const std::string path = tempPath(name);
+  trace::TraceWriter w(path, sampleHeader());
+  trace::Envelope e;
+  e.mutable_name()->set_id(1);
+  e.mutable_name()->set_text("aten::mm");
+  w.write(e);
+  for (int i = 0; i < kernels; ++i) {
+    e.Clear();
+    e.set_call(static_cast<uint64_t>(i) + 1);
+    e.set_host_begin_ps(1000u * i);
+    e.set_host_end_ps(1000u * i + 500);
+    e.mutable_kernel()->set_name(1);
+    e.mutable_kernel()->set_flops(2.0 * i);
+    w.write(e);
+    e.Clear();
+    e.mutable_command()->set_call(static_cast<uint64_t>(i) + 1);
+    e.mutable_command()->set_end_ps(1000u * i + 900);
+    w.write(e);
+  }
+  trace::End end;
+  end.set_reason("stop");
+  w.close(end);
+  return path;
+}
+
+// The reader's error for `path`, read to the end ("" if it reads cleanly).
+std::string readError(const std::string& path) {
+  try {
+    trace::TraceReader r(path);
+    trace::Envelope e;
+    while (r.next(&e)) {
+    }
+  } catch (const trace::TraceError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(TraceFormat, RoundTripKeepsHeaderRecordsAndOrder) {
+  // Enough records to cross several writer buffer flushes.
+  const int n = 40000;
+  const std::string path = writeSample("roundtrip", n);
+  trace::TraceReader r(path);
+  EXPECT_EQ(r.header().format_major(), trace::kFormatMajor);
+  EXPECT_EQ(r.header().format_minor(), trace::kFormatMinor);
+  EXPECT_EQ(r.header().preset(), "mlu370-x8");
+  EXPECT_EQ(r.header().rank(), 3);
+  EXPECT_EQ(r.header().world_size(), 4);
+  trace::Envelope e;
+  ASSERT_TRUE(r.next(&e));
+  EXPECT_EQ(e.name().text(), "aten::mm");
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(r.next(&e));
+    ASSERT_EQ(e.record_case(), trace::Envelope::kKernel);
+    EXPECT_EQ(e.call(), static_cast<uint64_t>(i) + 1);
+    EXPECT_EQ(e.kernel().flops(), 2.0 * i);
+    ASSERT_TRUE(r.next(&e));
+    ASSERT_EQ(e.record_case(), trace::Envelope::kCommand);
+    EXPECT_EQ(e.command().end_ps(), 1000u * i + 900);
+  }
+  EXPECT_FALSE(r.next(&e));
+  EXPECT_EQ(r.end().reason(), "stop");
+  EXPECT_EQ(r.end().records(), static_cast<uint64_t>(2 + 2 * n));
+  EXPECT_FALSE(r.next(&e));   // stays at the end
+  std::remove(path.c_str());
+}
+
+TEST(TraceFormat, NewerMajorVersionIsRefusedNamingFileAndVersions) {
+  const std::string path = tempPath("newer");
+  trace::Envelope e;
+  e.mutable_header()->set_format_major(trace::kFormatMajor + 1);
+  e.mutable_header()->set_format_minor(7);
+  std::string body = e.SerializeAsString();
+  std::string bytes(trace::kMagic, trace::kMagicSize);
+  bytes += static_cast<char>(body.size());   // < 128: one varint byte
+  bytes += body;
+  writeAll(path, bytes);
+  const std::string err = readError(path);
+  EXPECT_NE(err.find(path), std::string::npos) << err;
+  EXPECT_NE(err.find(std::to_string(trace::kFormatMajor + 1) + ".7"), std::string::npos) << err;
+  EXPECT_NE(err.find(std::to_string(trace::kFormatMajor) + "." + std::to_string(trace::kFormatMinor)),
+            std::string::npos)
+      << err;
+  std::remove(path.c_str());
+}
+
+TEST(TraceFormat, NewerMinorVersionReads) {
+  const std::string path = tempPath("minor");
+  trace::Envelope e;
+  e.mutable_header()->set_format_major(trace::kFormatMajor);
+  e.mutable_header()->set_format_minor(trace::kFormatMinor + 5);
+  std::string body = e.SerializeAsString();
+  std::string bytes(trace::kMagic, trace::kMagicSize);
+  bytes += static_cast<char>(body.size());
+  bytes += body;
+  writeAll(path, bytes);
+  trace::TraceReader r(path);   // the header reads; the file is incomplete (no End)
+  EXPECT_EQ(r.header().format_minor(), trace::kFormatMinor + 5);
+  std::remove(path.c_str());
+}
+
+TEST(TraceFormat, ForeignAndEmptyFilesAreNotTraces) {
+  const std::string path = tempPath("foreign");
+  writeAll(path, "name,value\n1,2\n");
+  std::string err = readError(path);
+  EXPECT_NE(err.find(path + ": not a cardsim trace"), std::string::npos) << err;
+  writeAll(path, "");
+  err = readError(path);
+  EXPECT_NE(err.find("empty"), std::string::npos) << err;
+  err = readError(path + ".missing");
+  EXPECT_NE(err.find("cannot open"), std::string::npos) << err;
+  std::remove(path.c_str());
+}
+
+TEST(TraceFormat, EveryTruncationIsDetected) {
+  const std::string good = writeSample("whole", 50);
+  const std::string bytes = readAll(good);
+  const std::string path = tempPath("cut");
+  // Cut at every offset: each shorter file is an error naming the file, never a clean read.
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
+    writeAll(path, bytes.substr(0, cut));
+    const std::string err = readError(path);
+    ASSERT_FALSE(err.empty()) << "cut at " << cut << " of " << bytes.size() << " read cleanly";
+    EXPECT_EQ(err.rfind(path, 0), 0u) << err;
+  }
+  // A cut between records says the End record is missing and where the file ends.
+  writeAll(path, bytes.substr(0, bytes.size() - 12));
+  std::string err = readError(path);
+  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+  std::remove(path.c_str());
+  std::remove(good.c_str());
+}
+
+TEST(TraceFormat, IncompleteFileWithoutEndIsReported) {
+  const std::string path = tempPath("noend");
+  {
+    trace::TraceWriter w(path, sampleHeader());
+    trace::Envelope e;
+    e.mutable_alloc()->set_bytes(64);
+    w.write(e);
+  }   // destroyed without close(): what was buffered is written, without the End record
+  const std::string err = readError(path);
+  EXPECT_NE(err.find(path + ": incomplete"), std::string::npos) << err;
+  EXPECT_NE(err.find("after record #1"), std::string::npos) << err;
+  std::remove(path.c_str());
+}
+
+TEST(TraceFormat, EveryCorruptedByteIsDetected) {
+  const std::string good = writeSample("corrupt", 20);
+  const std::string bytes = readAll(good);
+  // Where the End record starts: every byte before it is covered by its CRC-32 and counts
+  // (the End record's own reason text is not).
+  uint64_t end_at = 0;
+  {
+    trace::TraceReader r(good);
+    trace::Envelope e;
+    for (end_at = r.offset(); r.next(&e); end_at = r.offset()) {
+    }
+  }
+  ASSERT_GT(end_at, trace::kMagicSize);
+  const std::string path = tempPath("flipped");
+  for (std::size_t i = 0; i < end_at + 2; ++i) {   // + the End record's length and tag
+    std::string bad = bytes;
+    bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    writeAll(path, bad);
+    const std::string err = readError(path);
+    ASSERT_FALSE(err.empty()) << "byte " << i << " flipped read cleanly";
+    EXPECT_EQ(err.rfind(path, 0), 0u) << err;
+  }
+  // Trailing data after the End record.
+  writeAll(path, bytes + std::string("\x02\x08\x01", 3));
+  const std::string err = readError(path);
+  EXPECT_NE(err.find("after the End record"), std::string::npos) << err;
+  std::remove(path.c_str());
+  std::remove(good.c_str());
+}
+
+TEST(TraceFormat, CorruptLengthPrefixNamesRecordAndOffset) {
+  const std::string good = writeSample("length", 3);
+  std::string bytes = readAll(good);
+  // The header's length prefix sits right after the magic: make it claim far too much.
+  const std::string path = tempPath("length_bad");
+  std::string bad = bytes.substr(0, trace::kMagicSize) + std::string("\xff\xff\xff\xff\x7f", 5) +
+                    bytes.substr(trace::kMagicSize + 1);
+  writeAll(path, bad);
+  const std::string err = readError(path);
+  EXPECT_NE(err.find("record #0 at offset 8"), std::string::npos) << err;
+  EXPECT_NE(err.find("corrupt length"), std::string::npos) << err;
+  std::remove(path.c_str());
+  std::remove(good.c_str());
+}

@@ -1,0 +1,24 @@
+// Constants of the trace file format (see traces/proto/trace.proto for the layout).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cardsim::trace {
+
+// The format this build writes and the newest major it reads.
+constexpr uint32_t kFormatMajor = 1;
+constexpr uint32_t kFormatMinor = 0;
+
+// The first bytes of every trace file.
+constexpr char kMagic[] = "CSTRACE\n";
+constexpr std::size_t kMagicSize = 8;
+
+// "rank<N>.cstrace" in a trace directory.
+constexpr char kFileExtension[] = ".cstrace";
+
+// No record is anywhere near this big (the header, with the resolved preset, is tens of
+// KiB): a larger length prefix means the file is corrupt, not that it needs that much memory.
+constexpr uint64_t kMaxRecordBytes = 64ull << 20;
+
+}  // namespace cardsim::trace

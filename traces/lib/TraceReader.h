@@ -1,0 +1,54 @@
+// Reads one trace file written by TraceWriter, checking as it goes: the magic (a foreign
+// file), the format version (a newer major is refused), every length prefix and record
+// (truncation, corruption), and at the End record the record count and CRC-32. Errors are
+// TraceError naming the file and, where it applies, the record index and byte offset.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "traces/proto/trace.pb.h"
+
+namespace cardsim::trace {
+
+class TraceReader {
+ public:
+  // Opens `path` and reads its header. Throws TraceError.
+  explicit TraceReader(const std::string& path);
+  ~TraceReader();
+  TraceReader(const TraceReader&) = delete;
+  TraceReader& operator=(const TraceReader&) = delete;
+
+  const Header& header() const { return header_; }
+  const std::string& path() const { return path_; }
+
+  // Reads the next record after the header into `record`; returns false once the End
+  // record has been read and checked (it is then in end()). Records of kinds this reader
+  // does not know (a newer minor version) come back with no record set.
+  bool next(Envelope* record);
+  const End& end() const { return end_; }
+
+  uint64_t recordIndex() const { return index_; }   // records read, the header included
+  uint64_t offset() const { return offset_; }       // bytes consumed
+
+ private:
+  // Reads one length-delimited record into `record`; false at a clean end of file.
+  bool readRecord(Envelope* record);
+  bool fill(std::size_t need);   // at least `need` unread bytes buffered; false at EOF
+  std::string where() const;
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::vector<uint8_t> buffer_;
+  std::size_t pos_ = 0, size_ = 0;   // unread bytes are buffer_[pos_, size_)
+  uint64_t offset_ = 0;
+  uint64_t index_ = 0;
+  uint32_t crc_ = 0;                 // of every byte consumed before the current record
+  Header header_;
+  End end_;
+  bool done_ = false;
+};
+
+}  // namespace cardsim::trace

@@ -1,0 +1,97 @@
+#include "traces/lib/TraceWriter.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "traces/lib/TraceError.h"
+#include "traces/lib/TraceFormat.h"
+
+namespace cardsim::trace {
+
+namespace {
+uint8_t* putVarint(uint64_t v, uint8_t* p) {
+  while (v >= 0x80) {
+    *p++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<uint8_t>(v);
+  return p;
+}
+}  // namespace
+
+TraceWriter::TraceWriter(const std::string& path, Header header) : path_(path), buffer_(kBufferBytes) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw TraceError(path + ": cannot create the trace file: " + std::strerror(errno));
+  std::memcpy(buffer_.data(), kMagic, kMagicSize);
+  used_ = kMagicSize;
+  header.set_format_major(kFormatMajor);
+  header.set_format_minor(kFormatMinor);
+  Envelope first;
+  *first.mutable_header() = std::move(header);
+  append(first);
+}
+
+TraceWriter::~TraceWriter() {
+  if (fd_ < 0) return;
+  try {
+    flush();   // no End: readers report the file as incomplete
+  } catch (const TraceError&) {
+  }
+  ::close(fd_);
+}
+
+void TraceWriter::write(const Envelope& record) {
+  if (fd_ < 0) throw TraceError(path_ + ": write after the trace was closed");
+  append(record);
+}
+
+void TraceWriter::append(const Envelope& record) {
+  const std::size_t size = record.ByteSizeLong();
+  if (size > kMaxRecordBytes)
+    throw TraceError(path_ + ": record #" + std::to_string(records_) + " is " + std::to_string(size) +
+                     " bytes, over the format's limit of " + std::to_string(kMaxRecordBytes));
+  const std::size_t need = size + 10;
+  if (buffer_.size() - used_ < need) flush();
+  if (buffer_.size() < need) buffer_.resize(need);   // a record bigger than the buffer: rare
+  uint8_t* p = putVarint(size, buffer_.data() + used_);
+  p = record.SerializeWithCachedSizesToArray(p);
+  used_ = static_cast<std::size_t>(p - buffer_.data());
+  ++records_;
+}
+
+void TraceWriter::flush() {
+  if (fd_ < 0 || used_ == 0) return;
+  crc_ = static_cast<uint32_t>(::crc32(crc_, buffer_.data(), static_cast<uInt>(used_)));
+  writeOut(buffer_.data(), used_);
+  used_ = 0;
+}
+
+void TraceWriter::writeOut(const uint8_t* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd_, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw TraceError(path_ + ": cannot write the trace: " + std::strerror(errno));
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+void TraceWriter::close(End end) {
+  if (fd_ < 0) return;
+  const uint32_t crc = static_cast<uint32_t>(::crc32(crc_, buffer_.data(), static_cast<uInt>(used_)));
+  end.set_records(records_);
+  end.set_crc32(crc);
+  Envelope last;
+  *last.mutable_end() = std::move(end);
+  append(last);
+  flush();
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) throw TraceError(path_ + ": cannot close the trace: " + std::strerror(errno));
+}
+
+}  // namespace cardsim::trace
