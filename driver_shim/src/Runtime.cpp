@@ -8,6 +8,7 @@
 
 #include "Backend.h"
 #include "StatusBoard.h"
+#include "TraceBackend.h"
 
 namespace cardsim::shim {
 namespace {
@@ -54,6 +55,7 @@ Status initLocked(const InitOptions& in) {
     Status why;
     g_backend = e.create(options, &why);
     if (!g_backend) return why;
+    g_backend = wrapForTracing(std::move(g_backend), options);   // CARDSIM_TRACE
     StatusBoard::startForProcess(g_backend.get());
     static std::once_flag at_fork;
     std::call_once(at_fork, [] { pthread_atfork(nullptr, nullptr, [] { g_forked_child = true; }); });
@@ -98,6 +100,18 @@ IBackend* backend(Status* why) {
   } while (0)
 
 }  // namespace
+
+// traceStart: the backend moves into a TraceBackend, once. A thread already inside a call
+// on the bare backend finishes it there (it lives on inside the wrapper), unrecorded.
+TraceBackend* tracingBackend(Status* why) {
+  if (!backend(why)) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (auto* t = dynamic_cast<TraceBackend*>(g_backend.get())) return t;
+  auto t = std::make_unique<TraceBackend>(std::move(g_backend), g_options);
+  TraceBackend* raw = t.get();
+  g_backend = std::move(t);
+  return raw;
+}
 
 const char* codeName(Code c) {
   switch (c) {
@@ -279,7 +293,10 @@ Status hostClockShareBegin() { CARDSIM_FORWARD(hostClockShareBegin()); }
 Status hostClockShareEnd() { CARDSIM_FORWARD(hostClockShareEnd()); }
 Status hostClockJoin(uint64_t ps) { CARDSIM_FORWARD(hostClockJoin(ps)); }
 Status hostThreadClock(uint64_t* ps, bool* started) { CARDSIM_FORWARD(hostThreadClock(ps, started)); }
-Status setActivityRecording(bool on) { CARDSIM_FORWARD(setActivityRecording(on)); }
+Status setActivityRecording(bool on) {
+  noteActivityRecording(on);   // a TraceBackend installed later must know
+  CARDSIM_FORWARD(setActivityRecording(on));
+}
 Status drainActivities(std::vector<ActivityRecord>* out) { CARDSIM_FORWARD(drainActivities(out)); }
 
 }  // namespace cardsim::shim

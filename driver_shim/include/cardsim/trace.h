@@ -1,0 +1,41 @@
+// Recording traces of what a process does on the emulated cards (traces/proto/trace.proto):
+// every shim call with its virtual host times and arguments (allocations, copies, kernel
+// launches with their cost descriptors, events, streams, graphs, collectives) and every
+// device command with its simulated start and end, one file per rank,
+// `<directory>/rank<N>.cstrace` (N = the RANK environment variable, else 0).
+//
+// `CARDSIM_TRACE=<directory>` records the whole run from the first call that does work on
+// a card (a process that only queries devices, such as a launcher counting them, leaves no
+// file). traceStart/traceStop record a part of a run. Stopping, and the end of the process
+// (at exit), waits for the devices the trace used, as a synchronize does, so that every
+// recorded command has its device times, then writes the End record that marks the file
+// complete; a process that dies first leaves a file that readers report as incomplete.
+//
+// Plain C++17 and a C interface for callers without C++ (Python's ctypes).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "cardsim/shim.h"
+
+namespace cardsim::shim {
+
+// Starts recording into `directory` (created if missing; an existing rank file is
+// replaced). Fails if a trace is already being recorded.
+Status traceStart(const std::string& directory);
+// Stops recording and completes the file. Fails if no trace is being recorded.
+Status traceStop();
+// Whether a trace is being recorded, and into which file (empty if none).
+bool traceActive(std::string* path = nullptr);
+
+}  // namespace cardsim::shim
+
+extern "C" {
+// 0 on success; otherwise the shim Code, with the message in `error` (NUL-terminated,
+// truncated to `error_size` bytes).
+int cardsim_trace_start(const char* directory, char* error, std::size_t error_size);
+int cardsim_trace_stop(char* error, std::size_t error_size);
+// The file being recorded into `path` (NUL-terminated); 1 if recording, else 0.
+int cardsim_trace_active(char* path, std::size_t path_size);
+}

@@ -1,0 +1,253 @@
+// Recording traces at the shim (cardsim/trace.h): what a program does becomes records,
+// each device command is tied to the call that submitted it, recording does not change
+// simulated times, and CARDSIM_TRACE opens the file only once a card is used.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cardsim/trace.h>
+
+#include <cstdlib>
+#include <map>
+
+#include "ShimTestUtil.h"
+#include "traces/lib/TraceReader.h"
+
+namespace shim = cardsim::shim;
+namespace trace = cardsim::trace;
+using namespace cardsim::testing;
+
+namespace {
+
+std::string tempDir(const std::string& name) {
+  return ::testing::TempDir() + "/cardsim_trace_rec_" + std::to_string(::getpid()) + "_" + name;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+shim::KernelCost cost(double flops) {
+  shim::KernelCost c;
+  c.kernel_class = shim::KernelClass::Elementwise;
+  c.flops = flops;
+  c.bytes_read = 1 << 20;
+  c.bytes_written = 1 << 20;
+  return c;
+}
+
+// A small program on device 0: copies, kernels on two streams joined by an event.
+// Returns the host clock at its end.
+uint64_t smallProgram() {
+  const size_t bytes = 1 << 20;
+  void *a = nullptr, *b = nullptr;
+  EXPECT_TRUE(shim::malloc(&a, bytes).ok());
+  EXPECT_TRUE(shim::malloc(&b, bytes).ok());
+  std::vector<uint8_t> host(bytes, 1);
+  EXPECT_TRUE(shim::memcpy(a, host.data(), bytes, shim::MemcpyKind::HostToDevice).ok());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(shim::launchKernel(nullptr, "k.default", cost(1e9), nullptr).ok());
+  shim::Stream s = nullptr;
+  shim::Event ev = nullptr;
+  EXPECT_TRUE(shim::streamCreate(&s).ok());
+  EXPECT_TRUE(shim::eventCreate(&ev).ok());
+  EXPECT_TRUE(shim::eventRecord(ev, nullptr).ok());
+  EXPECT_TRUE(shim::streamWaitEvent(s, ev).ok());
+  EXPECT_TRUE(shim::launchKernel(s, "k.side", cost(2e9), nullptr).ok());
+  EXPECT_TRUE(shim::deviceSynchronize().ok());
+  EXPECT_TRUE(shim::free(b).ok());
+  uint64_t t = 0;
+  EXPECT_TRUE(shim::hostTimePs(&t).ok());
+  return t;
+}
+
+struct Read {
+  trace::Header header;
+  std::map<trace::Envelope::RecordCase, int> counts;
+  std::map<uint64_t, trace::Envelope> calls;
+  std::vector<trace::DeviceCommand> commands;
+  std::map<uint32_t, std::string> names;
+  trace::End end;
+};
+
+Read readTrace(const std::string& path) {
+  Read out;
+  trace::TraceReader r(path);
+  out.header = r.header();
+  trace::Envelope e;
+  while (r.next(&e)) {
+    ++out.counts[e.record_case()];
+    if (e.has_command()) out.commands.push_back(e.command());
+    else if (e.has_name()) out.names[e.name().id()] = e.name().text();
+    else if (e.call() != 0) out.calls[e.call()] = e;
+  }
+  out.end = r.end();
+  return out;
+}
+
+// Runs `fn` in a forked child (a fresh runtime) and returns what it wrote to the pipe.
+uint64_t inChild(uint64_t (*fn)()) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    const uint64_t v = fn();
+    if (::write(fds[1], &v, sizeof v) != sizeof v) ::_exit(3);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  uint64_t v = 0;
+  EXPECT_EQ(::read(fds[0], &v, sizeof v), static_cast<ssize_t>(sizeof v));
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return v;
+}
+
+}  // namespace
+
+TEST(TraceRecording, RecordsCallsAndTiesEveryCommandToItsCall) {
+  startRuntime("mlu370-x8", 1);
+  const std::string dir = tempDir("calls");
+  ASSERT_SHIM_OK(shim::traceStart(dir));
+  std::string path;
+  ASSERT_TRUE(shim::traceActive(&path));
+  EXPECT_EQ(path, dir + "/rank0.cstrace");
+  const uint64_t host_end = smallProgram();
+  ASSERT_SHIM_OK(shim::traceStop());
+  EXPECT_FALSE(shim::traceActive());
+
+  const Read t = readTrace(path);
+  EXPECT_EQ(t.header.preset(), "mlu370-x8");
+  EXPECT_EQ(t.header.device_name(), "MLU370-X8");
+  EXPECT_EQ(t.header.started_by(), "api");
+  EXPECT_NE(t.header.config_text().find("mlu370-x8"), std::string::npos);
+  EXPECT_EQ(t.counts.at(trace::Envelope::kAlloc), 2);
+  EXPECT_EQ(t.counts.at(trace::Envelope::kFree), 1);
+  EXPECT_EQ(t.counts.at(trace::Envelope::kMemcpy), 1);
+  EXPECT_EQ(t.counts.at(trace::Envelope::kKernel), 4);
+  EXPECT_EQ(t.counts.at(trace::Envelope::kEvent), 3);    // create, record, wait
+  EXPECT_EQ(t.counts.at(trace::Envelope::kStream), 1);   // create
+  // 1 copy + 4 kernels + 1 event record + 1 event wait.
+  ASSERT_EQ(t.commands.size(), 7u);
+  EXPECT_EQ(t.end.device_commands(), 7u);
+  EXPECT_EQ(t.end.reason(), "stop");
+  uint64_t last_end = 0;
+  for (const trace::DeviceCommand& c : t.commands) {
+    ASSERT_NE(c.call(), 0u) << "command " << t.names.at(c.name()) << " not tied to a call";
+    const trace::Envelope& call = t.calls.at(c.call());
+    EXPECT_GT(c.ready_ps(), call.host_begin_ps());
+    EXPECT_LE(c.ready_ps(), call.host_end_ps());
+    EXPECT_LE(c.ready_ps(), c.start_ps());
+    EXPECT_LE(c.start_ps(), c.end_ps());
+    if (c.kind() == trace::DeviceCommand::KERNEL) {
+      ASSERT_TRUE(call.has_kernel());
+      EXPECT_EQ(t.names.at(call.kernel().name()), t.names.at(c.name()));
+      EXPECT_EQ(call.kernel().stream(), c.stream());
+    }
+    last_end = std::max(last_end, c.end_ps());
+  }
+  // The program synchronized: every command ended before its host clock did.
+  EXPECT_LE(last_end, host_end);
+  // Host calls in order, on the host clock.
+  uint64_t prev = 0;
+  for (const auto& [n, call] : t.calls) {
+    EXPECT_LE(call.host_begin_ps(), call.host_end_ps());
+    EXPECT_GE(call.host_begin_ps(), prev);
+    prev = call.host_end_ps();
+  }
+}
+
+TEST(TraceRecording, RecordingDoesNotChangeSimulatedTimes) {
+  const uint64_t plain = inChild([] {
+    startRuntime("mlu370-x8", 1);
+    return smallProgram();
+  });
+  const uint64_t traced = inChild([] {
+    startRuntime("mlu370-x8", 1);
+    if (!shim::traceStart(::testing::TempDir() + "/cardsim_trace_rec_same_" + std::to_string(::getpid())).ok())
+      return uint64_t{0};
+    return smallProgram();
+  });
+  EXPECT_GT(plain, 0u);
+  EXPECT_EQ(plain, traced);
+}
+
+TEST(TraceRecording, EnvironmentVariableOpensTheFileOnlyWhenACardIsUsed) {
+  const std::string dir = tempDir("env") + "/nested/dir";
+  ::setenv("CARDSIM_TRACE", dir.c_str(), 1);
+  ::setenv("RANK", "5", 1);
+  ::setenv("WORLD_SIZE", "8", 1);
+  startRuntime("mlu370-x8", 2);
+  int n = 0;
+  ASSERT_SHIM_OK(shim::getDeviceCount(&n));
+  ASSERT_SHIM_OK(shim::setDevice(1));
+  shim::DeviceProperties p;
+  ASSERT_SHIM_OK(shim::getDeviceProperties(&p, 0));
+  const std::string path = dir + "/rank5.cstrace";
+  EXPECT_FALSE(exists(path)) << "a process that only queried devices left a trace";
+  EXPECT_FALSE(shim::traceStart(dir).ok());   // CARDSIM_TRACE already records the process
+  void* ptr = nullptr;
+  ASSERT_SHIM_OK(shim::malloc(&ptr, 4096));
+  EXPECT_TRUE(exists(path));
+  ASSERT_SHIM_OK(shim::launchKernel(nullptr, "k", cost(1e6), nullptr));
+  ASSERT_SHIM_OK(shim::traceStop());
+  const Read t = readTrace(path);
+  EXPECT_EQ(t.header.rank(), 5);
+  EXPECT_EQ(t.header.world_size(), 8);
+  EXPECT_EQ(t.header.started_by(), "env");
+  EXPECT_EQ(t.header.devices(), 2u);
+  EXPECT_EQ(t.header.environment().at("CARDSIM_TRACE"), dir);
+  ASSERT_EQ(t.commands.size(), 1u);
+  EXPECT_EQ(t.commands[0].device(), 1);
+  EXPECT_NE(t.commands[0].call(), 0u);
+}
+
+TEST(TraceRecording, StartTwiceAndStopWithoutStartFail) {
+  startRuntime("mlu370-x8", 1);
+  const shim::Status no = shim::traceStop();
+  EXPECT_FALSE(no.ok());
+  EXPECT_NE(no.message().find("no trace"), std::string::npos) << no.toString();
+  const std::string dir = tempDir("twice");
+  ASSERT_SHIM_OK(shim::traceStart(dir));
+  const shim::Status again = shim::traceStart(dir);
+  EXPECT_FALSE(again.ok());
+  EXPECT_NE(again.message().find(dir + "/rank0.cstrace"), std::string::npos) << again.toString();
+  ASSERT_SHIM_OK(shim::traceStop());
+  // A file that cannot be a directory.
+  const shim::Status bad = shim::traceStart("/proc/self/status/x");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("/proc/self/status"), std::string::npos) << bad.toString();
+}
+
+TEST(TraceRecording, TheProgramsOwnActivityRecordsStillArrive) {
+  startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  ASSERT_SHIM_OK(shim::traceStart(tempDir("activities")));
+  for (int i = 0; i < 5; ++i) ASSERT_SHIM_OK(shim::launchKernel(nullptr, "k", cost(1e6), nullptr));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  std::vector<shim::ActivityRecord> got;
+  ASSERT_SHIM_OK(shim::drainActivities(&got));
+  EXPECT_EQ(got.size(), 5u);
+  ASSERT_SHIM_OK(shim::traceStop());
+  ASSERT_SHIM_OK(shim::launchKernel(nullptr, "k", cost(1e6), nullptr));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  got.clear();
+  ASSERT_SHIM_OK(shim::drainActivities(&got));
+  EXPECT_EQ(got.size(), 1u);
+}
+
+TEST(TraceRecording, CApiReportsErrorsAsText) {
+  startRuntime("mlu370-x8", 1);
+  char err[256] = "x";
+  EXPECT_NE(cardsim_trace_stop(err, sizeof err), 0);
+  EXPECT_NE(std::string(err).find("no trace"), std::string::npos) << err;
+  const std::string dir = tempDir("capi");
+  EXPECT_EQ(cardsim_trace_start(dir.c_str(), err, sizeof err), 0) << err;
+  char path[512] = {};
+  EXPECT_EQ(cardsim_trace_active(path, sizeof path), 1);
+  EXPECT_EQ(std::string(path), dir + "/rank0.cstrace");
+  EXPECT_EQ(cardsim_trace_stop(err, sizeof err), 0) << err;
+  EXPECT_EQ(cardsim_trace_active(path, sizeof path), 0);
+}
