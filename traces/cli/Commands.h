@@ -8,5 +8,6 @@
 namespace cardsim::cli {
 
 int runCollbench(const std::vector<std::string>& args);
+int runInfo(const std::vector<std::string>& args);
 
 }  // namespace cardsim::cli

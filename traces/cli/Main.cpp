@@ -21,6 +21,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"collbench", "time collectives over a preset's fabric (nccl-tests style table or CSV)",
      &cardsim::cli::runCollbench},
+    {"info", "what a trace holds: preset, ranks, record counts, recorded_total_us", &cardsim::cli::runInfo},
 };
 
 void printHelp(FILE* out) {
