@@ -601,6 +601,7 @@ Status TraceBackend::launchFabricCollective(Stream stream, const CollectiveDesc&
     c->set_root(desc.root);
     c->set_peer(desc.peer);
     c->set_algorithm(desc.algorithm);
+    c->set_group(desc.group);
     if (st_.ok() && algorithm) c->set_algorithm_used(*algorithm);
     if (st_.ok() && seconds) c->set_seconds(*seconds);
     c->set_stream(t.stream);
