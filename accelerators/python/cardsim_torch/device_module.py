@@ -542,6 +542,7 @@ def build(p, _C) -> types.ModuleType:
     utils._get_device_index = _get_device_index
 
     from . import execution_mode, set_execution_mode
+    from .trace import record_trace, start_trace, stop_trace, trace_path
 
     ns = dict(
         execution_mode=execution_mode, set_execution_mode=set_execution_mode,
@@ -569,6 +570,7 @@ def build(p, _C) -> types.ModuleType:
         is_current_stream_capturing=is_current_stream_capturing,
         amp=amp, get_autocast_dtype=get_autocast_dtype, is_autocast_enabled=is_autocast_enabled,
         host_time_ns=host_time_ns, fallback_operators=fallback_operators, _utils=utils,
+        record_trace=record_trace, start_trace=start_trace, stop_trace=stop_trace, trace_path=trace_path,
         _get_device_index=_get_device_index,
     )
     ns[p.graph_class] = Graph

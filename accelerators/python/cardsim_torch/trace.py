@@ -1,0 +1,71 @@
+"""Recording traces of a run on the emulated cards (driver_shim/include/cardsim/trace.h).
+
+``CARDSIM_TRACE=<dir>`` records a whole process; ``record_trace(dir)`` records a part of
+one::
+
+    with torch.mlu.record_trace("traces/step"):   # or torch.supa.record_trace
+        train_step()
+    # then: cardsim info traces/step
+
+Each process writes ``<dir>/rank<N>.cstrace`` (N = ``RANK``, else 0). Leaving the block
+waits for the cards the trace used, as a synchronize does, and completes the file.
+
+The functions live in the shim, which the extension links in; they are reached through
+ctypes so that no torch-including code is needed for them.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+
+__all__ = ["record_trace", "start_trace", "stop_trace", "trace_path"]
+
+_lib = None
+
+
+def _shim():
+    global _lib
+    if _lib is None:
+        from . import _C
+        lib = ctypes.CDLL(_C.__file__)
+        lib.cardsim_trace_start.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.cardsim_trace_start.restype = ctypes.c_int
+        lib.cardsim_trace_stop.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.cardsim_trace_stop.restype = ctypes.c_int
+        lib.cardsim_trace_active.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.cardsim_trace_active.restype = ctypes.c_int
+        _lib = lib
+    return _lib
+
+
+def start_trace(directory) -> str:
+    """Starts recording into ``directory`` (created if missing); returns the rank file's path."""
+    err = ctypes.create_string_buffer(4096)
+    if _shim().cardsim_trace_start(os.fsencode(os.fspath(directory)), err, len(err)) != 0:
+        raise RuntimeError(f"cardsim trace: {err.value.decode(errors='replace')}")
+    return trace_path()
+
+
+def stop_trace() -> None:
+    """Stops recording; the file is complete when this returns."""
+    err = ctypes.create_string_buffer(4096)
+    if _shim().cardsim_trace_stop(err, len(err)) != 0:
+        raise RuntimeError(f"cardsim trace: {err.value.decode(errors='replace')}")
+
+
+def trace_path() -> str | None:
+    """The file being recorded, or None."""
+    buf = ctypes.create_string_buffer(4096)
+    return os.fsdecode(buf.value) if _shim().cardsim_trace_active(buf, len(buf)) else None
+
+
+@contextlib.contextmanager
+def record_trace(directory):
+    """Records what the block does on the cards into ``<directory>/rank<N>.cstrace``;
+    yields the file's path."""
+    path = start_trace(directory)
+    try:
+        yield path
+    finally:
+        stop_trace()

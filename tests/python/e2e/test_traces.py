@@ -1,0 +1,199 @@
+"""Traces: a program on the emulated card records (CARDSIM_TRACE, or torch.<dev>.record_trace)
+and `cardsim info` reads it back: record counts match what the program did, device commands
+match the card's own activity records, and recorded_total_us is the program's own measure.
+Bad input (truncated, corrupt, foreign, newer-major, missing rank files) exits 2 naming
+the file."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+
+CARDSIM = ROOT / ".venv" / "bin" / "cardsim"
+DEMO = ROOT / "build" / "driver_shim" / "cardsim_stream_timeline"
+CARDS = ["mlu", "supa"]
+PRESET = {"mlu": "mlu370-x8", "supa": "br100"}
+
+
+def info(path, *extra):
+    return subprocess.run([str(CARDSIM), "info", str(path), *extra], capture_output=True, text=True, timeout=120)
+
+
+def info_json(path):
+    res = info(path, "--json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+# A small training step inside record_trace, then a large matmul so that the run ends on
+# the device: the host clock after the final synchronize is the last device completion.
+CTX_PROG = r"""
+import json, sys, torch, importlib
+card, out, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
+importlib.import_module("torch_" + card)
+from cardsim_torch import _C
+dm = getattr(torch, card)
+dm.init()
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(card)
+opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+x = torch.randn(4, 16).to(card)
+big = torch.randn(1024, 1024).to(card)
+acc = torch.zeros(64, device=card)
+dm.synchronize()
+_C._set_activity_recording(True)
+_C._drain_activities()
+with dm.record_trace(out) as path:
+    assert dm.trace_path() == path
+    t0 = dm.host_time_ns()
+    for _ in range(k):
+        acc.add_(1.0)
+    loss = m(x).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    y = big @ big
+    dm.synchronize()
+    t1 = dm.host_time_ns()
+    acts = _C._drain_activities()
+assert dm.trace_path() is None
+print("RESULT " + json.dumps(dict(path=path, t0_ns=t0, t1_ns=t1, activities=len(acts),
+                                  kernels=sum(1 for a in acts if a[0] == "kernel"))))
+"""
+
+
+def run_ctx(py, card, out, k):
+    res = py(CTX_PROG, args=(card, str(out), str(k)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(next(l for l in res.stdout.splitlines() if l.startswith("RESULT "))[7:])
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_record_trace_counts_and_makespan_match_the_program(py, card, tmp_path):
+    out = tmp_path / "tr"
+    got = run_ctx(py, card, out, 3)
+    assert got["path"] == str(out / "rank0.cstrace")
+    j = info_json(out)
+    assert j["preset"] == PRESET[card]
+    assert j["world_size"] == 1 and j["ranks"] == [0]
+    rec = j["records"]
+    # Every kernel the card ran was a recorded launch, and every command the card completed
+    # (the program's own activity records) is in the trace, tied to the call that made it.
+    assert rec["kernel_launch"] == got["kernels"] > 0
+    assert j["device_commands"] == rec["device_command"] == got["activities"]
+    assert j["uncorrelated_commands"] == 0
+    assert rec.get("alloc", 0) > 0
+    assert rec["api_device_synchronize"] == 1
+    # The makespan is the program's: from its first call in the block to the end of the
+    # matmul, which the final synchronize waited for.
+    assert j["first_host_ps"] == pytest.approx(got["t0_ns"] * 1e3, abs=1)
+    assert j["last_device_end_ps"] == pytest.approx(got["t1_ns"] * 1e3, abs=1)
+    assert j["recorded_total_us"] == pytest.approx((got["t1_ns"] - got["t0_ns"]) / 1e3, abs=1e-5)
+
+
+def test_each_extra_launch_is_one_more_kernel_launch_record(py, tmp_path):
+    a = run_ctx(py, "mlu", tmp_path / "a", 2)
+    b = run_ctx(py, "mlu", tmp_path / "b", 7)
+    ja, jb = info_json(tmp_path / "a"), info_json(tmp_path / "b")
+    assert jb["records"]["kernel_launch"] - ja["records"]["kernel_launch"] == 5
+    assert jb["device_commands"] - ja["device_commands"] == 5
+    assert b["kernels"] - a["kernels"] == 5
+
+
+ENV_PROG = r"""
+import sys, torch, importlib
+card = sys.argv[1]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+m = torch.nn.Linear(16, 8).to(card)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+m(torch.randn(4, 16).to(card)).sum().backward()
+opt.step()
+dm.synchronize()
+"""
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_cardsim_trace_records_the_whole_process_as_its_rank(py, card, tmp_path):
+    out = tmp_path / "env" / "nested"
+    res = py(ENV_PROG, env={"CARDSIM_TRACE": str(out), "RANK": "0", "WORLD_SIZE": "1"}, args=(card,))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ["rank0.cstrace"]
+    j = info_json(out / "rank0.cstrace")
+    assert j["preset"] == PRESET[card]
+    assert j["records"]["kernel_launch"] > 0 and j["records"]["alloc"] > 0 and j["records"]["memcpy"] > 0
+    assert j["uncorrelated_commands"] == 0
+    assert j["recorded_total_us"] > 0
+    text = info(out)
+    assert text.returncode == 0 and "recorded_total_us:" in text.stdout and PRESET[card] in text.stdout
+
+
+# ---- bad input -----------------------------------------------------------------------
+
+def demo_trace(tmp_path, name, rank=0, world=1):
+    out = tmp_path / name
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_")}
+    env.update(CARDSIM_TRACE=str(out), RANK=str(rank), WORLD_SIZE=str(world))
+    res = subprocess.run([str(DEMO)], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return out / f"rank{rank}.cstrace"
+
+
+def assert_bad(path, *needles):
+    res = info(path)
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert res.stdout == ""
+    for n in needles:
+        assert str(n) in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and "terminate" not in res.stderr
+
+
+def test_a_good_trace_reads(tmp_path):
+    j = info_json(demo_trace(tmp_path, "good"))
+    assert j["records"]["kernel_launch"] == 4 and j["uncorrelated_commands"] == 0
+
+
+def test_truncated_file(tmp_path):
+    f = demo_trace(tmp_path, "cut")
+    data = f.read_bytes()
+    f.write_bytes(data[:-7])           # inside the End record
+    assert_bad(f, f, "truncated")
+    f.write_bytes(data[:len(data) // 2])
+    assert_bad(f, f)
+    assert_bad(f.parent, f)            # the directory names the bad rank file
+
+
+def test_corrupted_file(tmp_path):
+    f = demo_trace(tmp_path, "flip")
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x5A
+    f.write_bytes(bytes(data))
+    assert_bad(f, f, "record #")
+
+
+def test_foreign_file(tmp_path):
+    f = tmp_path / "rank0.cstrace"
+    f.write_text("step,loss\n1,2.5\n")
+    assert_bad(f, f, "not a cardsim trace")
+
+
+def test_newer_major_version(tmp_path):
+    header = bytes([0x08, 99, 0x10, 2])             # format_major 99, format_minor 2
+    envelope = bytes([0x0A, len(header)]) + header  # Envelope.header
+    f = tmp_path / "rank0.cstrace"
+    f.write_bytes(b"CSTRACE\n" + bytes([len(envelope)]) + envelope)
+    assert_bad(f, f, "99.2", "newer")
+
+
+def test_missing_rank_file(tmp_path):
+    for r in (0, 1, 3):
+        demo_trace(tmp_path, "ranks", rank=r, world=4)
+    assert_bad(tmp_path / "ranks", tmp_path / "ranks" / "rank2.cstrace", "missing", "world size 4")
+
+
+def test_empty_directory_and_missing_path(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert_bad(tmp_path / "empty", tmp_path / "empty", "no rank files")
+    assert_bad(tmp_path / "nothing", tmp_path / "nothing")
