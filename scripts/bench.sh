@@ -13,3 +13,4 @@ end=$(date +%s.%N)
 awk -v a="$start" -v b="$end" 'BEGIN { printf "fabric_1024rank_allreduce_s: %.4f\n", b - a }'
 .venv/bin/python benchmarks/torch_overhead.py
 .venv/bin/python benchmarks/timing_mode.py
+.venv/bin/python benchmarks/trace_overhead.py
