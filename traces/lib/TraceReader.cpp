@@ -126,9 +126,11 @@ bool TraceReader::next(Envelope* record) {
   if (record->record_case() != Envelope::kEnd) return true;
   end_ = record->end();
   if (end_.crc32() != crc_before || end_.records() != index_ - 1)
-    throw TraceError(path_ + ": corrupt: the End record (offset " + std::to_string(at) + ") says " +
-                     std::to_string(end_.records()) + " records with CRC-32 " + std::to_string(end_.crc32()) +
-                     ", the file holds " + std::to_string(index_ - 1) + " with CRC-32 " + std::to_string(crc_before));
+    throw TraceError(path_ + ": record #" + std::to_string(index_ - 1) + " at offset " + std::to_string(at) +
+                     ": corrupt: the End record says " + std::to_string(end_.records()) +
+                     " records before it with CRC-32 " + std::to_string(end_.crc32()) + ", the file holds " +
+                     std::to_string(index_ - 1) + " with CRC-32 " + std::to_string(crc_before) +
+                     " (some byte before it changed)");
   Envelope extra;
   if (readRecord(&extra))
     throw TraceError(path_ + ": corrupt: data after the End record (offset " + std::to_string(offset_) + ")");
