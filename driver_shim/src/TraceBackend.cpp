@@ -125,7 +125,11 @@ std::string resolvedConfig(const sim::SimOptions& o) {
 TraceBackend::TraceBackend(std::unique_ptr<IBackend> inner, InitOptions options)
     : inner_(std::move(inner)), options_(std::move(options)), user_recording_(g_user_recording.load()) {}
 
-TraceBackend::~TraceBackend() = default;
+TraceBackend::~TraceBackend() {
+  // A forked child that ends with static destructors must not flush the parent's buffered
+  // records into the parent's file: the copy is dropped, unwritten.
+  if (recorder_ && ::getpid() != owner_pid_) (void)recorder_.release();
+}
 
 // ---- recording control ----------------------------------------------------------------
 
@@ -184,6 +188,7 @@ Status TraceBackend::openLocked(const std::string& directory, const char* starte
   if (user_recording_) (void)inner_->drainActivities(&user_pending_);
   (void)inner_->setActivityRecording(true);
   calls_since_drain_ = 0;
+  owner_pid_ = ::getpid();
   hooked_ = true;
   // The end of the process completes the file. Registered after the simulator started, so
   // this runs before it stops; a forked child inherits the handler but not the trace.

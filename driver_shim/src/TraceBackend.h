@@ -166,6 +166,7 @@ class TraceBackend final : public IBackend {
   std::vector<ActivityRecord> scratch_;
   std::map<Stream, int> capturing_;   // streams capturing (begun while hooked), by device
   uint32_t calls_since_drain_ = 0;
+  int owner_pid_ = 0;                  // the process that opened the file
   std::atomic<uint32_t> next_thread_{0};
 };
 
