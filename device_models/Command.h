@@ -57,6 +57,9 @@ struct Command {
   CommandKind kind = CommandKind::Kernel;
   uint64_t seq = 0;            // position in its hardware queue, from 1
   TimePs ready_ps = 0;         // host time the command reached the device
+  TimePs submitted_ps = 0;     // the host's clock when it was submitted: ready_ps before the
+                               // intake moved it to the simulation's now (activity records
+                               // tie a command to its host call by this)
   int priority_rank = 0;       // smaller runs first when clusters are contended
   uint32_t stream_tag = 0;     // the runtime's stream id, for timelines
   uint32_t name_id = 0;        // interned name, for timelines

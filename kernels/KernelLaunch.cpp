@@ -17,6 +17,8 @@ void throwIfFailed(const shim::Status& s, const char* what) {
   switch (s.code()) {
     case shim::Code::OutOfMemory: TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
     case shim::Code::InvalidValue: TORCH_CHECK_VALUE(false, msg);
+    // torch.distributed.DistBackendError, what c10d's own backends raise for a failed collective
+    case shim::Code::CommFailed: TORCH_CHECK_WITH(DistBackendError, false, msg);
     default: TORCH_CHECK(false, msg);
   }
 }

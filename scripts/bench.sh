@@ -11,6 +11,17 @@ build/traces/cardsim collbench --model-only --preset h100-sxm --ranks 1024 --alg
   --min-bytes 1G --max-bytes 1G --csv > /dev/null
 end=$(date +%s.%N)
 awk -v a="$start" -v b="$end" 'BEGIN { printf "fabric_1024rank_allreduce_s: %.4f\n", b - a }'
+# The fabric model against published A100/H200 measurements: geometric-mean error per
+# system x collective x algorithm (the per-point table: benchmarks/collective_fidelity.py).
+.venv/bin/python benchmarks/collective_fidelity.py | grep '^collective_fidelity_geomean_error_pct'
+# Small collectives per second through the fabric server, 8 ranks (threads with own sockets).
+build/benchmarks/cardsim_bench_fabric_server
+# The server soaked: 1024 clients, 100,000 collectives, three misbehaving clients.
+build/benchmarks/cardsim_bench_fabric_soak
 .venv/bin/python benchmarks/torch_overhead.py
 .venv/bin/python benchmarks/timing_mode.py
 .venv/bin/python benchmarks/trace_overhead.py
+# A DeepSpeed ZeRO-3 step on 2 emulated ranks over the same on 2 CPU ranks (gloo).
+.venv/bin/python benchmarks/zero3_overhead.py
+# Replaying a recorded demo job: records per second, and one rank standing for 1024.
+.venv/bin/python benchmarks/replay_speed.py

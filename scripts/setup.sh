@@ -9,7 +9,7 @@ log() { printf '[setup] %s\n' "$*"; }
 
 # ---- Debian packages -------------------------------------------------------------------
 apt_packages=(build-essential cmake ninja-build ccache pkg-config libsystemc-dev libboost-dev
-              libprotobuf-dev protobuf-compiler libgtest-dev python3-venv)
+              libprotobuf-dev protobuf-compiler libgtest-dev python3-venv clang)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

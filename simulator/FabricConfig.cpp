@@ -95,6 +95,15 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
   p.in_switch_reduction = f.in_switch_reduction();
   if (p.in_switch_reduction && p.shape != fabric::NodeShape::SwitchStar)
     x.fail("device.fabric.in_switch_reduction: only a 'switch' shape can reduce in the switch");
+  // Read even when in_switch_reduction is off (e.g. overridden to false to model NVLS
+  // disabled): the figure then describes a path that goes unused.
+  if (f.has_reduction_efficiency())
+    p.reduction_efficiency = x.get(f.reduction_efficiency(), true, "reduction_efficiency", Dimension::Fraction, true);
+  if (f.has_collective_latency()) {
+    p.collective_latency_s = x.get(f.collective_latency(), true, "collective_latency", Dimension::Time, false);
+    if (p.collective_latency_s >= 1)
+      x.fail("device.fabric.collective_latency: \"" + f.collective_latency().value() + "\" is not below 1 s");
+  }
   p.nodes = f.has_nodes() ? x.count(f.nodes(), true, "nodes", 1) : 1;
   // Between nodes: only read when the preset describes it (a single-node preset may not).
   if (f.has_nic()) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "device_models/Command.h"
+#include "simulator/FabricDecode.h"
 #include "simulator/FabricModel.h"
 #include "simulator/FabricWire.h"
 #include "simulator/proto/fabric.pb.h"
@@ -39,6 +40,9 @@ std::string rankList(const std::vector<int>& ranks) {
   }
   return s + "]";
 }
+
+// Ranks of an all_to_all may send different amounts (all_to_all_single with splits).
+bool unevenOk(const std::string& op) { return op == "all_to_all"; }
 
 }  // namespace
 
@@ -128,9 +132,7 @@ struct Session : std::enable_shared_from_this<Session> {
     asio::async_read(socket, asio::buffer(header, 4), [self](boost::system::error_code ec, size_t) {
       if (ec) return self->closeNow();
       const uint32_t n = wire::frameLength(self->header);
-      if (n == 0 || n > wire::kMaxFrameBytes)
-        return self->fail("a frame of " + std::to_string(n) + " bytes (limit " + std::to_string(wire::kMaxFrameBytes) +
-                          "): not a cardsim fabric client, or a corrupted stream");
+      if (std::string why = wire::frameLengthError(n); !why.empty()) return self->fail(why);
       self->readBody(n);
     });
   }
@@ -138,12 +140,10 @@ struct Session : std::enable_shared_from_this<Session> {
   void readBody(uint32_t n) {
     body.resize(n);
     auto self = shared_from_this();
-    asio::async_read(socket, asio::buffer(body), [self, n](boost::system::error_code ec, size_t) {
+    asio::async_read(socket, asio::buffer(body), [self](boost::system::error_code ec, size_t) {
       if (ec) return self->closeNow();
       rpc::ToServer m;
-      if (!m.ParseFromString(self->body) || m.msg_case() == rpc::ToServer::MSG_NOT_SET)
-        return self->fail("a malformed message (" + std::to_string(n) +
-                          " bytes that are not a fabric protocol message): not a cardsim fabric client?");
+      if (std::string why = wire::parseToServer(self->body, &m); !why.empty()) return self->fail(why);
       self->impl.onMessage(*self, m);
       if (!self->closing && !self->closed) self->readHeader();
     });
@@ -300,8 +300,8 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
                                         rankList(missing) + ", which never started it (hung, or calling collectives in another order?)");
       });
     }
-  } else if (p.op != a.op() || p.bytes != a.bytes() || p.ranks != ranks || p.root != a.root() || p.peer != a.peer() ||
-             p.algorithm != a.algorithm()) {
+  } else if (p.op != a.op() || (p.bytes != a.bytes() && !unevenOk(p.op)) || p.ranks != ranks || p.root != a.root() ||
+             p.peer != a.peer() || p.algorithm != a.algorithm()) {
     const int first = p.arrived.empty() ? -1 : p.arrived.begin()->first;
     char detail[256];
     std::snprintf(detail, sizeof detail, "rank %d called %s of %.0f bytes (root %u, algorithm '%s') but rank %d %s of %.0f bytes (root %u, algorithm '%s')",
@@ -311,6 +311,7 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     return failPending(job, key, "the ranks disagree: " + std::string(detail));
   }
   if (p.arrived.count(s.rank)) return error(what + ": rank " + std::to_string(s.rank) + " reported it twice");
+  p.bytes = std::max(p.bytes, a.bytes());   // uneven all_to_all: the largest send bounds it
   p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps()};
   if (p.arrived.size() == p.ranks.size()) complete(job, key);
 }

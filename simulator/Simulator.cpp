@@ -227,11 +227,16 @@ void Simulator::Impl::threadMain(std::promise<void>* ready) {
       if (stop && intake.empty()) break;
       batch.swap(intake);
     }
+    // Commands: run every event before their ready times, not at them, so that a later
+    // command of the same host thread ready at the same time is not pushed 1 ps into the
+    // future (which would make times depend on where the intake was cut into batches).
+    // Requests: run every event at or before their time (a query sees what completed then;
+    // the caller's next call lands later by its overhead).
     TimePs horizon = simNowPs();
     for (Item& it : batch) {
       if (it.request) {
         requests.push_back(it.request);
-        horizon = std::max(horizon, it.request->at_ps);
+        horizon = std::max(horizon, it.request->at_ps + 1);
         continue;
       }
       // Only a command from another host thread can be behind the simulation: start it now.
@@ -277,9 +282,9 @@ void Simulator::Impl::threadMain(std::promise<void>* ready) {
 }
 
 void Simulator::Impl::runTo(TimePs horizon) {
-  // Run every event at or before `horizon`; later host calls land strictly after it.
+  // Runs every event before `horizon` (SystemC stops at the end time without running it).
   const TimePs now = simNowPs();
-  if (horizon + 1 > now) sc_core::sc_start(sc_core::sc_time::from_value(horizon + 1 - now));
+  if (horizon > now) sc_core::sc_start(sc_core::sc_time::from_value(horizon - now));
 }
 
 void Simulator::Impl::handle(Request* r) {
@@ -319,7 +324,9 @@ void Simulator::Impl::handle(Request* r) {
       for (const QueuePoint& p : r->points)
         if (completed[slot(p.device, p.queue)] < p.seq) w.remaining.push_back(p);
       if (w.remaining.empty()) {
-        r->reply.set_value(Reply{true, r->at_ps, {}, {}});
+        // A command queued now starts no earlier than where the simulation already is.
+        const TimePs t = r->kind == Request::Kind::Peek ? std::max(w.latest_ps, simNowPs()) : r->at_ps;
+        r->reply.set_value(Reply{true, t, {}, {}});
       } else {
         waits.push_back(std::move(w));
       }
@@ -341,7 +348,7 @@ void Simulator::Impl::onComplete(DeviceId device, QueueId queue, const Command& 
     a.kind = cmd.kind;
     a.copy_kind = cmd.copy_kind;
     a.name_id = cmd.name_id;
-    a.ready_ps = cmd.ready_ps;
+    a.ready_ps = cmd.submitted_ps ? cmd.submitted_ps : cmd.ready_ps;
     a.start_ps = start;
     a.end_ps = end;
     a.flops = cmd.kind == CommandKind::Kernel ? cmd.kernel.flops : 0;
@@ -525,6 +532,7 @@ QueuePoint Simulator::submit(DeviceId device, QueueId queue, Command cmd, double
                             " on device " + std::to_string(index(device)));
   hostAdvance(host_overhead_s);
   cmd.ready_ps = hostClock();
+  cmd.submitted_ps = cmd.ready_ps;
   Item item;
   item.device = device;
   item.queue = queue;
@@ -563,7 +571,6 @@ TimePs Simulator::waitFor(const std::vector<QueuePoint>& points, double overhead
 
 TimePs Simulator::queueFreeAt(DeviceId device, QueueId queue) {
   const QueuePoint p = tail(device, queue);
-  if (p.seq == 0) return 0;
   auto r = std::make_unique<Request>();
   r->kind = Request::Kind::Peek;
   r->points.push_back(p);

@@ -97,10 +97,10 @@ class Simulator {
   // Blocks until every point has completed; the host clock moves to the later of its
   // own time plus `overhead_s` and the last completion. Returns the host time after.
   TimePs waitFor(const std::vector<QueuePoint>& points, double overhead_s);
-  // When the last command queued on (device, queue) so far completes (0: none queued):
-  // blocks until the simulation gets there, without moving the host clock. A rank's
-  // arrival at a collective on the fabric server. Commands that other host threads queue
-  // afterwards with an earlier ready time start no earlier than the simulation has run.
+  // The earliest a command queued now on (device, queue) can start, its ready time aside:
+  // the later of the queue's last completion and the simulation's current time (a command
+  // is never started in the simulation's past). Blocks until the simulation gets there,
+  // without moving the host clock. A rank's arrival at a collective on the fabric server.
   TimePs queueFreeAt(DeviceId device, QueueId queue);
   // Advances the host clock by `overhead_s`; true if every point had completed by then.
   bool query(const std::vector<QueuePoint>& points, double overhead_s);

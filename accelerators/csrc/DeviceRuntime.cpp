@@ -101,6 +101,8 @@ void activate(const Personality& p) {
 const Personality& personality() { return g_personality; }
 bool isReady() { return g_ready; }
 
+void start() { ensureReady(); }
+
 int deviceCount() {
   ensureReady();
   return static_cast<int>(g_visible.size());

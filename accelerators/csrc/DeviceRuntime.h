@@ -25,6 +25,10 @@ const Personality& personality();
 
 // Whether the runtime has started (the first device query starts it).
 bool isReady();
+// Starts it with the personality's configuration (idempotent). Every entry point that
+// reaches the shim must come through here first: the shim would otherwise start itself
+// with default options, and the personality's start would then be refused.
+void start();
 
 // Visible devices, read lazily from the personality's variable on first use.
 int deviceCount();

@@ -248,20 +248,25 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_execution_mode", [] {
+    accel::start();
     shim::ExecutionMode mode = shim::ExecutionMode::Full;
     throwIfFailed(shim::getExecutionMode(&mode), "execution mode");
     return std::string(shim::executionModeName(mode));
   });
   m.def("_host_clock_join", [](uint64_t ps) { throwIfFailed(shim::hostClockJoin(ps), "hostClockJoin"); });
   m.def("_host_time_ns", [] {
+    accel::start();
     uint64_t ps = 0;
     throwIfFailed(shim::hostTimePs(&ps), "hostTimePs");
     return static_cast<double>(ps) / 1000.0;
   });
   // A collective on the device's current stream for the time the fabric model gives it
   // (the group's global ranks are its devices on the fabric). Returns (seconds, algorithm).
+  // With a fabric server (_fabric_connect), it completes when the server says, the same on
+  // every member; `group` keys the process group's sequence of collectives.
   m.def("_launch_collective", [](int64_t d, const std::string& op, double bytes, const std::vector<int>& ranks,
-                                 int root, int peer) {
+                                 int root, int peer, const std::string& group, double timeout_s,
+                                 const std::string& dtype) {
     const c10::DeviceIndex dev = resolve(d);
     shim::CollectiveDesc desc;
     desc.op = op;
@@ -269,11 +274,37 @@ PYBIND11_MODULE(_C, m) {
     desc.ranks = ranks;
     desc.root = root;
     desc.peer = peer;
+    desc.group = group;
+    desc.timeout_s = timeout_s;
+    desc.dtype = dtype;
     double seconds = 0;
     std::string algorithm;
     c10::DeviceGuard guard(c10::Device(kDev, dev));
-    throwIfFailed(shim::launchFabricCollective(kernels::currentStream(dev), desc, &seconds, &algorithm), op.c_str());
+    {
+      // Waiting for the other ranks must not hold the interpreter.
+      py::gil_scoped_release nogil;
+      throwIfFailed(shim::launchFabricCollective(kernels::currentStream(dev), desc, &seconds, &algorithm), op.c_str());
+    }
     return py::make_tuple(seconds, algorithm);
+  }, py::arg("device"), py::arg("op"), py::arg("bytes"), py::arg("ranks"), py::arg("root") = 0,
+     py::arg("peer") = 1, py::arg("group") = "", py::arg("timeout_s") = 0.0, py::arg("dtype") = "");
+  // The job's fabric server: start one in this process (returns its port), join one.
+  m.def("_fabric_serve", [](const std::string& bind, int port) {
+    uint16_t bound = 0;
+    accel::start();
+    throwIfFailed(shim::fabricServe(bind, static_cast<uint16_t>(port), &bound), "fabricServe");
+    return static_cast<int>(bound);
+  });
+  m.def("_fabric_connect", [](const std::string& address, const std::string& job, int rank, int world) {
+    py::gil_scoped_release nogil;
+    accel::start();
+    throwIfFailed(shim::fabricConnect(address, job, rank, world), "fabricConnect");
+  });
+  m.def("_fabric_address", [] {
+    std::string a;
+    accel::start();
+    throwIfFailed(shim::fabricAddress(&a), "fabricAddress");
+    return a;
   });
   // The vendor runtime's host-register calls return a status code: 0 on success.
   m.def("_host_register", [](uintptr_t ptr, size_t bytes) {
@@ -284,16 +315,19 @@ PYBIND11_MODULE(_C, m) {
     return s.ok() ? 0 : static_cast<int>(s.code());
   });
   m.def("_host_unregister", [](uintptr_t ptr) {
+    accel::start();
     shim::Status s = shim::hostUnregister(reinterpret_cast<void*>(ptr));
     return s.ok() ? 0 : static_cast<int>(s.code());
   });
   m.def("_error_string", [](int code) { return std::string(shim::codeName(static_cast<shim::Code>(code))); });
   m.def("_set_activity_recording", [](bool on) {
+    accel::start();
     throwIfFailed(shim::setActivityRecording(on), "setActivityRecording");
   });
   // Completed device work since the last drain: (kind, torch device or -1, stream id, name,
   // start ns, end ns, flops, bytes).
   m.def("_drain_activities", [] {
+    accel::start();
     std::vector<shim::ActivityRecord> recs;
     throwIfFailed(shim::drainActivities(&recs), "drainActivities");
     py::list out;

@@ -3,9 +3,12 @@
 Run it under a launcher (``deepspeed`` or ``torchrun``) with DS_ACCELERATOR set to the
 card (``scripts/demo.sh`` does). Rank 0 prints, per step: the loss, the simulated step
 time (the slowest rank's: each rank's card keeps its own clock), tokens per simulated
-second (all ranks' tokens over that time), peak device memory, and compute utilization
+second (all ranks' tokens over that time), peak device memory, compute utilization
 (FLOPs rank 0's card executed over the step, against the card's peak for the training
-dtype).
+dtype), and how rank 0's card spent the step: compute (time any kernel, memset or on-card
+copy ran), communication (time any collective ran, waiting for the other ranks included)
+and exposed communication (communication while no compute ran: what overlap did not hide).
+The loss is the mean of all ranks' losses, the loss of the global batch.
 """
 from __future__ import annotations
 
@@ -57,11 +60,54 @@ def batches(steps: int, batch: int, seq: int, vocab: int, rank: int, world: int)
         yield mine[:, :-1].contiguous(), mine[:, 1:].contiguous()
 
 
+_COMPUTE_KINDS = ("kernel", "memset", "memcpy DtoD")
+
+
+def _union(intervals):
+    """Merged, sorted [start, end) intervals."""
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _length(intervals) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _minus(xs, ys) -> float:
+    """Length of the merged intervals xs outside the merged intervals ys."""
+    total, j = 0.0, 0
+    for a, b in xs:
+        cur = a
+        while j < len(ys) and ys[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(ys) and ys[k][0] < b:
+            if ys[k][0] > cur:
+                total += ys[k][0] - cur
+            cur = max(cur, ys[k][1])
+            k += 1
+        if cur < b:
+            total += b - cur
+    return total
+
+
+def step_split(activities):
+    """(compute, communication, exposed communication) in ns of one card's activities."""
+    compute = _union((a[4], a[5]) for a in activities if a[0] in _COMPUTE_KINDS)
+    comm = _union((a[4], a[5]) for a in activities if a[0] == "collective")
+    return _length(compute), _length(comm), _minus(comm, compute)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--card", default=os.environ.get("DS_ACCELERATOR", "mlu"), choices=["mlu", "supa"])
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--zero-stage", type=int, default=2)
+    ap.add_argument("--zero-stage", type=int, default=3)
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
     ap.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
     ap.add_argument("--seq", type=int, default=64)
@@ -111,7 +157,8 @@ def main(argv=None) -> int:
               f"ZeRO stage {args.zero_stage}, {args.precision}, "
               f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters")
         print(f"{'step':>4} {'loss':>9} {'sim step ms':>12} {'tokens/sim s':>13} "
-              f"{'peak mem MiB':>13} {'compute util':>12}")
+              f"{'peak mem MiB':>13} {'compute util':>12} {'compute ms':>11} {'comm ms':>9} "
+              f"{'exposed ms':>11}")
     records = []
     _C._set_activity_recording(True)
     for step, (x, y) in enumerate(batches(args.steps, args.batch, args.seq, args.vocab, rank, world)):
@@ -129,13 +176,23 @@ def main(argv=None) -> int:
         flops = sum(a[6] for a in mine if a[0] == "kernel")
         own_ns = t1 - t0
         step_ns = own_ns
+        rank_loss = loss.item()
+        mean_loss = rank_loss
         if stats is not None:
             slowest = torch.tensor([own_ns], dtype=torch.float64)
             torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX, group=stats)
             step_ns = float(slowest.item())
+            total = torch.tensor([rank_loss], dtype=torch.float64)
+            torch.distributed.all_reduce(total, group=stats)
+            mean_loss = float(total.item()) / world
+        compute_ns, comm_ns, exposed_ns = step_split(mine)
         rec = {
             "step": step,
-            "loss": loss.item(),
+            "loss": mean_loss,
+            "rank_loss": rank_loss,
+            "compute_ms": compute_ns / 1e6,
+            "comm_ms": comm_ns / 1e6,
+            "exposed_comm_ms": exposed_ns / 1e6,
             "sim_step_ms": step_ns / 1e6,
             "rank_step_ms": own_ns / 1e6,
             "tokens_per_sim_s": args.batch * args.seq * world / (step_ns * 1e-9),
@@ -148,7 +205,8 @@ def main(argv=None) -> int:
         if rank == 0:
             print(f"{step:>4} {rec['loss']:>9.4f} {rec['sim_step_ms']:>12.3f} "
                   f"{rec['tokens_per_sim_s']:>13.0f} {rec['peak_mem_mib']:>13.1f} "
-                  f"{100 * rec['compute_util']:>11.2f}%", flush=True)
+                  f"{100 * rec['compute_util']:>11.2f}% {rec['compute_ms']:>11.3f} {rec['comm_ms']:>9.3f} "
+                  f"{rec['exposed_comm_ms']:>11.3f}", flush=True)
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
             json.dump(records, f)

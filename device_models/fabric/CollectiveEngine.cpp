@@ -4,6 +4,14 @@
 
 namespace cardsim::fabric {
 
+namespace {
+bool movesBytes(const Schedule& s) {
+  for (const Phase& p : s.phases)
+    if (p.repeat > 0 && !p.transfers.empty()) return true;
+  return false;
+}
+}  // namespace
+
 FlowSpec CollectiveEngine::flowOf(const Transfer& t, double release_s) const {
   FlowSpec f;
   f.path = topology_.route(t.src, t.dst);
@@ -24,7 +32,8 @@ double CollectiveEngine::phaseTime(const Phase& p) const {
 }
 
 double CollectiveEngine::timeAlone(const Schedule& s) const {
-  double total = 0;
+  if (!movesBytes(s)) return 0;
+  double total = topology_.collectiveLatency();
   for (const Phase& p : s.phases)
     if (p.repeat > 0 && !p.transfers.empty()) total += p.repeat * phaseTime(p);
   return total;
@@ -64,7 +73,9 @@ std::vector<double> CollectiveEngine::timeTogether(const std::vector<Job>& jobs)
     }
   };
   const std::function<void(FlowSpec)> add_initial = [&](FlowSpec f) { initial.push_back(std::move(f)); };
-  for (size_t j = 0; j < jobs.size(); ++j) release(j, jobs[j].release_s, add_initial);
+  // The fixed cost of the call comes before a collective's first transfer.
+  for (size_t j = 0; j < jobs.size(); ++j)
+    release(j, jobs[j].release_s + (movesBytes(jobs[j].schedule) ? topology_.collectiveLatency() : 0.0), add_initial);
   FlowSolver solver(topology_);
   solver.run(std::move(initial), [&](size_t flow, double at, const FlowSolver::AddFn& add) {
     const size_t j = owner[flow];

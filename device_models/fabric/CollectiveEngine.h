@@ -16,7 +16,8 @@ class CollectiveEngine {
  public:
   explicit CollectiveEngine(const Topology& t) : topology_(t) {}
 
-  // Seconds for `s` alone on an idle fabric.
+  // Seconds for `s` alone on an idle fabric, the topology's collective latency included
+  // (0 for a schedule that moves nothing).
   double timeAlone(const Schedule& s) const;
   // One repetition of a phase, alone.
   double phaseTime(const Phase& p) const;

@@ -31,7 +31,9 @@ Topology buildTopology(const FabricParams& p) {
   Topology node;
   switch (p.shape) {
     case NodeShape::FullMesh: node = fullMesh(p.devices_per_node, p.link); break;
-    case NodeShape::SwitchStar: node = switchStar(p.devices_per_node, p.link, p.switch_latency_s, p.in_switch_reduction); break;
+    case NodeShape::SwitchStar:
+      node = switchStar(p.devices_per_node, p.link, p.switch_latency_s, p.in_switch_reduction, p.reduction_efficiency);
+      break;
     case NodeShape::CardGroup: {
       if (p.chips_per_card == 0 || p.devices_per_node % p.chips_per_card != 0)
         throw std::invalid_argument("fabric: devices_per_node (" + std::to_string(p.devices_per_node) +
@@ -40,6 +42,7 @@ Topology buildTopology(const FabricParams& p) {
       break;
     }
   }
+  node.setCollectiveLatency(p.collective_latency_s);
   if (p.nodes == 1) return node;
   return multiNode(p.nodes, node, p.nic, p.leaf_latency_s, p.oversubscription);
 }

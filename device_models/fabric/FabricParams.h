@@ -27,6 +27,8 @@ struct FabricParams {
   uint32_t chips_per_card = 1;        // card group
   double switch_latency_s = 0;        // star: the switch; card group: the card's ports
   bool in_switch_reduction = false;   // star: the switch reduces (NVLS-style)
+  double reduction_efficiency = 1;    // star: in-switch reduction traffic's share of the link rate
+  double collective_latency_s = 0;    // fixed cost of one collective call, any algorithm
   uint32_t nodes = 1;                 // CARDSIM_NODES
   NicParams nic;                      // between nodes
   double leaf_latency_s = 0;

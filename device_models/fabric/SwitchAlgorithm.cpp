@@ -1,7 +1,9 @@
 // In-switch reduction (NVLink SHARP style): every rank sends its buffer up to a switch that
 // reduces, and the switch multicasts the sum back; reduction and multicast are pipelined,
-// so up and down move at once: one phase of S up and S down per rank. Only all_reduce, and
-// only when every rank's links lead to the same reducing switch.
+// so up and down move at once: one phase of S up and S down per rank. The switch's
+// reduction efficiency scales the bytes on the wire: multimem loads and stores carry less
+// payload per link byte than the bulk writes the link's own efficiency describes. Only
+// all_reduce, and only when every rank's links lead to the same reducing switch.
 #include "device_models/fabric/Algorithms.h"
 
 namespace cardsim::fabric {
@@ -27,7 +29,7 @@ class InSwitch final : public ICollectiveAlgorithm {
     if (r.ranks.size() < 2) return s;
     NodeId sw{};
     t.singleSwitchOf(r.ranks[0], &sw);
-    const double bytes = r.op == CollectiveOp::Barrier ? 4.0 : r.bytes;
+    const double bytes = (r.op == CollectiveOp::Barrier ? 4.0 : r.bytes) / t.node(sw).reduction_efficiency;
     Phase p;
     for (NodeId d : r.ranks) {
       p.transfers.push_back({d, sw, bytes});

@@ -20,11 +20,21 @@ NodeId Topology::addNode(NodeKind kind, std::string name, uint32_t group) {
   return id;
 }
 
-NodeId Topology::addSwitch(std::string name, double forwarding_latency_s, bool reduces, uint32_t group) {
+NodeId Topology::addSwitch(std::string name, double forwarding_latency_s, bool reduces, uint32_t group,
+                           double reduction_efficiency) {
+  if (!(reduction_efficiency > 0 && reduction_efficiency <= 1))
+    throw std::invalid_argument("fabric: switch " + name + ": reduction efficiency must be in (0, 1], got " +
+                                std::to_string(reduction_efficiency));
   const NodeId id = addNode(NodeKind::Switch, std::move(name), group);
   nodes_.back().forwarding_latency_s = forwarding_latency_s;
   nodes_.back().reduces = reduces;
+  nodes_.back().reduction_efficiency = reduction_efficiency;
   return id;
+}
+
+void Topology::setCollectiveLatency(double s) {
+  if (!(s >= 0 && s < 1)) throw std::invalid_argument("fabric: collective latency must be in [0, 1) s, got " + std::to_string(s));
+  collective_latency_s_ = s;
 }
 
 LinkId Topology::addLink(NodeId from, NodeId to, const LinkParams& p) {
@@ -115,10 +125,10 @@ Topology fullMesh(uint32_t devices, const LinkParams& link) {
 }
 
 Topology switchStar(uint32_t devices, const LinkParams& link, double switch_latency_s,
-                    bool in_switch_reduction) {
+                    bool in_switch_reduction, double reduction_efficiency) {
   Topology t;
   for (uint32_t d = 0; d < devices; ++d) t.addNode(NodeKind::Device, "dev" + std::to_string(d));
-  const NodeId sw = t.addSwitch("sw0", switch_latency_s, in_switch_reduction);
+  const NodeId sw = t.addSwitch("sw0", switch_latency_s, in_switch_reduction, 0, reduction_efficiency);
   for (uint32_t d = 0; d < devices; ++d) t.connect(NodeId{d}, sw, link);
   return t;
 }
@@ -144,6 +154,7 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
   if (!(oversubscription >= 1))
     throw std::invalid_argument("fabric: oversubscription must be >= 1, got " + std::to_string(oversubscription));
   Topology t;
+  t.setCollectiveLatency(per_node.collectiveLatency());
   const uint32_t per = static_cast<uint32_t>(per_node.devices().size());
   const uint32_t count = static_cast<uint32_t>(per_node.nodeCount());
   // node k's copy of each of per_node's nodes; devices first, so that device rank r is
@@ -157,7 +168,8 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
     for (uint32_t i = 0; i < count; ++i) {
       const Node& src = per_node.node(NodeId{i});
       const std::string name = "node" + std::to_string(k) + "." + src.name;
-      if (src.kind == NodeKind::Switch) copy[k][i] = t.addSwitch(name, src.forwarding_latency_s, src.reduces, k);
+      if (src.kind == NodeKind::Switch)
+        copy[k][i] = t.addSwitch(name, src.forwarding_latency_s, src.reduces, k, src.reduction_efficiency);
       else if (src.kind == NodeKind::Nic) copy[k][i] = t.addNode(NodeKind::Nic, name, k);
     }
     for (uint32_t l = 0; l < per_node.linkCount(); ++l) {

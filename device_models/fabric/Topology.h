@@ -35,13 +35,17 @@ struct Node {
   std::string name;
   double forwarding_latency_s = 0;    // switches: added to every route through them
   bool reduces = false;               // switches that reduce in the switch (multicast + sum)
+  // Reducing switches: the fraction of the links' rate their reduction traffic reaches.
+  // Multimem loads and stores (NVLS) move less payload per wire byte than bulk writes.
+  double reduction_efficiency = 1;
   uint32_t group = 0;                 // the node (host) it belongs to
 };
 
 class Topology {
  public:
   NodeId addNode(NodeKind kind, std::string name, uint32_t group = 0);
-  NodeId addSwitch(std::string name, double forwarding_latency_s, bool reduces, uint32_t group = 0);
+  NodeId addSwitch(std::string name, double forwarding_latency_s, bool reduces, uint32_t group = 0,
+                   double reduction_efficiency = 1);
   // Two links, one each way, of the same parameters.
   void connect(NodeId a, NodeId b, const LinkParams& p);
   LinkId addLink(NodeId from, NodeId to, const LinkParams& p);
@@ -62,12 +66,19 @@ class Topology {
   // The switch a device's links lead to, if every one of its links goes to one switch.
   bool singleSwitchOf(NodeId device, NodeId* sw) const;
 
+  // Fixed cost of one collective call on these devices, whatever the algorithm: kernel
+  // start, the library's setup and completion. Not a wire latency, so it is paid once per
+  // collective, not per step (CollectiveEngine adds it).
+  void setCollectiveLatency(double s);
+  double collectiveLatency() const { return collective_latency_s_; }
+
  private:
   std::vector<Node> nodes_;
   std::vector<Link> links_;
   std::vector<std::vector<LinkId>> out_;   // per node: its outgoing links
   std::vector<NodeId> devices_;
   mutable std::map<std::pair<uint32_t, uint32_t>, std::vector<LinkId>> routes_;
+  double collective_latency_s_ = 0;
 };
 
 // Builders for the shapes the presets describe.
@@ -76,7 +87,7 @@ Topology fullMesh(uint32_t devices, const LinkParams& link);
 // n devices, each joined to one switch (NVSwitch-style: all of a device's links into the
 // switch plane counted as one link of their summed bandwidth).
 Topology switchStar(uint32_t devices, const LinkParams& link, double switch_latency_s,
-                    bool in_switch_reduction);
+                    bool in_switch_reduction, double reduction_efficiency = 1);
 // Cards of `chips_per_card` chips (an MLU-Link bridge group): each chip joined by `on_card`
 // to its card's fabric ports (a node that forwards in `port_latency_s`), and the cards'
 // ports in a full mesh of `between_cards` links, so a card's links are shared by its chips.

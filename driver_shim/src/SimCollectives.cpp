@@ -1,7 +1,9 @@
 // The `sim` backend: collectives timed by the fabric model, alone or, with a fabric server,
 // joined across the ranks of a job.
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include "SimBackend.h"
 #include "simulator/FabricClient.h"
@@ -29,8 +31,17 @@ void stopFabricAtExit() {
         server = g_server;
       }
       if (client) client->close();
-      // Answers already computed still reach the other ranks before the server goes.
-      if (server) server->stop(2.0);
+      if (server) {
+        // The rank hosting the server ends first more often than not (it raised the same
+        // error the others are about to get, or simply finished first): keep serving while
+        // other ranks are still connected, a few seconds at most, so that a late arrival
+        // gets its collective's real answer or error rather than a closed socket.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (server->stats().connections_open > 0 && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        // Answers already computed still reach the other ranks before the server goes.
+        server->stop(2.0);
+      }
     });
   });
 }
@@ -152,7 +163,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
       return Status(Code::CommFailed, e.what());
     }
     cmd.end_at_ps = done.end_ps;
-    took = model::psToSeconds(done.end_ps - std::min(done.end_ps, c.arrival_ps));
+    took = done.alone_s;
   }
   if (seconds) *seconds = took;
   if (algorithm) *algorithm = t.algorithm;

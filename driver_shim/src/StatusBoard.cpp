@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -121,6 +122,40 @@ std::string StatusBoard::defaultDirectory() {
   return "/tmp/cardsim-status-" + std::to_string(getuid());
 }
 
+namespace {
+
+// A process ended by SIGTERM or SIGHUP (a launcher stopping its ranks, a closed terminal)
+// runs no atexit handlers: a handler removes the status file first, then lets the signal do
+// what it would have done. Installed only where the signal still has its default action,
+// so a program's own handlers are left alone. Paths are copied into fixed buffers: the
+// handler may only call async-signal-safe functions (unlink, sigaction, raise).
+char g_term_paths[2][512];
+
+void onTerminate(int sig) {
+  for (const char* p : g_term_paths)
+    if (p[0]) ::unlink(p);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(sig, &dfl, nullptr);
+  ::raise(sig);
+}
+
+void removeOnTermination(const std::string& path, const std::string& tmp_path) {
+  if (path.size() >= sizeof g_term_paths[0] || tmp_path.size() >= sizeof g_term_paths[1]) return;
+  std::memcpy(g_term_paths[0], path.c_str(), path.size() + 1);
+  std::memcpy(g_term_paths[1], tmp_path.c_str(), tmp_path.size() + 1);
+  for (int sig : {SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction act {};
+    act.sa_handler = onTerminate;
+    sigemptyset(&act.sa_mask);
+    ::sigaction(sig, &act, nullptr);
+  }
+}
+
+}  // namespace
+
 void StatusBoard::startForProcess(IBackend* backend) {
   static std::once_flag once;
   std::call_once(once, [backend] {
@@ -135,6 +170,7 @@ void StatusBoard::startForProcess(IBackend* backend) {
       return;
     }
     g_board = board;
+    removeOnTermination(board->path_, board->tmp_path_);
     // Never deleted (a late malloc on another thread may still reach it): at exit the
     // writer stops and the file goes. A forked child has neither thread nor file of its own.
     static const pid_t owner = getpid();

@@ -39,8 +39,8 @@ using cardsim::sim::presetNames;
 using cardsim::sim::SimOptions;
 using cardsim::sim::toDeviceParams;
 
-const std::vector<std::string> kPresets = {"br100",     "br104",     "h100-sxm",
-                                           "mlu370-x4", "mlu370-x8", "mlu590"};
+const std::vector<std::string> kPresets = {"a100-sxm",  "br100",     "br104",    "h100-sxm",
+                                           "h200-sxm",  "mlu370-x4", "mlu370-x8", "mlu590"};
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -360,6 +360,7 @@ TEST(Presets, EveryPresetConvertsWithPlausibleValues) {
   const std::map<std::string, std::string> product = {
       {"br100", "BR100"},         {"br104", "BR104"},
       {"h100-sxm", "NVIDIA H100 80GB HBM3"}, {"mlu370-x4", "MLU370-X4"},
+      {"a100-sxm", "NVIDIA A100-SXM4-80GB"}, {"h200-sxm", "NVIDIA H200"},
       {"mlu370-x8", "MLU370-X8"}, {"mlu590", "MLU590"}};
   for (const std::string& name : presetNames()) {
     SCOPED_TRACE(name);
@@ -489,7 +490,9 @@ TEST(Presets, CapacityIsWhatTheVendorsToolsReportInMiB) {
       {"mlu590", 81920},     // torch_mlu fixture "80.0 GB", binary as the MLU370 one
       {"br100", 65536},      // 4 HBM2E stacks of 16 GiB (tool output not public)
       {"br104", 32768},      // 2 stacks of 16 GiB
-      {"h100-sxm", 81559}};  // nvidia-smi / NVML
+      {"h100-sxm", 81559},   // nvidia-smi / NVML
+      {"a100-sxm", 81920},   // nvidia-smi
+      {"h200-sxm", 143771}}; // nvidia-smi
   ASSERT_EQ(mib.size(), presetNames().size());
   for (const std::string& name : presetNames()) {
     SCOPED_TRACE(name);

@@ -258,3 +258,63 @@ TEST(FabricTopology, CardGroupSharesEachCardsLinksAmongItsChips) {
   p.nic = NicParams{{25e9, 2e-6}, 1e-6, 0};
   EXPECT_EQ(buildTopology(p).devices().size(), 24u);
 }
+
+// A switch whose reduction traffic reaches a fraction of the link rate (NVLS multimem
+// operations): the in-switch reduction's bytes take 1/efficiency as long; other algorithms
+// over the same links do not change.
+TEST(FabricAlgorithms, ReductionEfficiencySlowsOnlyTheInSwitchReduction) {
+  const double S = 64e6;
+  Topology nvs = switchStar(8, kLink, kSw, true, 0.5);
+  EXPECT_NEAR(timeOf("switch", request(CollectiveOp::AllReduce, S, nvs), nvs), kA + kSw + S / (0.5 * kB), 1e-12);
+  Topology full = switchStar(8, kLink, kSw, true);
+  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, nvs), nvs),
+              timeOf("ring", request(CollectiveOp::AllReduce, S, full), full), 1e-15);
+  // Carried into every node's switch of a multi-node fabric.
+  const NicParams nic{{25e9, 2e-6}, 1e-6, 0};
+  Topology two = multiNode(2, nvs, nic, kSw, 1.0);
+  int reducing = 0;
+  for (uint32_t i = 0; i < two.nodeCount(); ++i)
+    if (two.node(NodeId{i}).reduces) {
+      EXPECT_EQ(two.node(NodeId{i}).reduction_efficiency, 0.5) << two.node(NodeId{i}).name;
+      ++reducing;
+    }
+  EXPECT_EQ(reducing, 2);
+  EXPECT_THROW(switchStar(8, kLink, kSw, true, 0.0), std::invalid_argument);
+  EXPECT_THROW(switchStar(8, kLink, kSw, true, 1.5), std::invalid_argument);
+}
+
+// The fixed cost of a collective call is paid once per collective, whatever its steps, alone
+// or sharing the fabric, and not by a collective that moves nothing.
+TEST(FabricEngine, CollectiveLatencyIsPaidOncePerCollective) {
+  const double S = 16e6, L = 30e-6;
+  FabricParams p;
+  p.shape = NodeShape::SwitchStar;
+  p.devices_per_node = 4;
+  p.link = kLink;
+  p.switch_latency_s = kSw;
+  const Topology plain = buildTopology(p);
+  p.collective_latency_s = L;
+  const Topology t = buildTopology(p);
+  EXPECT_DOUBLE_EQ(t.collectiveLatency(), L);
+  for (const char* algo : {"ring", "tree", "direct"}) {
+    SCOPED_TRACE(algo);
+    EXPECT_NEAR(timeOf(algo, request(CollectiveOp::AllReduce, S, t), t),
+                L + timeOf(algo, request(CollectiveOp::AllReduce, S, plain), plain), 1e-12);
+  }
+  CollectiveEngine engine(t);
+  EXPECT_EQ(engine.timeAlone(Schedule{}), 0.0);
+  CollectiveRequest left = request(CollectiveOp::AllReduce, S, t, 2);
+  CollectiveRequest right = left;
+  right.ranks = {t.devices()[2], t.devices()[3]};
+  const Schedule a = algorithm("ring").schedule(left, t), b = algorithm("ring").schedule(right, t);
+  const auto apart = engine.timeTogether({{a, 0}, {b, 1e-3}, {Schedule{}, 2e-3}});
+  EXPECT_NEAR(apart[0], engine.timeAlone(a), 1e-12);
+  EXPECT_NEAR(apart[1], 1e-3 + engine.timeAlone(b), 1e-12);
+  EXPECT_DOUBLE_EQ(apart[2], 2e-3);
+  // Across nodes too.
+  p.nodes = 2;
+  p.nic = NicParams{{25e9, 2e-6}, 1e-6, 0};
+  EXPECT_DOUBLE_EQ(buildTopology(p).collectiveLatency(), L);
+  Topology bad;
+  EXPECT_THROW(bad.setCollectiveLatency(-1e-6), std::invalid_argument);
+}

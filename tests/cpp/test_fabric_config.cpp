@@ -89,6 +89,46 @@ TEST(FabricConfig, PresetShapes) {
   EXPECT_EQ(f.chunk_bytes, 512.0 * 1024);
 }
 
+// The calibration references: NVLink numbers from the datasheets, one efficiency figure per
+// link type, the one latency figure (see the presets' notes and benchmarks/collective_fidelity.py).
+TEST(FabricConfig, ReferencePresetsCarryTheirCalibration) {
+  sim::SimOptions o;
+  o.preset = "a100-sxm";
+  fabric::FabricParams f = sim::loadFabricParams(o);
+  EXPECT_EQ(f.shape, fabric::NodeShape::SwitchStar);
+  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 300e9 * 0.783);
+  EXPECT_FALSE(f.in_switch_reduction);
+  EXPECT_DOUBLE_EQ(f.collective_latency_s, 40.8e-6);
+  o.preset = "h200-sxm";
+  f = sim::loadFabricParams(o);
+  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.881);
+  EXPECT_TRUE(f.in_switch_reduction);
+  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.682);
+  EXPECT_DOUBLE_EQ(f.collective_latency_s, 30.2e-6);
+  EXPECT_DOUBLE_EQ(fabric::buildTopology(f).collectiveLatency(), 30.2e-6);
+  // Presets without them: no fixed cost, full-rate reductions.
+  o.preset = "h100-sxm";
+  f = sim::loadFabricParams(o);
+  EXPECT_EQ(f.collective_latency_s, 0.0);
+  EXPECT_EQ(f.reduction_efficiency, 1.0);
+  // Overridable by key path, checked at load.
+  o.preset = "h200-sxm";
+  o.overrides = {"fabric.reduction_efficiency=0.5", "fabric.collective_latency=1 us"};
+  f = sim::loadFabricParams(o);
+  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(f.collective_latency_s, 1e-6);
+  // NVLS switched off (as NCCL_NVLS_ENABLE=0) keeps the figure but leaves it unused.
+  o.overrides = {"fabric.in_switch_reduction=false"};
+  EXPECT_NO_THROW(sim::loadFabricParams(o));
+  EXPECT_NE(errorOf({"fabric.reduction_efficiency=1.5"}, "h200-sxm").find("device.fabric.reduction_efficiency"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"fabric.collective_latency=-1 us"}, "h200-sxm").find("device.fabric.collective_latency"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"fabric.collective_latency=2 s"}, "h200-sxm").find("not below 1 s"), std::string::npos);
+  EXPECT_NE(errorOf({"fabric.collective_latency=30"}, "h200-sxm").find("device.fabric.collective_latency"),
+            std::string::npos);
+}
+
 TEST(FabricConfig, OverridesAndNodes) {
   sim::SimOptions o;
   o.preset = "br100";

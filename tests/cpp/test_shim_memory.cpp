@@ -52,7 +52,7 @@ TEST(ShimInit, UnknownPresetListsValidOnesAndTheProcessStaysUsable) {
   bad.preset = "mlu999";
   shim::Status s = shim::initialize(bad);
   EXPECT_EQ(s.code(), shim::Code::InitFailed);
-  for (const char* name : {"mlu370-x8", "mlu370-x4", "mlu590", "br100", "br104", "h100-sxm"})
+  for (const char* name : {"mlu370-x8", "mlu370-x4", "mlu590", "br100", "br104", "h100-sxm", "a100-sxm", "h200-sxm"})
     EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("mlu999"), std::string::npos);
   startRuntime("br104", 1);

@@ -1,7 +1,9 @@
-// cardsim collbench: an nccl-tests-style sweep of one collective over message sizes, timed
-// by the fabric model of a preset (--model-only). Sizes double from --min-bytes to
-// --max-bytes (or grow by --factor); time is the collective alone on an idle fabric;
-// algbw = bytes / time and busbw = algbw x nccl-tests' bus factor (GB = 1e9 bytes).
+// cardsim collbench: an nccl-tests-style sweep of one collective over message sizes on a
+// preset's fabric, either live (--ranks N processes through cncl/bccl, event-timed; see
+// LiveCollbench.h) or through the fabric model alone (--model-only: the collective alone on
+// an idle fabric). Both give the same times. Sizes double from --min-bytes to --max-bytes
+// (or grow by --factor); algbw = bytes / time and busbw = algbw x nccl-tests' bus factor
+// (GB = 1e9 bytes).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include "simulator/FabricConfig.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
+#include "traces/cli/LiveCollbench.h"
 
 namespace cardsim::cli {
 
@@ -27,6 +30,9 @@ const std::vector<FlagSpec> kFlags = {
     {"set", true, true, "key.path=value override of the preset"},
     {"csv", false, false, "print CSV: op,algo,ranks,bytes,time_us,algbw_GBps,busbw_GBps"},
     {"model-only", false, false, "time through the fabric model alone (no processes)"},
+    {"iters", true, false, "live: timed iterations per size (default 5)"},
+    {"warmup", true, false, "live: untimed iterations before them (default 1)"},
+    {"execution", true, false, "live: timing (default; no bytes move, same times) or full (bytes move through Gloo and each result is checked)"},
     {"help", false, false, "this help"},
 };
 }  // namespace
@@ -38,9 +44,9 @@ int runCollbench(const std::vector<std::string>& argv) {
     return 0;
   }
   if (!a.positional().empty()) throw UsageError("cardsim collbench: unexpected argument '" + a.positional()[0] + "'");
-  if (!a.has("model-only"))
-    throw UsageError("cardsim collbench: only --model-only is available so far (the live path through "
-                     "cncl/bccl arrives with the fabric server)");
+  const bool live = !a.has("model-only");
+  for (const char* f : {"iters", "warmup", "execution"})
+    if (!live && a.has(f)) throw UsageError(std::string("cardsim collbench: --") + f + " applies to live runs, not --model-only");
   const long long ranks = a.integer("ranks", 8);
   if (ranks < 1) throw UsageError("cardsim collbench: --ranks must be at least 1, got " + std::to_string(ranks));
   const double lo = a.size("min-bytes", 1024), hi = a.size("max-bytes", 1024.0 * 1024 * 1024);
@@ -55,6 +61,7 @@ int runCollbench(const std::vector<std::string>& argv) {
   sim::SimOptions o;
   o.preset = a.get("preset", "mlu370-x8");
   o.overrides = a.all("set");
+  if (const char* file = std::getenv("CARDSIM_CONFIG"); file && *file) o.overrides_file = file;
   fabric::FabricParams fp = sim::loadFabricParams(o);
   const long long nodes = a.integer("nodes", (ranks + fp.devices_per_node - 1) / fp.devices_per_node);
   if (nodes < 1 || nodes * fp.devices_per_node < ranks)
@@ -70,21 +77,54 @@ int runCollbench(const std::vector<std::string>& argv) {
   r.channels = fp.channels;
   r.chunk_bytes = fp.chunk_bytes;
   r.peer = ranks > 1 ? 1 : 0;
+  std::vector<double> sizes;
+  for (double bytes = lo; bytes <= hi * (1 + 1e-12); bytes = std::floor(bytes * factor)) sizes.push_back(bytes);
+  for (double bytes : sizes) {   // an algorithm the topology cannot run fails before any work
+    r.bytes = bytes;
+    fabric::pickAlgorithm(algo, r, topo);
+  }
+
+  std::vector<LiveRow> measured;
+  if (live) {
+    LiveJob job;
+    job.preset = o.preset;
+    job.ranks = ranks;
+    job.nodes = nodes;
+    job.op = fabric::opName(op);
+    job.algo = algo;
+    job.overrides = o.overrides;
+    job.sizes = sizes;
+    job.iters = a.integer("iters", 5);
+    job.warmup = a.integer("warmup", 1);
+    job.execution = a.get("execution", "timing");
+    if (job.iters < 1 || job.warmup < 0)
+      throw UsageError("cardsim collbench: --iters must be at least 1 and --warmup at least 0");
+    if (job.execution != "timing" && job.execution != "full")
+      throw UsageError("cardsim collbench: --execution must be timing or full, got '" + job.execution + "'");
+    if (op == fabric::CollectiveOp::SendRecv && ranks < 2)
+      throw UsageError("cardsim collbench: send_recv needs --ranks 2 or more");
+    measured = runLiveCollbench(job);
+  }
+
   const bool csv = a.has("csv");
   if (csv) {
     std::printf("op,algo,ranks,bytes,time_us,algbw_GBps,busbw_GBps\n");
   } else {
-    std::printf("# cardsim collbench: %s on %lld rank(s) of %s, %u node(s) x %u devices (%s), model only\n",
+    const std::string how = live ? "live, " + std::to_string(ranks) + " process(es) through " +
+                                       (o.preset.rfind("br", 0) == 0 ? "bccl" : "cncl")
+                                 : std::string("model only");
+    std::printf("# cardsim collbench: %s on %lld rank(s) of %s, %u node(s) x %u devices (%s), %s\n",
                 fabric::opName(op), ranks, o.preset.c_str(), fp.nodes, fp.devices_per_node,
-                fabric::shapeName(fp.shape));
+                fabric::shapeName(fp.shape), how.c_str());
     std::printf("# %12s %12s %8s %13s %12s %12s %12s\n", "size", "count", "type", "algo", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)");
   }
   const double bus = fabric::busBandwidthFactor(op, static_cast<uint32_t>(ranks));
-  for (double bytes = lo; bytes <= hi * (1 + 1e-12); bytes = std::floor(bytes * factor)) {
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double bytes = live ? measured[i].bytes : sizes[i];
     r.bytes = bytes;
     const fabric::ICollectiveAlgorithm& alg = fabric::pickAlgorithm(algo, r, topo);
-    const double t = ranks > 1 ? engine.timeAlone(alg.schedule(r, topo)) : 0.0;
+    const double t = live ? measured[i].time_us * 1e-6 : ranks > 1 ? engine.timeAlone(alg.schedule(r, topo)) : 0.0;
     const double algbw = t > 0 ? bytes / t / 1e9 : 0.0;
     if (csv)
       std::printf("%s,%s,%lld,%.0f,%.3f,%.3f,%.3f\n", fabric::opName(op), alg.name(), ranks, bytes, t * 1e6,

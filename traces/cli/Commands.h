@@ -8,6 +8,10 @@
 namespace cardsim::cli {
 
 int runCollbench(const std::vector<std::string>& args);
+int runExport(const std::vector<std::string>& argv);
+int runFabricd(const std::vector<std::string>& args);
+int runReplay(const std::vector<std::string>& argv);
+int runSweep(const std::vector<std::string>& argv);
 int runInfo(const std::vector<std::string>& args);
 
 }  // namespace cardsim::cli

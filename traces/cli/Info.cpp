@@ -4,17 +4,17 @@
 // from the first host call to the last device completion, across ranks (without device
 // commands, to the last host call's end). Every file is read to its End record, so a
 // truncated or corrupt file is an error (exit status 2) that names it, never a partial count.
-#include <dirent.h>
+
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <map>
-#include <regex>
 
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
+#include "traces/cli/TraceFiles.h"
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceFormat.h"
 #include "traces/lib/TraceReader.h"
@@ -91,76 +91,11 @@ RankSummary summarize(const std::string& path, bool print) {
   return s;
 }
 
-bool isDirectory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-// rank<N>.cstrace files of `dir`, by N.
-std::map<int, std::string> rankFiles(const std::string& dir) {
-  std::map<int, std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) throw trace::TraceError(dir + ": cannot open the directory");
-  const std::regex pattern(std::string("rank([0-9]+)") + "\\" + trace::kFileExtension);
-  while (dirent* ent = ::readdir(d)) {
-    std::cmatch m;
-    const char* name = ent->d_name;
-    if (std::regex_match(name, m, pattern)) out[std::stoi(m[1].str())] = dir + "/" + name;
-  }
-  ::closedir(d);
-  return out;
-}
-
-std::string json(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          out += b;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 int run(const std::string& path, bool as_json, bool print) {
   std::vector<RankSummary> ranks;
-  const bool dir = isDirectory(path);
-  if (dir) {
-    const std::map<int, std::string> files = rankFiles(path);
-    if (files.empty())
-      throw trace::TraceError(path + ": no rank files (rank<N>" + trace::kFileExtension + ") in the directory");
-    for (const auto& [n, file] : files) {
-      ranks.push_back(summarize(file, print));
-      if (ranks.back().header.rank() != n)
-        throw trace::TraceError(file + ": the header says rank " + std::to_string(ranks.back().header.rank()) +
-                                ", the file name rank " + std::to_string(n));
-    }
-    const int world = ranks.front().header.world_size();
-    for (const RankSummary& r : ranks)
-      if (r.header.world_size() != world)
-        throw trace::TraceError(r.file + ": world size " + std::to_string(r.header.world_size()) + ", but " +
-                                ranks.front().file + " says " + std::to_string(world));
-    for (int n = 0; n < world; ++n)
-      if (!files.count(n))
-        throw trace::TraceError(path + "/rank" + std::to_string(n) + trace::kFileExtension + ": missing (world size " +
-                                std::to_string(world) + " in " + ranks.front().file + ", ranks present: " +
-                                std::to_string(files.size()) + ")");
-    if (static_cast<int>(files.size()) > world)
-      throw trace::TraceError(files.rbegin()->second + ": rank " + std::to_string(files.rbegin()->first) +
-                              " is outside world size " + std::to_string(world));
-  } else {
-    ranks.push_back(summarize(path, print));
-  }
+  struct stat st {};
+  const bool dir = ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  for (const auto& [n, file] : traceRankFiles(path)) ranks.push_back(summarize(file, print));
 
   std::map<std::string, uint64_t> records;
   uint64_t calls = 0, commands = 0, uncorrelated = 0;
@@ -186,16 +121,16 @@ int run(const std::string& path, bool as_json, bool print) {
 
   if (as_json) {
     std::printf("{\"path\": %s, \"preset\": %s, \"device_name\": %s, \"devices\": %u, \"world_size\": %d, \"ranks\": [",
-                json(path).c_str(), json(preset).c_str(), json(h0.device_name()).c_str(), h0.devices(),
+                jsonString(path).c_str(), jsonString(preset).c_str(), jsonString(h0.device_name()).c_str(), h0.devices(),
                 h0.world_size());
     for (std::size_t i = 0; i < ranks.size(); ++i) std::printf("%s%d", i ? ", " : "", ranks[i].header.rank());
     std::printf("], \"format\": \"%u.%u\", \"cardsim_version\": %s, \"execution_mode\": %s, \"backend\": %s,",
-                h0.format_major(), h0.format_minor(), json(h0.cardsim_version()).c_str(),
-                json(h0.execution_mode()).c_str(), json(h0.backend()).c_str());
+                h0.format_major(), h0.format_minor(), jsonString(h0.cardsim_version()).c_str(),
+                jsonString(h0.execution_mode()).c_str(), jsonString(h0.backend()).c_str());
     std::printf(" \"records\": {");
     bool firstk = true;
     for (const auto& [k, n] : records) {
-      std::printf("%s%s: %llu", firstk ? "" : ", ", json(k).c_str(), static_cast<unsigned long long>(n));
+      std::printf("%s%s: %llu", firstk ? "" : ", ", jsonString(k).c_str(), static_cast<unsigned long long>(n));
       firstk = false;
     }
     std::printf("}, \"host_calls\": %llu, \"device_commands\": %llu, \"uncorrelated_commands\": %llu,",
@@ -209,7 +144,7 @@ int run(const std::string& path, bool as_json, bool print) {
       const RankSummary& r = ranks[i];
       std::printf("%s{\"rank\": %d, \"file\": %s, \"host_calls\": %llu, \"device_commands\": %llu, "
                   "\"last_device_end_ps\": %llu}",
-                  i ? ", " : "", r.header.rank(), json(r.file).c_str(), static_cast<unsigned long long>(r.calls),
+                  i ? ", " : "", r.header.rank(), jsonString(r.file).c_str(), static_cast<unsigned long long>(r.calls),
                   static_cast<unsigned long long>(r.commands), static_cast<unsigned long long>(r.last_device_ps));
     }
     std::printf("]}\n");

@@ -9,6 +9,7 @@
 #include "simulator/Config.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
+#include "traces/lib/TraceError.h"
 
 namespace {
 
@@ -21,7 +22,14 @@ struct Command {
 constexpr Command kCommands[] = {
     {"collbench", "time collectives over a preset's fabric (nccl-tests style table or CSV)",
      &cardsim::cli::runCollbench},
+    {"export", "a recorded run as a timeline: --perfetto OUT.json for ui.perfetto.dev", &cardsim::cli::runExport},
+    {"fabricd", "serve one collective fabric to the ranks of jobs (CARDSIM_FABRIC=host:port)",
+     &cardsim::cli::runFabricd},
     {"info", "what a trace holds: preset, ranks, record counts, recorded_total_us", &cardsim::cli::runInfo},
+    {"replay", "re-time a recorded run on a preset and overrides (what-if), or at --ranks N",
+     &cardsim::cli::runReplay},
+    {"sweep", "replay a recording over a grid of --set values; CSV and plot of time and breakdown",
+     &cardsim::cli::runSweep},
 };
 
 void printHelp(FILE* out) {
@@ -45,6 +53,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", e.what());
       return 2;
     } catch (const cardsim::sim::ConfigError& e) {   // a bad preset, key path or value
+      std::fprintf(stderr, "cardsim %s: %s\n", c.name, e.what());
+      return 2;
+    } catch (const cardsim::trace::TraceError& e) {   // a bad, incomplete or missing trace file
       std::fprintf(stderr, "cardsim %s: %s\n", c.name, e.what());
       return 2;
     } catch (const std::invalid_argument& e) {

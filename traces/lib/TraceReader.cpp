@@ -1,7 +1,10 @@
 #include "traces/lib/TraceReader.h"
 
+#include <sys/stat.h>
+
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -17,7 +20,10 @@ constexpr std::size_t kChunk = 1 << 20;
 TraceReader::TraceReader(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "rb");
   if (!file_) throw TraceError(path + ": cannot open: " + std::strerror(errno));
-  buffer_.resize(kChunk);
+  // A small file gets a small buffer (zero-filling 1 MiB per open dominates reading one).
+  struct stat st {};
+  const bool sized = ::fstat(::fileno(file_), &st) == 0 && st.st_size > 0;
+  buffer_.resize(sized ? std::min<std::size_t>(kChunk, static_cast<std::size_t>(st.st_size) + 16) : kChunk);
   if (!fill(kMagicSize) || std::memcmp(buffer_.data() + pos_, kMagic, kMagicSize) != 0) {
     const bool empty = size_ == 0;
     std::fclose(file_);

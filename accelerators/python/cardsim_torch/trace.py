@@ -41,6 +41,8 @@ def _shim():
 
 def start_trace(directory) -> str:
     """Starts recording into ``directory`` (created if missing); returns the rank file's path."""
+    from . import _C
+    _C._device_count()      # the runtime starts with this personality's configuration
     err = ctypes.create_string_buffer(4096)
     if _shim().cardsim_trace_start(os.fsencode(os.fspath(directory)), err, len(err)) != 0:
         raise RuntimeError(f"cardsim trace: {err.value.decode(errors='replace')}")

@@ -239,6 +239,7 @@ struct CollectiveDesc {
   std::string group;           // the process group's key, the same on every member (its
                                // collectives are numbered in call order); empty: the ranks
   double timeout_s = 0;        // the process group's timeout; 0: none
+  std::string dtype;           // the element type, for traces ("bfloat16"); empty: unknown
 };
 
 // Queues the collective on `stream`. Connected to a fabric server (fabricConnect) and with
@@ -248,7 +249,7 @@ struct CollectiveDesc {
 // member that left or did not arrive within `timeout_s` fails it with CommFailed naming
 // the group, the collective and the missing ranks. Otherwise the collective takes the time
 // the fabric model gives it alone on an idle fabric, from this rank's own arrival. Returns
-// the seconds from this rank's arrival to the completion, and the algorithm used.
+// the model's time for the collective (from the last member's arrival) and the algorithm.
 Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                               std::string* algorithm);
 

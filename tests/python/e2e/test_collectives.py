@@ -244,8 +244,11 @@ def worker(rank, world, q):
         times, durations = {}, {}
         for nbytes in (4, 1 << 16, 1 << 24):
             t = torch.ones(nbytes // 4, device=d)
+            # after a barrier and a synchronize every rank's host stands at the barrier's
+            # completion, so the ranks reach the all_reduce together
             mod.synchronize()
             dist.barrier()
+            mod.synchronize()
             _C._set_activity_recording(True); _C._drain_activities()
             s = mod.Event(enable_timing=True); e = mod.Event(enable_timing=True)
             s.record(); dist.all_reduce(t); e.record(); e.synchronize()
@@ -279,7 +282,8 @@ def worker(rank, world, q):
         # barrier, send and recv occupy the communication stream for their alpha-beta time
         from cardsim_torch import _C
         t = torch.zeros(1024, device=d)
-        mod.synchronize()
+        dist.barrier()
+        mod.synchronize()   # every rank now starts from the same simulated time
         _C._set_activity_recording(True); _C._drain_activities()
         dist.barrier()
         if rank == 0:

@@ -34,8 +34,10 @@ def _bf16_peak(root):
     BF16_PEAK["mlu370-x8"] = float(out.stdout.strip())
 
 
-HEADER = ["step", "loss", "sim step ms", "tokens/sim s", "peak mem MiB", "compute util"]
-ROW = re.compile(r"^\s*(\d+)\s+(-?[0-9.]+)\s+([0-9.]+)\s+([0-9]+)\s+([0-9.]+)\s+([0-9.]+)%\s*$")
+HEADER = ["step", "loss", "sim step ms", "tokens/sim s", "peak mem MiB", "compute util", "compute ms",
+          "comm ms", "exposed ms"]
+ROW = re.compile(r"^\s*(\d+)\s+(-?[0-9.]+)\s+([0-9.]+)\s+([0-9]+)\s+([0-9.]+)\s+([0-9.]+)%"
+                 r"\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$")
 
 
 def _demo(root, *args, timeout=600):
@@ -58,10 +60,11 @@ def _table(out: str):
     for ln in lines[heads[0] + 1:]:
         m = ROW.match(ln)
         if m:
-            step, loss, ms, tok, mem, util = m.groups()
+            step, loss, ms, tok, mem, util, comp, comm, exposed = m.groups()
             rows.append(dict(step=int(step), loss=float(loss), sim_step_ms=float(ms),
                              tokens_per_sim_s=float(tok), peak_mem_mib=float(mem),
-                             compute_util_pct=float(util)))
+                             compute_util_pct=float(util), compute_ms=float(comp), comm_ms=float(comm),
+                             exposed_ms=float(exposed)))
     return lines[heads[0] - 1] if heads[0] > 0 else "", rows
 
 
@@ -70,6 +73,9 @@ def _check_rows(rows, steps):
     for r in rows:
         assert r["loss"] > 0 and r["sim_step_ms"] > 0 and r["tokens_per_sim_s"] > 0, r
         assert r["peak_mem_mib"] > 0 and 0 < r["compute_util_pct"] <= 100, r
+        # rank 0's card: compute and the communication it did not hide fit in the step
+        assert 0 < r["compute_ms"] and 0 < r["comm_ms"] and 0 <= r["exposed_ms"] <= r["comm_ms"] + 1e-3, r
+        assert r["compute_ms"] + r["exposed_ms"] <= r["sim_step_ms"] + 2e-3, r
 
 
 def _demo_flops_per_rank_step(batch=8, seq=64, dim=128, layers=2, vocab=512):
@@ -119,6 +125,52 @@ def test_demo_supa(root):
     banner, rows = _table(out)
     assert "2 emulated BR100" in banner and "SUPA_Accelerator" in banner and "bccl" in banner, banner
     _check_rows(rows, 2)
+
+
+REFERENCE = r'''
+import json, os, sys
+sys.path.insert(0, os.path.join(os.getcwd(), "accelerators", "examples"))
+import torch
+from train_lm import TinyLM, batches
+cards, steps = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+model = TinyLM(512, 128, 2, 4, 64)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+out = []
+for x, y in batches(steps, 8 * cards, 64, 512, 0, 1):   # the global batch of all ranks
+    opt.zero_grad()
+    loss = model(x, y)
+    loss.backward()
+    opt.step()
+    out.append(loss.item())
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("card,name", [("mlu", "MLU370-X8"), ("supa", "BR100")])
+def test_demo_zero3_on_8_cards_matches_the_cpu_reference(root, py, tmp_path, card, name):
+    # ZeRO-3 in fp32 on 8 ranks sharing one fabric: the mean of the ranks' losses is the
+    # global batch's loss, which plain PyTorch computes on the CPU in one process.
+    steps = 3
+    records_path = tmp_path / "records.json"
+    out = _demo(root, "--card", card, "--cards", "8", "--steps", str(steps), "--precision", "fp32",
+                "--zero-stage", "3", "--json", str(records_path), timeout=900)
+    banner, rows = _table(out)
+    assert f"8 emulated {name}" in banner and "ZeRO stage 3" in banner, banner
+    _check_rows(rows, steps)
+    ref = py(REFERENCE, args=("8", str(steps)))
+    assert ref.returncode == 0, ref.stderr
+    want = json.loads(ref.stdout)
+    got = [r["loss"] for r in json.loads(records_path.read_text())]
+    assert got == pytest.approx(want, rel=1e-4), (got, want)
+    for r in rows:    # eight ranks reduce and gather over the fabric every step
+        assert r["comm_ms"] > 0.01, r
+
+
+def test_demo_rejects_bad_card_counts(root):
+    for bad in ("0", "9", "two"):
+        proc = run_group([str(root / "scripts" / "demo.sh"), "--cards", bad], timeout=600, cwd=str(root))
+        assert proc.returncode == 2 and "--cards" in proc.stderr, (bad, proc.returncode, proc.stderr[-2000:])
 
 
 def test_demo_rejects_unknown_card(root):

@@ -255,3 +255,46 @@ def test_visible_devices_read_lazily(py):
         res["count_after"] = mod.device_count()
         """)
     assert _ok(py(code)) == {"count": 2, "sum": 2.0, "count_after": 2}
+
+
+# ---- entry points that reach the runtime before any device use -----------------------
+
+@pytest.mark.parametrize("first", ["mod.host_time_ns()", "__import__('cardsim_torch')._C._set_activity_recording(True)",
+                                   "__import__('cardsim_torch')._C._drain_activities()"])
+def test_runtime_started_by_another_entry_point_keeps_the_personalitys_preset(py, first):
+    # Each of these starts the runtime when nothing else has; it must start it as the
+    # personality would (supa: br100), not with the shim's defaults.
+    code = _prog("supa", f"""
+        {first}
+        res.update(name=mod.get_device_properties(0).name, sum=torch.ones(3, device="supa").sum().item())
+        """)
+    assert _ok(py(code)) == {"name": "BR100", "sum": 3.0}
+
+
+def test_init_process_group_before_any_device_use(py):
+    # The common order in user scripts: the process group first, the device after.
+    import socket
+    import subprocess
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = _prog("supa", """
+        import torch.distributed as dist
+        dist.init_process_group("bccl")
+        t = torch.ones(4, device="supa") * (dist.get_rank() + 1)
+        dist.all_reduce(t)
+        res.update(name=mod.get_device_properties(0).name, sum=t.sum().item())
+        dist.destroy_process_group()
+        """)
+    import os
+    from conftest import PYTHON, ROOT
+    procs = []
+    for r in range(2):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_") and k != "DS_ACCELERATOR"}
+        env.update(RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK="0")
+        procs.append(subprocess.Popen([PYTHON, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env, cwd=str(ROOT)))
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        p.stdout, p.stderr = out, err
+        assert _ok(p) == {"name": "BR100", "sum": 12.0}

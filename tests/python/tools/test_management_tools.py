@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -401,3 +402,23 @@ def test_the_tools_start_without_torch(tool):
             "assert 'torch' not in sys.modules, 'torch imported'" % str(ROOT / "accelerators" / "python"))
     env = {k: v for k, v in os.environ.items() if k not in SCRUB}
     ok(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_process_ended_by_sigterm_or_sighup_leaves_no_status_file(status_dir, sig):
+    # A launcher stopping its ranks sends SIGTERM, which runs no atexit handler: the
+    # runtime removes the file itself, then the signal ends the process as it would have.
+    env = {k: v for k, v in os.environ.items() if k not in SCRUB}
+    env["CARDSIM_STATUS_DIR"] = str(status_dir)
+    child = subprocess.Popen([PYTHON, "-c", CHILD.format(card="mlu")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        assert _wait_until(lambda: (status_dir / f"{child.pid}.json").exists() or None)
+        child.send_signal(sig)
+        rc = child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert rc == -sig, (rc, child.stderr.read())   # still ended by the signal
+    assert list(status_dir.iterdir()) == [], list(status_dir.iterdir())

@@ -1,0 +1,106 @@
+"""zero3_step_overhead_ratio: wall time of a DeepSpeed ZeRO-3 training step of a small model
+(train_lm.py's TinyLM, fp32, torch's Adam on both sides so that neither compiles an
+extension) on 2 emulated ranks (mlu, cncl) over the same step on 2 CPU ranks (DeepSpeed's
+CPU accelerator with gloo), measured side by side in one run: rounds
+alternate between the two, each round a fresh 2-rank job of --steps steps; per round the
+median step after the first two (warm-up) counts, and the best round of each side is
+compared (target <= 1.3). Also prints both step times; --check asserts the two sides'
+losses agree (the same training, only the device differs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import socket
+import statistics
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+
+WORKER = r'''
+import os, sys, time, json, warnings, importlib
+warnings.filterwarnings("ignore")
+sys.path.insert(0, os.path.join(sys.argv[3], "accelerators", "examples"))
+mode, steps = sys.argv[1], int(sys.argv[2])
+import torch
+if mode != "cpu":
+    importlib.import_module(f"torch_{mode}")
+from train_lm import TinyLM, batches
+import deepspeed
+deepspeed.init_distributed(dist_backend="gloo" if mode == "cpu" else None)
+torch.manual_seed(0)
+model = TinyLM(512, 128, 2, 4, 64)
+cfg = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+       "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}}, "zero_optimization": {"stage": 3},
+       "steps_per_print": 10**9}
+engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+times, losses = [], []
+for x, y in batches(steps, 8, 64, 512, engine.global_rank, engine.world_size):
+    t0 = time.perf_counter()
+    x, y = x.to(engine.device), y.to(engine.device)
+    loss = engine(x, y)
+    engine.backward(loss)
+    engine.step()
+    losses.append(loss.item())      # the step is done on the device when its loss is read
+    times.append(time.perf_counter() - t0)
+if engine.global_rank == 0:
+    print("RESULT " + json.dumps({"times": times, "losses": losses}), flush=True)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
+'''
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job(mode: str, steps: int) -> dict:
+    """One 2-rank job; returns rank 0's step times and losses."""
+    port = str(_port())
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_") and k not in ("DS_ACCELERATOR",)}
+    procs = []
+    for r in range(2):
+        env = dict(base, DS_ACCELERATOR=mode, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([PYTHON, "-c", WORKER, mode, str(steps), str(ROOT)], env=env, cwd=str(ROOT),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        if p.returncode != 0:
+            raise SystemExit(f"zero3_overhead: the {mode} job failed:\n{err[-3000:]}")
+    line = [ln for ln in outs[0][0].splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--check", action="store_true", help="assert both sides' losses agree (rel 1e-4)")
+    args = ap.parse_args(argv)
+    best = {"mlu": float("inf"), "cpu": float("inf")}
+    losses = {}
+    for _ in range(args.rounds):
+        for mode in ("mlu", "cpu"):
+            r = job(mode, args.steps)
+            timed = r["times"][2:] or r["times"]
+            best[mode] = min(best[mode], statistics.median(timed))
+            losses[mode] = r["losses"]
+    if args.check:
+        for a, b in zip(losses["mlu"], losses["cpu"]):
+            assert abs(a - b) <= 1e-4 * abs(b), (losses["mlu"], losses["cpu"])
+        print("zero3_losses_agree: " + json.dumps(losses["mlu"]))
+    print(f"zero3_step_wall_s_emulated: {best['mlu']:.4f}")
+    print(f"zero3_step_wall_s_cpu: {best['cpu']:.4f}")
+    print(f"zero3_step_overhead_ratio: {best['mlu'] / best['cpu']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

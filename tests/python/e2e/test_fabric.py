@@ -1,0 +1,245 @@
+"""Many ranks, one fabric: one process per rank sharing the fabric server that rank 0
+starts (or a `cardsim fabricd`). Collectives complete on every rank at the latest arrival
+plus the model's time, whatever order the processes start and arrive in, and a rank that
+dies or hangs fails the others with an error naming the group, the collective and the rank."""
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+CARDSIM = str(ROOT / ".venv" / "bin" / "cardsim")
+
+WORKER = r'''
+import json, os, sys, time
+from datetime import timedelta
+import torch
+import torch.distributed as dist
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+scenario = os.environ["SCENARIO"]
+time.sleep(float(os.environ.get("START_DELAY", "0")))
+import torch_mlu
+from cardsim_torch import _C
+mod = torch.mlu
+mod.set_device(0)
+d = torch.device("mlu", 0)
+dist.init_process_group("cncl", timeout=timedelta(seconds=float(os.environ.get("PG_TIMEOUT", "60"))))
+out = {"rank": rank}
+
+
+def coll_acts():
+    return [(a[3], a[4], a[5]) for a in _C._drain_activities() if a[0] == "collective"]
+
+
+def timed_failure(t):
+    """An all_reduce that should fail: its error (or None) and how long it took to come."""
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        out["error"] = None
+    except Exception as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["wall_s"] = time.monotonic() - t0
+
+
+if scenario == "timing":
+    # Ranks reach each collective at different simulated times (different compute first);
+    # wall-clock delays differ between runs.
+    _C._set_activity_recording(True)
+    x = torch.randn(64 * (rank + 1), 64 * (rank + 1), device=d)
+    for step in range(3):
+        time.sleep(float(os.environ.get("STEP_DELAY", "0")) * ((rank + step) % world))
+        y = x @ x
+        t = torch.ones(1 << 16, device=d) * (rank + 1)
+        dist.all_reduce(t)
+        side = mod.Stream()
+        with mod.stream(side):
+            u = torch.ones(1 << 10, device=d)
+            dist.all_reduce(u)
+        z = y @ y           # overlaps the side-stream collective
+    mod.synchronize()
+    out["sum"] = t[0].item()
+    out["acts"] = coll_acts()
+    out["host_ns"] = _C._host_time_ns()
+elif scenario == "kill":
+    t = torch.ones(16, device=d)
+    dist.all_reduce(t)
+    mod.synchronize()
+    if rank == world - 1:
+        os._exit(3)          # dies without a word, as a killed process does
+    time.sleep(0.5)
+    timed_failure(t)
+    if rank == 0:
+        # This worker leaves with os._exit (no atexit), so the server rank 0 hosts would go
+        # at once; a normal exit keeps it up while other ranks are connected. Stand in for that.
+        time.sleep(3)
+elif scenario == "hang":
+    t = torch.ones(16, device=d)
+    dist.all_reduce(t)
+    if rank == world - 1:
+        time.sleep(12)       # well past the others' 3 s timeout; then goes away quietly
+        os._exit(0)
+    timed_failure(t)
+elif scenario == "simple":
+    t = torch.ones(1 << 12, device=d) * (rank + 1)
+    dist.all_reduce(t)
+    out["sum"] = t[0].item()
+print("OUT " + json.dumps(out), flush=True)
+sys.stdout.flush()
+os._exit(0)
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(extra: dict) -> dict:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_") and k not in
+         ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_ACCELERATOR")}
+    e.update(CARDSIM_PRESET="mlu370-x8", CARDSIM_DEVICES="1")
+    e.update(extra)
+    return e
+
+
+def run_ranks(tmp_path, world: int, scenario: str, per_rank=None, timeout=180, **env):
+    """Starts `world` rank processes; returns {rank: OUT dict or None} and their stderr."""
+    script = tmp_path / "fabric_worker.py"
+    script.write_text(WORKER)
+    port = _free_port()
+    procs = []
+    for r in range(world):
+        e = _env(dict(RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), SCENARIO=scenario, **{k: str(v) for k, v in env.items()}))
+        e.update({k: str(v) for k, v in (per_rank(r) if per_rank else {}).items()})
+        procs.append(subprocess.Popen([PYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=e, cwd=str(ROOT), start_new_session=True))
+    results, errs = {}, {}
+    deadline = time.monotonic() + timeout
+    for r, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                try:
+                    os.killpg(q.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            out, err = p.communicate()
+        lines = [ln for ln in out.splitlines() if ln.startswith("OUT ")]
+        results[r] = json.loads(lines[-1][4:]) if lines else None
+        errs[r] = err[-3000:]
+    return results, errs
+
+
+def model_us(op: str, ranks: int, nbytes: int, preset="mlu370-x8") -> float:
+    out = subprocess.run([CARDSIM, "collbench", "--model-only", "--preset", preset, "--ranks", str(ranks), "--op", op,
+                          "--min-bytes", str(nbytes), "--max-bytes", str(nbytes), "--csv"],
+                         capture_output=True, text=True, env=_env({}), timeout=60)
+    assert out.returncode == 0, out.stderr
+    return float(out.stdout.strip().splitlines()[1].split(",")[4])
+
+
+def test_ranks_complete_together_at_the_latest_arrival_plus_the_models_time(tmp_path):
+    world = 3
+    res, errs = run_ranks(tmp_path, world, "timing")
+    assert all(res[r] for r in range(world)), errs
+    assert all(res[r]["sum"] == 6.0 for r in range(world))
+    # (activities come in completion order, the same on every rank when ends agree)
+    acts = [sorted(res[r]["acts"], key=lambda a: a[2]) for r in range(world)]
+    assert all(len(a) == 6 for a in acts), acts
+    big_ns, small_ns = (model_us("all_reduce", world, n) * 1e3 for n in (1 << 18, 1 << 12))
+    took = []
+    for i in range(6):
+        ends = {acts[r][i][2] for r in range(world)}
+        assert len(ends) == 1, (i, [acts[r][i] for r in range(world)])   # every member completes together
+        took.append(ends.pop() - max(acts[r][i][1] for r in range(world)))
+    # from the last member's arrival, each takes the model's time (collbench prints us to 3 decimals)
+    assert sorted(took) == [pytest.approx(small_ns, abs=0.5)] * 3 + [pytest.approx(big_ns, abs=0.5)] * 3, took
+    # the ranks did reach some of them at different times (rank 2 computes more first)
+    assert any(len({acts[r][i][1] for r in range(world)}) > 1 for i in range(6))
+
+
+def test_times_do_not_depend_on_the_order_ranks_start_or_arrive_in(tmp_path):
+    world = 3
+    runs = []
+    for order in (lambda r: r, lambda r: world - 1 - r):
+        res, errs = run_ranks(tmp_path, world, "timing", per_rank=lambda r, o=order: {
+            "START_DELAY": 0.4 * o(r), "STEP_DELAY": 0.15 * (o(r) + 1)})
+        assert all(res[r] for r in range(world)), errs
+        runs.append({r: (res[r]["acts"], res[r]["host_ns"]) for r in range(world)})
+    assert runs[0] == runs[1]
+
+
+def test_a_rank_that_dies_fails_the_others_naming_it(tmp_path):
+    world = 3
+    res, errs = run_ranks(tmp_path, world, "kill", timeout=120)
+    assert res[world - 1] is None     # it died
+    for r in range(world - 1):
+        assert res[r], errs[r]
+        e = res[r]["error"]
+        assert e and e.startswith("DistBackendError"), e
+        assert "cncl" in e and "all_reduce #1 of process group [0, 1, 2]" in e, e
+        assert f"rank {world - 1} left the job" in e, e
+        assert res[r]["wall_s"] < 20, res[r]
+
+
+def test_a_rank_that_hangs_fails_the_others_within_the_timeout(tmp_path):
+    world = 3
+    res, errs = run_ranks(tmp_path, world, "hang", timeout=120, PG_TIMEOUT=3)
+    for r in range(world - 1):
+        assert res[r], errs[r]
+        e = res[r]["error"]
+        assert e and "timed out after 3 s" in e and f"rank(s) [{world - 1}]" in e, e
+        assert "all_reduce #1 of process group [0, 1, 2]" in e, e
+        assert 2.5 <= res[r]["wall_s"] < 11, res[r]
+
+
+def _start_fabricd(*args):
+    p = subprocess.Popen([CARDSIM, "fabricd", "--bind", "127.0.0.1", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=_env({}))
+    line = p.stdout.readline()
+    assert "serving the fabric of preset" in line, (line, p.stderr.read() if p.poll() is not None else "")
+    port = int(line.split(" on 127.0.0.1:")[1].split()[0])
+    return p, port
+
+
+def test_a_fabricd_started_by_hand_serves_a_job(tmp_path):
+    p, port = _start_fabricd("--preset", "mlu370-x8")
+    try:
+        res, errs = run_ranks(tmp_path, 2, "simple", CARDSIM_FABRIC=f"127.0.0.1:{port}")
+        assert all(res[r] and res[r]["sum"] == 3.0 for r in range(2)), errs
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert "1 collectives completed" in err, err
+    assert "rank 0 of job" in err and "joined" in err, err
+
+
+def test_a_rank_with_another_preset_is_refused_by_name(tmp_path):
+    p, port = _start_fabricd("--preset", "mlu590", "--quiet")
+    try:
+        res, errs = run_ranks(tmp_path, 2, "simple", timeout=60, CARDSIM_FABRIC=f"127.0.0.1:{port}")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
+    assert res[0] is None and res[1] is None
+    assert "uses preset 'mlu370-x8' but this fabric server models preset 'mlu590'" in errs[0], errs[0]
+
+
+def test_fabricd_rejects_bad_flags():
+    out = subprocess.run([CARDSIM, "fabricd", "--port", "70000"], capture_output=True, text=True, env=_env({}))
+    assert out.returncode == 2 and "--port must be 0..65535" in out.stderr, out.stderr
+    out = subprocess.run([CARDSIM, "fabricd", "--preset", "nope"], capture_output=True, text=True, env=_env({}))
+    assert out.returncode == 2 and "nope" in out.stderr, out.stderr

@@ -1,0 +1,267 @@
+"""`cardsim replay`: a recorded run re-timed without running the program again. On the
+recording's own configuration it reproduces the recorded times exactly; with --set or
+--preset it answers what-if questions; with --ranks N one data-parallel rank stands for N."""
+import json
+import os
+import pathlib
+import socket
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+CARDSIM = str(ROOT / ".venv" / "bin" / "cardsim")
+
+
+def _env(extra=None):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("CARDSIM_") and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                       "MASTER_PORT", "DS_ACCELERATOR", "MLU_VISIBLE_DEVICES")}
+    e.update(extra or {})
+    return e
+
+
+def record(tmp_path, name, code, world=1, extra=None):
+    """Runs `code` on `world` ranks with CARDSIM_TRACE; returns the trace directory."""
+    out = tmp_path / name
+    script = tmp_path / f"{name}.py"
+    script.write_text(code)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(world):
+        env = _env(dict(CARDSIM_TRACE=str(out), CARDSIM_DEVICES="1" if world > 1 else "2", RANK=str(r),
+                        WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                        **(extra or {})))
+        procs.append(subprocess.Popen([PYTHON, str(script)], env=env, cwd=str(ROOT), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        o, e = p.communicate(timeout=300)
+        assert p.returncode == 0, e[-3000:]
+    return out
+
+
+def cardsim(*args):
+    return subprocess.run([CARDSIM, *map(str, args)], capture_output=True, text=True, env=_env(), timeout=600)
+
+
+def recorded_total_us(path):
+    res = cardsim("info", path, "--json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)["recorded_total_us"]
+
+
+def replay(tmp_path, path, *args):
+    out = tmp_path / f"replay-{len(list(tmp_path.iterdir()))}.json"
+    res = cardsim("replay", path, "--json", out, *args)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "total_us:" in res.stdout
+    return json.loads(out.read_text())
+
+
+TWO_STREAMS = r'''
+import torch, torch_mlu
+x = torch.randn(384, 384, device="mlu")
+side = torch.mlu.Stream()
+h = torch.empty(1 << 16).pin_memory()
+for i in range(4):
+    y = (x @ x).relu()
+    with torch.mlu.stream(side):
+        w = torch.ones(1 << 18, device="mlu") * 3
+        done = torch.mlu.Event()
+        done.record()
+    torch.mlu.current_stream().wait_event(done)
+    z = y.sum() + w.sum()
+    h.copy_(w[: 1 << 16], non_blocking=True)
+    torch.ones(8, device="mlu:1").add_(1)          # the second card too
+torch.mlu.synchronize()
+print(z.item())
+'''
+
+DP_STEP = r'''
+import torch, torch_mlu
+import torch.distributed as dist
+dist.init_process_group("cncl")
+rank = dist.get_rank()
+torch.mlu.set_device(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256)).to("mlu")
+x = torch.randn(64 * (rank + 1), 256, device="mlu")        # rank 1 works twice as long
+for _ in range(2):
+    loss = model(x).square().mean()
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+torch.mlu.synchronize()
+dist.destroy_process_group()
+'''
+
+
+def test_replay_on_the_recorded_configuration_reproduces_the_recorded_times(tmp_path):
+    trace = record(tmp_path, "streams", TWO_STREAMS)
+    rep = replay(tmp_path, trace)
+    assert rep["total_us"] == pytest.approx(recorded_total_us(trace), abs=1e-6)
+    b = rep["breakdown"]
+    parts = b["compute_us"] + b["memory_bound_us"] + b["copies_us"] + b["exposed_communication_us"] + b["idle_us"]
+    assert parts == pytest.approx(b["total_us"], rel=1e-9, abs=1e-6)
+    assert b["compute_us"] > 0 and b["memory_bound_us"] > 0 and b["copies_us"] > 0
+    names = {k["name"] for k in rep["top_kernels"]}
+    assert "aten::mm" in names and "aten::relu" in names, names
+    # the critical path runs from the first host call to the last completion, each instant once
+    cp = rep["critical_path"]
+    assert cp["total_us"] == pytest.approx(rep["total_us"], rel=1e-9, abs=1e-6)
+    assert sum(cp["by_kind"].values()) == pytest.approx(cp["total_us"], rel=1e-9, abs=1e-6)
+    assert cp["by_kind"]["kernel"] > 0 and cp["items"][0]["time_us"] >= cp["items"][-1]["time_us"]
+    for u in rep["ranks"][0]["utilization"]:
+        assert 0 <= u["compute"] <= 1 and 0 <= u["memory_bandwidth"] <= 1 and 0 <= u["dma"] <= 1, u
+    assert {u["device"] for u in rep["ranks"][0]["utilization"]} == {0, 1}
+
+
+def test_replay_of_a_two_rank_job_joins_the_ranks_collectives_exactly(tmp_path):
+    trace = record(tmp_path, "dp", DP_STEP, world=2)
+    listing = cardsim("info", trace / "rank0.cstrace", "--records")
+    colls = [ln for ln in listing.stdout.splitlines() if " collective {" in ln]
+    assert colls and all('dtype: "float32"' in ln for ln in colls), colls[:2]   # the element type is recorded
+    # each collective's device command is tied to its own host call (the stream reached it
+    # later than the host submitted it: the tie must not follow the stream)
+    import re
+    kinds = {}
+    for ln in listing.stdout.splitlines():
+        m = re.search(r" #\d+ (\w+) \{.*\} call: (\d+)", ln)
+        if m and m.group(1) != "command":
+            kinds[m.group(2)] = m.group(1)
+    tied = [re.search(r"command \{.* call: (\d+)", ln) for ln in listing.stdout.splitlines()
+            if " command {" in ln and "kind: COLLECTIVE" in ln]
+    assert tied and all(t and kinds.get(t.group(1)) == "collective" for t in tied), (tied, kinds)
+    rep = replay(tmp_path, trace)
+    assert rep["world_size"] == 2 and [r["rank"] for r in rep["ranks"]] == [0, 1]
+    assert rep["total_us"] == pytest.approx(recorded_total_us(trace), abs=1e-6)
+    cp = rep["critical_path"]
+    assert cp["total_us"] == pytest.approx(rep["total_us"], rel=1e-9, abs=1e-6)
+    assert cp["by_kind"].get("collective", 0) > 0, cp
+    assert all(u["fabric"] > 0 for r in rep["ranks"] for u in r["utilization"])
+    r0, r1 = (r["breakdown"] for r in rep["ranks"])
+    # rank 0 waits for the slower rank 1 inside the all-reduces: more communication time
+    assert r0["communication_us"] > r1["communication_us"] > 0
+    # one rank standing for more: collectives over more ranks never make the step faster,
+    # and the step never beats its own compute
+    totals = []
+    for n in (2, 16, 256):
+        rep_n = replay(tmp_path, trace, "--ranks", n)
+        assert rep_n["world_size"] == n and rep_n["replicated_to"] == (0 if n == 2 else n)
+        b = rep_n["breakdown"]
+        assert rep_n["total_us"] >= b["compute_us"] + b["memory_bound_us"]
+        totals.append(rep_n["total_us"])
+    assert totals[0] <= totals[1] <= totals[2], totals
+    assert totals[2] > totals[0]
+
+
+MEMORY_BOUND = r'''
+import torch, torch_mlu
+x = torch.ones(1 << 22, device="mlu")
+for _ in range(20):
+    x = x * 1.0001 + 0.5
+torch.mlu.synchronize()
+print(torch.mlu.get_device_properties(0).memory_bandwidth)
+'''
+
+COMPUTE_BOUND = r'''
+import torch, torch_mlu
+x = torch.randn(2048, 2048, device="mlu", dtype=torch.bfloat16)
+for _ in range(6):
+    y = x @ x
+torch.mlu.synchronize()
+'''
+
+
+def test_what_if_double_memory_bandwidth_speeds_up_memory_bound_work_only(tmp_path):
+    probe = subprocess.run([PYTHON, "-c", "import torch, torch_mlu; "
+                            "print(torch.mlu.get_device_properties(0).memory_bandwidth)"],
+                           capture_output=True, text=True, env=_env(), cwd=str(ROOT))
+    bw = float(probe.stdout.strip())
+    doubled = f"memory.bandwidth={2 * bw / 1e9:.3f} GB/s"
+    mem = record(tmp_path, "mem", MEMORY_BOUND)
+    base, fast = replay(tmp_path, mem), replay(tmp_path, mem, "--set", doubled)
+    assert base["total_us"] == pytest.approx(recorded_total_us(mem), abs=1e-6)
+    speedup = base["total_us"] / fast["total_us"]
+    assert 1.6 < speedup <= 2.0 + 1e-6, speedup
+    comp = record(tmp_path, "comp", COMPUTE_BOUND)
+    base, fast = replay(tmp_path, comp), replay(tmp_path, comp, "--set", doubled)
+    assert base["breakdown"]["compute_us"] > 0.8 * base["total_us"], base["breakdown"]
+    top = base["critical_path"]["items"][0]
+    assert top["name"] == "aten::mm" and top["time_us"] > 0.8 * base["total_us"], base["critical_path"]
+    assert base["total_us"] / fast["total_us"] < 1.15
+
+
+def test_replay_on_another_preset_differs_and_names_it(tmp_path):
+    trace = record(tmp_path, "p", COMPUTE_BOUND)
+    res = cardsim("replay", trace, "--preset", "mlu590")
+    assert res.returncode == 0, res.stderr
+    assert "on mlu590 (MLU590)" in res.stdout
+    other = float(res.stdout.split("total_us:")[1].split()[0])
+    assert other != pytest.approx(recorded_total_us(trace), rel=1e-3)
+
+
+def test_replay_bad_input_exits_2_naming_what_is_wrong(tmp_path):
+    trace = record(tmp_path, "bad", COMPUTE_BOUND)
+    res = cardsim("replay", trace, "--set", "memory.bandwidth=-1 GB/s")
+    assert res.returncode == 2 and "memory.bandwidth" in res.stderr and "negative" in res.stderr, res.stderr
+    res = cardsim("replay", trace, "--set", "memory.bandwith=1 TB/s")
+    assert res.returncode == 2 and "bandwith" in res.stderr, res.stderr
+    res = cardsim("replay", trace, "--preset", "no-such-card")
+    assert res.returncode == 2 and "no-such-card" in res.stderr, res.stderr
+    res = cardsim("replay", trace, "--ranks", "0")
+    assert res.returncode == 2 and "--ranks" in res.stderr, res.stderr
+    res = cardsim("replay", tmp_path / "missing")
+    assert res.returncode == 2 and "missing" in res.stderr, res.stderr
+    data = (trace / "rank0.cstrace").read_bytes()
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "rank0.cstrace").write_bytes(data[: len(data) // 2])
+    res = cardsim("replay", cut)
+    assert res.returncode == 2 and "rank0.cstrace" in res.stderr, res.stderr
+    assert "total_us" not in res.stdout
+
+
+SWEEP_HEADER = ("memory.bandwidth,total_us,compute_us,memory_bound_us,copies_us,communication_us,"
+                "exposed_communication_us,idle_us")
+
+
+def test_sweep_writes_a_row_per_value_equal_to_single_replays_and_a_plot(tmp_path):
+    import csv
+    trace = record(tmp_path, "sweep", MEMORY_BOUND)
+    prefix = tmp_path / "out" / "bw"
+    prefix.parent.mkdir()
+    values = ["300 GB/s", "600 GB/s", "1200 GB/s"]
+    res = cardsim("sweep", trace, "--set", "memory.bandwidth=" + ",".join(values), "--out", prefix, "--jobs", "2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = (tmp_path / "out" / "bw.csv").read_text()
+    assert text.splitlines()[0] == SWEEP_HEADER
+    rows = list(csv.DictReader(text.splitlines()))
+    assert [r["memory.bandwidth"] for r in rows] == values
+    totals = [float(r["total_us"]) for r in rows]
+    assert totals[0] > totals[1] > totals[2], totals
+    for r, v in zip(rows, values):
+        single = replay(tmp_path, trace, "--set", f"memory.bandwidth={v}")
+        assert float(r["total_us"]) == pytest.approx(single["total_us"], abs=1e-6)
+    assert (tmp_path / "out" / "bw.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # two swept keys: the cartesian product, the last varying fastest
+    res = cardsim("sweep", trace, "--set", "memory.bandwidth=300 GB/s,600 GB/s", "--set",
+                  "host.launch_overhead=2 us,4 us", "--out", tmp_path / "grid", "--no-plot")
+    assert res.returncode == 0, res.stderr[-3000:]
+    grid = list(csv.DictReader((tmp_path / "grid.csv").read_text().splitlines()))
+    assert [(r["memory.bandwidth"], r["host.launch_overhead"]) for r in grid] == [
+        ("300 GB/s", "2 us"), ("300 GB/s", "4 us"), ("600 GB/s", "2 us"), ("600 GB/s", "4 us")]
+    assert not (tmp_path / "grid.png").exists()
+
+
+def test_sweep_bad_input(tmp_path):
+    trace = record(tmp_path, "sweepbad", COMPUTE_BOUND)
+    res = cardsim("sweep", trace, "--set", "memory.bandwidth=1 TB/s")
+    assert res.returncode == 2 and "nothing to sweep" in res.stderr, res.stderr
+    res = cardsim("sweep", trace, "--set", "memory.bandwith=1 TB/s,2 TB/s", "--out", tmp_path / "x")
+    assert res.returncode == 2 and "bandwith" in res.stderr, res.stderr
+    assert not (tmp_path / "x.csv").exists()
+    res = cardsim("sweep", tmp_path / "nothing", "--set", "memory.bandwidth=1 TB/s,2 TB/s")
+    assert res.returncode == 2 and "nothing" in res.stderr, res.stderr

@@ -1,0 +1,107 @@
+"""benchmarks/collective_fidelity.py: the fabric model against published measurements of 8-GPU
+A100 and H200 machines (benchmarks/data/collectives-published-subset.csv).
+
+Guards against regressions of the model's fidelity. The bounds are what the model reaches
+now plus a small margin; none of the whole groups reaches the 5 % target, for the reasons the
+README's "Fidelity" section gives (NCCL's protocol changes at 2-128 MiB, the torch harness's
+overhead, copy engines and send/recv reaching other fractions of the link than collectives).
+The size regimes the model does capture are held to 5 %.
+"""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPT = ROOT / "benchmarks" / "collective_fidelity.py"
+CARDSIM = ROOT / "build" / "traces" / "cardsim"
+
+# Geometric-mean error bound per system x collective x algorithm, in percent (achieved today).
+BOUNDS = {
+    "a100-sxm all_reduce auto": 13.5,     # 12.8: NCCL's 2-128 MiB knee
+    "a100-sxm sendrecv auto": 37.0,       # 35.7: NCCL p2p reaches 195 of 235 GB/s; 128 MiB warm-up point
+    "a100-sxm memcpy_p2p auto": 20.0,     # 18.8: copy engines reach 274 GB/s, the model's link 235
+    "h200-sxm all_reduce ring": 6.5,      # 6.0: NCCL's ring reaches 0.92 of nvbandwidth's rate
+    "h200-sxm all_reduce switch": 11.0,   # 10.3: knee at 2-128 MiB, torch harness overhead
+}
+
+# Regimes the model captures: small (<= 1 MiB) and large (>= 256 MiB) all-reduce, per group.
+WITHIN_5_PCT = [
+    ("a100-sxm all_reduce auto", "small"), ("a100-sxm all_reduce auto", "large"),
+    ("h200-sxm all_reduce switch", "small"), ("h200-sxm all_reduce switch", "large"),
+    ("h200-sxm all_reduce ring", "small"),
+]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    if not CARDSIM.exists():
+        pytest.fail(f"{CARDSIM} is missing: run scripts/setup.sh first")
+    out = tmp_path_factory.mktemp("fidelity") / "fidelity.json"
+    res = subprocess.run([sys.executable, str(SCRIPT), "--json", str(out)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    return res.stdout, json.loads(out.read_text())
+
+
+def geomean_pct(points):
+    logs = [abs(math.log(p["model_us"] / p["measured_us"])) for p in points]
+    return (math.exp(sum(logs) / len(logs)) - 1) * 100
+
+
+def test_every_group_stays_within_its_bound(report):
+    stdout, doc = report
+    groups = {g["group"]: g for g in doc["groups"]}
+    assert set(groups) == set(BOUNDS), sorted(groups)
+    for name, bound in BOUNDS.items():
+        assert groups[name]["geomean_error_pct"] < bound, (name, groups[name])
+    # One summary line per group for scripts/bench.sh.
+    lines = [l for l in stdout.splitlines() if l.startswith("collective_fidelity_geomean_error_pct: ")]
+    assert len(lines) == len(BOUNDS)
+    for l in lines:
+        float(l.split(":", 1)[1].split("#")[0])
+
+
+def test_small_and_large_all_reduce_within_5_pct(report):
+    _, doc = report
+    for group, regime in WITHIN_5_PCT:
+        pts = [p for p in doc["points"] if p["group"] == group and not p["calibration"] and
+               (p["bytes"] <= 1 << 20 if regime == "small" else p["bytes"] >= 256 << 20)]
+        assert len(pts) >= 5, (group, regime)
+        assert geomean_pct(pts) < 5.0, (group, regime, geomean_pct(pts))
+
+
+def test_mapping_calibration_and_skipped_rows(report):
+    stdout, doc = report
+    pts = doc["points"]
+    assert len(pts) == 84
+    # Algorithms: NVLS -> switch (H200 only), ring -> ring, unstated -> the model's choice.
+    for p in pts:
+        if p["system"] == "a100-sxm":
+            assert p["algo"] == "" and p["model_algo"] != "switch", p
+    assert {p["model_algo"] for p in pts if p["group"] == "h200-sxm all_reduce switch"} == {"switch"}
+    assert {p["model_algo"] for p in pts if p["group"] == "h200-sxm all_reduce ring"} == {"ring"}
+    # The rows that set preset parameters are marked and left out of the means.
+    cal = [p for p in pts if p["calibration"]]
+    assert len(cal) == 3
+    assert all(abs(p["error_pct"]) < 0.5 for p in cal), cal
+    for g in doc["groups"]:
+        assert g["points"] + g["calibration_points"] == sum(1 for p in pts if p["group"] == g["group"])
+    # Anchors without a time and host/on-device copies are listed with a reason, not timed.
+    skipped = {(s["source_id"], s["collective"]): s["reason"] for s in doc["skipped"]}
+    assert len(skipped) == 7
+    assert "anchor" in skipped[("MLE-A100-NOTE", "all_reduce")]
+    assert "host link" in skipped[("NAPKIN-A100", "memcpy_h2d_pinned")]
+    assert "does not touch the fabric" in skipped[("NAPKIN-A100", "memcpy_d2d")]
+    # One collbench process per group of sizes, not per point.
+    header = stdout.splitlines()[0]
+    assert int(header.split(", ")[1].split()[0]) <= 12, header
+
+
+def test_a_missing_file_is_an_error(tmp_path):
+    res = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none.csv")], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert "no such file" in res.stderr

@@ -1,0 +1,105 @@
+// cardsim export PATH --perfetto OUT.json: a recorded run in another tool's format. PATH is
+// a trace directory (every rank<N>.cstrace in it, which must be ranks 0..world_size-1) or
+// one rank file, checked as `cardsim info` checks it: a truncated, corrupt, foreign or
+// newer-major file, or a missing rank file, is an error naming it (exit status 2), and
+// nothing is written. Formats: --perfetto (Chrome Trace Event JSON for ui.perfetto.dev and
+// chrome://tracing, traces/export/PerfettoWriter). Each format is a writer of its own over
+// the run read once (traces/export/RunTimeline); a second format is a second flag here.
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "traces/cli/Args.h"
+#include "traces/cli/Commands.h"
+#include "traces/cli/TraceFiles.h"
+#include "traces/export/PerfettoWriter.h"
+#include "traces/export/RunTimeline.h"
+#include "traces/lib/TraceError.h"
+#include "traces/lib/TraceFormat.h"
+
+namespace cardsim::cli {
+
+namespace {
+
+const std::vector<FlagSpec> kFlags = {
+    {"perfetto", true, false, "write Chrome Trace Event JSON to FILE (open it in ui.perfetto.dev or chrome://tracing)"},
+    {"help", false, false, "this help"},
+};
+
+// Writes through a temporary file renamed into place, so that a failed export leaves no
+// partial file behind (and an earlier export at OUT stays whole).
+template <typename Write>
+void writeFile(const std::string& out, Write&& write) {
+  const std::string tmp = out + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw UsageError("cardsim export: " + out + ": cannot write: " + std::strerror(errno));
+    write(f);
+    f.flush();
+    if (!f) {
+      const int err = errno;
+      std::remove(tmp.c_str());
+      throw std::runtime_error(out + ": write failed: " + std::strerror(err));
+    }
+  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw UsageError("cardsim export: " + out + ": cannot write: " + std::strerror(err));
+  }
+}
+
+}  // namespace
+
+int runExport(const std::vector<std::string>& argv) {
+  Args a("export", kFlags, argv);
+  if (a.has("help")) {
+    std::fputs(("usage: cardsim export PATH --perfetto OUT.json   (PATH: a trace directory or one rank file)\n" +
+                Args::usage("export", kFlags)).c_str(), stdout);
+    return 0;
+  }
+  if (a.positional().size() != 1)
+    throw UsageError("cardsim export: expected one PATH (a trace directory or a rank" +
+                     std::string(trace::kFileExtension) + " file), got " + std::to_string(a.positional().size()));
+  if (!a.has("perfetto"))
+    throw UsageError("cardsim export: --perfetto OUT.json is required (the one export format so far)");
+  const std::string path = a.positional()[0], out = a.get("perfetto");
+  if (out.empty()) throw UsageError("cardsim export: --perfetto needs a file name");
+  try {
+    const timeline::RunTimeline run(traceRankFiles(path));
+    timeline::PerfettoWriter::Summary s;
+    writeFile(out, [&](std::ostream& f) { s = timeline::PerfettoWriter(run).write(f); });
+    std::printf("wrote %s: %llu device commands and %llu host calls on %llu tracks, %llu flows, %llu memory samples\n",
+                out.c_str(), static_cast<unsigned long long>(s.device_slices),
+                static_cast<unsigned long long>(s.host_slices), static_cast<unsigned long long>(s.tracks),
+                static_cast<unsigned long long>(s.flows), static_cast<unsigned long long>(s.counter_samples));
+    // What the timeline cannot show, so that a missing arrow or counter step is explained.
+    if (s.overflow_tracks)
+      std::printf("note: %llu overflow track(s) hold device commands that overlapped others on their stream\n",
+                  static_cast<unsigned long long>(s.overflow_tracks));
+    if (run.uncorrelatedCommands())
+      std::printf("note: %llu device command(s) not tied to a recorded call have no submit arrow\n",
+                  static_cast<unsigned long long>(run.uncorrelatedCommands()));
+    if (run.repairedCollectiveCalls())
+      std::printf("note: %llu collective command(s) tied to their collective call by order: the trace ties them "
+                  "to the call running when their stream reached them (args.recorded_call)\n",
+                  static_cast<unsigned long long>(run.repairedCollectiveCalls()));
+    if (run.waitsWithoutRecord())
+      std::printf("note: %llu event wait(s) on an event recorded before the trace began have no arrow\n",
+                  static_cast<unsigned long long>(run.waitsWithoutRecord()));
+    if (run.unpairedCollectives())
+      std::printf("note: %llu collective(s) have members on ranks whose files are not in %s\n",
+                  static_cast<unsigned long long>(run.unpairedCollectives()), path.c_str());
+    if (run.unmatchedFrees())
+      std::printf("note: %llu free(s) of memory allocated before the trace began are not in the memory counters\n",
+                  static_cast<unsigned long long>(run.unmatchedFrees()));
+    return 0;
+  } catch (const trace::TraceError& e) {
+    std::fprintf(stderr, "cardsim export: %s\n", e.what());
+    return 2;
+  }
+}
+
+}  // namespace cardsim::cli

@@ -1,0 +1,345 @@
+// cardsim replay PATH: re-times a recorded run on a preset (the recording's own, or another
+// with --preset / --set) without running the program again. Each rank's calls are replayed
+// in a process of its own, as the ranks ran, joined by a fabric server; with --ranks N a
+// data-parallel rank stands for N. Prints the makespan (total_us), where the time went and
+// the top kernels; --json FILE writes the same as JSON, --keep DIR the replayed traces.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+
+#include "cardsim/shim.h"
+#include "cardsim/trace.h"
+#include "simulator/FabricConfig.h"
+#include "simulator/FabricServer.h"
+#include "traces/cli/Args.h"
+#include "traces/cli/Commands.h"
+#include "traces/cli/TraceFiles.h"
+#include "traces/lib/TraceError.h"
+#include "traces/lib/TraceFormat.h"
+#include "traces/lib/TraceReader.h"
+#include "traces/replay/RankReplayer.h"
+#include "traces/replay/ReplayReport.h"
+
+namespace cardsim::cli {
+
+namespace {
+
+const std::vector<FlagSpec> kFlags = {
+    {"preset", true, false, "replay on this preset instead of the recording's resolved configuration"},
+    {"set", true, true, "key.path=value override, applied after the preset (the what-if)"},
+    {"ranks", true, false, "replicate the recorded data-parallel rank 0 to N ranks"},
+    {"json", true, false, "also write the report as JSON to FILE"},
+    {"keep", true, false, "keep the replayed traces in DIR (for cardsim info / export)"},
+    {"help", false, false, "this help"},
+};
+
+std::string makeTempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/cardsim-replay-XXXXXX";
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error(std::string("cannot create a temporary directory: ") + std::strerror(errno));
+  return tmpl;
+}
+
+void removeTree(const std::string& dir) {
+  const std::string cmd = "rm -rf '" + dir + "'";
+  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "cardsim replay: could not remove %s\n", dir.c_str());
+}
+
+struct Job {
+  std::string preset;                    // name or path every rank process starts from
+  std::vector<std::string> overrides;
+  std::string out_dir;
+  int scale = 0;                         // --ranks N when it replicates
+  std::map<std::string, std::string> env;   // CARDSIM_* the rank processes run with
+};
+
+// The body of one rank's process: start the runtime on the job's preset in timing mode,
+// join the fabric, record while replaying, finish the trace.
+[[noreturn]] void rankProcess(const Job& job, int rank, int world, const std::string& file, uint32_t devices,
+                              int address_fd) {
+  try {
+    std::vector<std::string> inherited;   // nothing of the caller's CARDSIM_* setup leaks in
+    for (char** e = environ; *e; ++e)
+      if (std::strncmp(*e, "CARDSIM_", 8) == 0) inherited.emplace_back(*e, std::strcspn(*e, "="));
+    for (const auto& k : inherited) ::unsetenv(k.c_str());
+    for (const auto& [k, v] : job.env) ::setenv(k.c_str(), v.c_str(), 1);
+    ::setenv("RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("WORLD_SIZE", std::to_string(job.scale > 0 ? job.scale : world).c_str(), 1);
+    shim::InitOptions o;
+    o.backend = "sim";
+    o.execution = "timing";
+    o.preset = job.preset;
+    o.devices = devices;
+    o.overrides = job.overrides;
+    if (shim::Status s = shim::initialize(o); !s.ok()) throw std::runtime_error(s.toString());
+    if (address_fd >= 0) {
+      char buf[256] = {0};
+      ssize_t n = 0;
+      while ((n = ::read(address_fd, buf, sizeof buf - 1)) < 0 && errno == EINTR) {
+      }
+      ::close(address_fd);
+      if (n <= 0) throw std::runtime_error("the replay's fabric server did not start");
+      if (shim::Status s = shim::fabricConnect(std::string(buf, static_cast<size_t>(n)), "replay", rank, world); !s.ok())
+        throw std::runtime_error(s.toString());
+    }
+    if (shim::Status s = shim::traceStart(job.out_dir); !s.ok()) throw std::runtime_error(s.toString());
+    replay::ReplayOptions ro;
+    ro.scale_ranks = job.scale;
+    replay::RankReplayer(file, ro).run();
+    if (shim::Status s = shim::traceStop(); !s.ok()) throw std::runtime_error(s.toString());
+    std::fflush(stdout);
+    std::_Exit(0);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cardsim replay: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+}
+
+std::string num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.6f", v);
+  return b;
+}
+
+void printReport(const replay::Report& r, const std::string& what, FILE* out) {
+  std::fprintf(out, "replay of %s on %s (%s), %d rank(s)\n", what.c_str(), r.preset.c_str(), r.device_name.c_str(),
+               r.world_size);
+  std::fprintf(out, "total_us: %.3f\n", r.total_us);
+  std::fprintf(out, "%6s %12s %12s %12s %12s %12s %12s %12s\n", "rank", "total us", "compute", "memory",
+               "copies", "comm", "exposed", "idle");
+  for (const auto& k : r.ranks) {
+    const auto& b = k.breakdown;
+    std::fprintf(out, "%6d %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", k.rank, b.total_us, b.compute_us,
+                 b.memory_bound_us, b.copies_us, b.communication_us, b.exposed_communication_us, b.idle_us);
+  }
+  std::fprintf(out, "%6s %6s %12s %12s %12s %12s\n", "rank", "device", "compute", "memory bw", "dma", "fabric");
+  for (const auto& k : r.ranks)
+    for (const auto& u : k.utilization)
+      std::fprintf(out, "%6d %6d %11.1f%% %11.1f%% %11.1f%% %11.1f%%\n", k.rank, u.device, 100 * u.compute,
+                   100 * u.memory_bandwidth, 100 * u.dma, 100 * u.fabric);
+  const auto& cp = r.critical_path;
+  if (cp.total_us > 0) {
+    std::fprintf(out, "critical path: %.3f us:", cp.total_us);
+    for (const auto& [kind, us] : cp.by_kind) std::fprintf(out, " %s %.1f%%", kind.c_str(), 100 * us / cp.total_us);
+    std::fprintf(out, "\n%8s %12s %10s  %s\n", "count", "time us", "kind", "on the path");
+    for (const auto& it : cp.items)
+      std::fprintf(out, "%8llu %12.3f %10s  %s\n", static_cast<unsigned long long>(it.count), it.time_us,
+                   it.kind.c_str(), it.name.c_str());
+  }
+  if (!r.top_kernels.empty()) {
+    std::fprintf(out, "top kernels (all ranks):\n%8s %12s %8s  %s\n", "count", "time us", "bound", "name");
+    for (const auto& k : r.top_kernels)
+      std::fprintf(out, "%8llu %12.3f %8s  %s\n", static_cast<unsigned long long>(k.count), k.time_us,
+                   k.memory_bound ? "memory" : "compute", k.name.c_str());
+  }
+}
+
+std::string jsonReport(const replay::Report& r, const std::string& path, int scale) {
+  std::string j = "{\"path\": " + jsonString(path) + ", \"preset\": " + jsonString(r.preset) +
+                  ", \"device_name\": " + jsonString(r.device_name) + ", \"world_size\": " +
+                  std::to_string(r.world_size) + ", \"replicated_to\": " + std::to_string(scale) +
+                  ", \"total_us\": " + num(r.total_us) + ", \"ranks\": [";
+  for (std::size_t i = 0; i < r.ranks.size(); ++i) {
+    const auto& b = r.ranks[i].breakdown;
+    j += std::string(i ? ", " : "") + "{\"rank\": " + std::to_string(r.ranks[i].rank) + ", \"calls\": " +
+         std::to_string(r.ranks[i].calls) + ", \"device_commands\": " + std::to_string(r.ranks[i].device_commands) +
+         ", \"breakdown\": {\"total_us\": " + num(b.total_us) + ", \"compute_us\": " + num(b.compute_us) +
+         ", \"memory_bound_us\": " + num(b.memory_bound_us) + ", \"copies_us\": " + num(b.copies_us) +
+         ", \"communication_us\": " + num(b.communication_us) + ", \"exposed_communication_us\": " +
+         num(b.exposed_communication_us) + ", \"idle_us\": " + num(b.idle_us) + "}, \"utilization\": [";
+    for (std::size_t u = 0; u < r.ranks[i].utilization.size(); ++u) {
+      const auto& x = r.ranks[i].utilization[u];
+      j += std::string(u ? ", " : "") + "{\"device\": " + std::to_string(x.device) + ", \"compute\": " +
+           num(x.compute) + ", \"memory_bandwidth\": " + num(x.memory_bandwidth) + ", \"dma\": " + num(x.dma) +
+           ", \"fabric\": " + num(x.fabric) + "}";
+    }
+    j += "]}";
+  }
+  j += "], \"breakdown\": ";
+  {
+    const auto& b = r.ranks.front().breakdown;   // rank 0's, as the table's first row
+    j += "{\"total_us\": " + num(b.total_us) + ", \"compute_us\": " + num(b.compute_us) + ", \"memory_bound_us\": " +
+         num(b.memory_bound_us) + ", \"copies_us\": " + num(b.copies_us) + ", \"communication_us\": " +
+         num(b.communication_us) + ", \"exposed_communication_us\": " + num(b.exposed_communication_us) +
+         ", \"idle_us\": " + num(b.idle_us) + "}";
+  }
+  j += ", \"critical_path\": {\"total_us\": " + num(r.critical_path.total_us) + ", \"by_kind\": {";
+  {
+    bool first = true;
+    for (const auto& [kind, us] : r.critical_path.by_kind) {
+      j += std::string(first ? "" : ", ") + jsonString(kind) + ": " + num(us);
+      first = false;
+    }
+  }
+  j += "}, \"items\": [";
+  for (std::size_t i = 0; i < r.critical_path.items.size(); ++i) {
+    const auto& it = r.critical_path.items[i];
+    j += std::string(i ? ", " : "") + "{\"kind\": " + jsonString(it.kind) + ", \"name\": " + jsonString(it.name) +
+         ", \"count\": " + std::to_string(it.count) + ", \"time_us\": " + num(it.time_us) + "}";
+  }
+  j += "]}";
+  j += ", \"top_kernels\": [";
+  for (std::size_t i = 0; i < r.top_kernels.size(); ++i) {
+    const auto& k = r.top_kernels[i];
+    j += std::string(i ? ", " : "") + "{\"name\": " + jsonString(k.name) + ", \"count\": " + std::to_string(k.count) +
+         ", \"time_us\": " + num(k.time_us) + ", \"bound\": \"" + (k.memory_bound ? "memory" : "compute") + "\"}";
+  }
+  return j + "]}\n";
+}
+
+}  // namespace
+
+int runReplay(const std::vector<std::string>& argv) {
+  Args a("replay", kFlags, argv);
+  if (a.has("help")) {
+    std::fputs(Args::usage("replay", kFlags).c_str(), stdout);
+    return 0;
+  }
+  if (a.positional().size() != 1) throw UsageError("cardsim replay: expected one PATH (a trace directory or rank file)");
+  const std::string path = a.positional()[0];
+  const std::map<int, std::string> files = traceRankFiles(path);   // validated: complete and consistent
+  trace::Header h0;
+  {
+    trace::TraceReader r(files.begin()->second);
+    h0 = r.header();
+  }
+  const int world = std::max(1, h0.world_size());
+  const long long ranks = a.integer("ranks", 0);
+  if (a.has("ranks") && ranks < 1) throw UsageError("cardsim replay: --ranks must be at least 1, got " + a.get("ranks"));
+  Job job;
+  job.overrides = a.all("set");
+  job.scale = a.has("ranks") && ranks != world ? static_cast<int>(ranks) : 0;
+  if (!a.has("ranks") && files.size() != static_cast<std::size_t>(world))
+    throw trace::TraceError(path + ": holds " + std::to_string(files.size()) + " of the job's " + std::to_string(world) +
+                            " rank files; replay the directory, or one file with --ranks N");
+  const std::string tmp = makeTempDir();
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { removeTree(dir); }
+  } cleanup{tmp};
+  if (a.has("preset")) {
+    job.preset = a.get("preset");
+  } else {
+    job.preset = tmp + "/recorded.textproto";
+    std::ofstream(job.preset) << h0.config_text();
+  }
+  for (const char* k : {"CARDSIM_COLL_ALGO", "CARDSIM_NODES"}) {
+    auto it = h0.environment().find(k);
+    if (it != h0.environment().end()) job.env[k] = it->second;
+  }
+  sim::SimOptions so;
+  so.preset = job.preset;
+  so.overrides = job.overrides;
+  // Validates the preset and overrides (ConfigError names the key) before any process starts.
+  try {
+    (void)sim::loadDeviceParams(so);
+  } catch (const sim::ConfigError& e) {
+    std::string msg = e.what();
+    const std::string label = "the configuration recorded in " + files.begin()->second;
+    for (std::size_t at; !a.has("preset") && (at = msg.find(job.preset)) != std::string::npos;)
+      msg.replace(at, job.preset.size(), label);
+    throw sim::ConfigError(msg);
+  }
+  fabric::FabricParams fp;
+  bool have_fabric = true;
+  try {
+    if (job.env.count("CARDSIM_NODES")) ::setenv("CARDSIM_NODES", job.env["CARDSIM_NODES"].c_str(), 1);
+    fp = sim::loadFabricParams(so);
+  } catch (const std::exception&) {
+    have_fabric = false;   // a preset without a fabric: collectives fail in the ranks, naming it
+  }
+  if (job.scale > 0 && have_fabric) {
+    const long long need = (job.scale + fp.devices_per_node - 1) / fp.devices_per_node;
+    if (need > fp.nodes) job.env["CARDSIM_NODES"] = std::to_string(need);
+  }
+  job.out_dir = a.has("keep") ? a.get("keep") : tmp + "/replayed";
+  ::mkdir(job.out_dir.c_str(), 0777);
+
+  // Which recorded ranks run: all of them, or rank 0 standing for --ranks N.
+  std::map<int, std::string> run = files;
+  if (job.scale > 0) run = {{files.begin()->first, files.begin()->second}};
+  const bool joined = job.scale == 0 && run.size() > 1;
+
+  std::vector<pid_t> pids;
+  std::vector<int> address_fds;
+  std::fflush(nullptr);
+  for (const auto& [rank, file] : run) {
+    int fds[2] = {-1, -1};
+    if (joined && ::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    uint32_t devices = 1;
+    {
+      trace::TraceReader r(file);
+      devices = std::max<uint32_t>(1, r.header().devices());
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      if (joined) ::close(fds[1]);
+      rankProcess(job, rank, world, file, devices, joined ? fds[0] : -1);
+    }
+    pids.push_back(pid);
+    if (joined) {
+      ::close(fds[0]);
+      address_fds.push_back(fds[1]);
+    }
+  }
+  // The server starts after the forks: a forked child must not inherit its threads.
+  std::unique_ptr<sim::FabricServer> server;
+  if (joined) {
+    try {
+      server = std::make_unique<sim::FabricServer>(fp, sim::FabricServer::Options{job.preset, "127.0.0.1", 0, false});
+      server->start();
+    } catch (...) {
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+      throw;
+    }
+    const std::string address = "127.0.0.1:" + std::to_string(server->port());
+    for (int fd : address_fds) {
+      (void)!::write(fd, address.data(), address.size());
+      ::close(fd);
+    }
+  }
+  bool failed = false;
+  for (pid_t p : pids) {
+    int status = 0;
+    while (::waitpid(p, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      if (!failed)
+        for (pid_t q : pids) ::kill(q, SIGKILL);   // the others would wait for it in a collective
+      failed = true;
+    }
+  }
+  if (server) server->stop(0.5);
+  if (failed) {
+    std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
+    return 1;
+  }
+  replay::Report report = replay::analyze(
+      job.scale > 0 ? traceRankFiles(job.out_dir + "/rank" + std::to_string(run.begin()->first) + trace::kFileExtension)
+                    : traceRankFiles(job.out_dir));
+  if (!a.has("preset")) report.preset = h0.preset() + " (as recorded)";
+  std::string what = path;
+  if (job.scale > 0) what += " (rank 0 replicated to " + std::to_string(job.scale) + " ranks)";
+  printReport(report, what, stdout);
+  if (a.has("json")) {
+    std::ofstream out(a.get("json"));
+    out << jsonReport(report, path, job.scale);
+    if (!out) throw std::runtime_error("cannot write " + a.get("json"));
+  }
+  return 0;
+}
+
+}  // namespace cardsim::cli

@@ -1,0 +1,230 @@
+// cardsim sweep PATH --set key=v1,v2,... [--set ...]: replays a recorded run once per
+// combination of the swept values (the cartesian product of every --set with a comma list;
+// a --set with one value applies to all), several at once where cores allow, and writes
+// PREFIX.csv (one row per combination: the swept values, total_us and the breakdown of
+// rank 0) and PREFIX.png (total time and breakdown against the swept values).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "traces/cli/Args.h"
+#include "traces/cli/Commands.h"
+#include "traces/cli/LiveCollbench.h"
+#include "traces/cli/TraceFiles.h"
+
+namespace cardsim::cli {
+
+namespace {
+
+const std::vector<FlagSpec> kFlags = {
+    {"set", true, true, "key.path=v1,v2,... (swept) or key.path=value (fixed)"},
+    {"preset", true, false, "replay on this preset instead of the recording's configuration"},
+    {"ranks", true, false, "replicate the recorded data-parallel rank 0 to N ranks"},
+    {"out", true, false, "output prefix: PREFIX.csv and PREFIX.png (default: sweep)"},
+    {"jobs", true, false, "replays at once (default: the online CPUs)"},
+    {"no-plot", false, false, "write the CSV only"},
+    {"help", false, false, "this help"},
+};
+
+const char* kColumns[] = {"total_us", "compute_us", "memory_bound_us", "copies_us", "communication_us",
+                          "exposed_communication_us", "idle_us"};
+
+struct Dimension {
+  std::string key;
+  std::vector<std::string> values;
+};
+
+std::vector<std::string> splitValues(const std::string& list) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(list);
+  while (std::getline(in, cur, ',')) {
+    const auto a = cur.find_first_not_of(" \t"), z = cur.find_last_not_of(" \t");
+    if (a == std::string::npos) throw UsageError("cardsim sweep: an empty value in '" + list + "'");
+    out.push_back(cur.substr(a, z - a + 1));
+  }
+  if (out.empty()) throw UsageError("cardsim sweep: no values in '" + list + "'");
+  return out;
+}
+
+// The number after "key": in the replay's JSON, within its top-level "breakdown" object
+// (or at the top level for total_us).
+double jsonNumber(const std::string& json, const std::string& key, bool in_breakdown) {
+  std::size_t from = 0;
+  if (in_breakdown) {
+    from = json.find("], \"breakdown\": {");
+    if (from == std::string::npos) throw std::runtime_error("the replay's report has no breakdown");
+  }
+  const std::string needle = "\"" + key + "\": ";
+  const std::size_t at = json.find(needle, from);
+  if (at == std::string::npos) throw std::runtime_error("the replay's report has no " + key);
+  return std::strtod(json.c_str() + at + needle.size(), nullptr);
+}
+
+std::string selfExe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw std::runtime_error("cannot find the cardsim executable (/proc/self/exe)");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+std::string csvField(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+void progress(std::size_t done, std::size_t total) {
+  if (!::isatty(STDERR_FILENO)) {
+    std::fprintf(stderr, "cardsim sweep: %zu/%zu replays done\n", done, total);
+    return;
+  }
+  const int width = 30, fill = static_cast<int>(width * done / std::max<std::size_t>(total, 1));
+  std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu", fill, "##############################", width - fill, "", done, total);
+  if (done == total) std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int runSweep(const std::vector<std::string>& argv) {
+  Args a("sweep", kFlags, argv);
+  if (a.has("help")) {
+    std::fputs(Args::usage("sweep", kFlags).c_str(), stdout);
+    return 0;
+  }
+  if (a.positional().size() != 1) throw UsageError("cardsim sweep: expected one PATH (a trace directory or rank file)");
+  const std::string path = a.positional()[0];
+  (void)traceRankFiles(path);   // a bad trace fails here, once, not in every replay
+
+  std::vector<Dimension> dims;
+  std::vector<std::string> fixed;
+  for (const std::string& s : a.all("set")) {
+    const std::size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) throw UsageError("cardsim sweep: --set expects key.path=v1,v2,..., got '" + s + "'");
+    Dimension d{s.substr(0, eq), splitValues(s.substr(eq + 1))};
+    if (d.values.size() == 1) fixed.push_back(d.key + "=" + d.values[0]);
+    else dims.push_back(std::move(d));
+  }
+  if (dims.empty()) throw UsageError("cardsim sweep: nothing to sweep: give at least one --set key.path=v1,v2,...");
+  const std::string prefix = a.get("out", "sweep");
+  long long jobs = a.integer("jobs", std::max(1u, std::thread::hardware_concurrency()));
+  if (jobs < 1) throw UsageError("cardsim sweep: --jobs must be at least 1");
+
+  // The combinations, in order: the last dimension varies fastest.
+  std::vector<std::vector<std::size_t>> combos(1);
+  for (const Dimension& d : dims) {
+    std::vector<std::vector<std::size_t>> next;
+    for (const auto& c : combos)
+      for (std::size_t i = 0; i < d.values.size(); ++i) {
+        next.push_back(c);
+        next.back().push_back(i);
+      }
+    combos = std::move(next);
+  }
+
+  char tmpl[] = "/tmp/cardsim-sweep-XXXXXX";
+  if (!::mkdtemp(tmpl)) throw std::runtime_error(std::string("cannot create a temporary directory: ") + std::strerror(errno));
+  const std::string tmp = tmpl;
+  const std::string exe = selfExe();
+  std::map<pid_t, std::size_t> running;
+  std::vector<int> status(combos.size(), -1);
+  std::size_t next = 0, done = 0;
+  std::fflush(nullptr);
+  progress(0, combos.size());
+  while (done < combos.size()) {
+    while (next < combos.size() && static_cast<long long>(running.size()) < jobs) {
+      std::vector<std::string> args = {exe, "replay", path, "--json", tmp + "/" + std::to_string(next) + ".json"};
+      if (a.has("preset")) args.insert(args.end(), {"--preset", a.get("preset")});
+      if (a.has("ranks")) args.insert(args.end(), {"--ranks", a.get("ranks")});
+      for (const auto& f : fixed) args.insert(args.end(), {"--set", f});
+      for (std::size_t d = 0; d < dims.size(); ++d) args.insert(args.end(), {"--set", dims[d].key + "=" + dims[d].values[combos[next][d]]});
+      const std::string log = tmp + "/" + std::to_string(next) + ".log";
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+      if (pid == 0) {
+        if (!std::freopen(log.c_str(), "w", stdout) || !std::freopen(log.c_str(), "a", stderr)) std::_Exit(127);
+        std::vector<char*> cargs;
+        for (auto& s : args) cargs.push_back(s.data());
+        cargs.push_back(nullptr);
+        ::execv(exe.c_str(), cargs.data());
+        std::_Exit(127);
+      }
+      running[pid] = next++;
+    }
+    int st = 0;
+    const pid_t pid = ::wait(&st);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("wait: ") + std::strerror(errno));
+    }
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    status[it->second] = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    running.erase(it);
+    progress(++done, combos.size());
+  }
+
+  std::ostringstream csv;
+  for (const Dimension& d : dims) csv << csvField(d.key) << ",";
+  for (std::size_t c = 0; c < std::size(kColumns); ++c) csv << kColumns[c] << (c + 1 < std::size(kColumns) ? "," : "\n");
+  int failed = 0;
+  bool all_bad_input = true;   // every failure a usage or configuration error (exit status 2)
+  for (std::size_t i = 0; i < combos.size(); ++i) {
+    std::string label;
+    for (std::size_t d = 0; d < dims.size(); ++d) label += (d ? " " : "") + dims[d].key + "=" + dims[d].values[combos[i][d]];
+    if (status[i] != 0) {
+      std::ifstream log(tmp + "/" + std::to_string(i) + ".log");
+      std::stringstream msg;
+      msg << log.rdbuf();
+      std::fprintf(stderr, "cardsim sweep: the replay with %s failed:\n%s", label.c_str(), msg.str().c_str());
+      ++failed;
+      all_bad_input = all_bad_input && status[i] == 2;
+      continue;
+    }
+    std::ifstream in(tmp + "/" + std::to_string(i) + ".json");
+    std::stringstream json;
+    json << in.rdbuf();
+    for (std::size_t d = 0; d < dims.size(); ++d) csv << csvField(dims[d].values[combos[i][d]]) << ",";
+    for (std::size_t c = 0; c < std::size(kColumns); ++c) {
+      char b[64];
+      std::snprintf(b, sizeof b, "%.6f", jsonNumber(json.str(), kColumns[c], c > 0));
+      csv << b << (c + 1 < std::size(kColumns) ? "," : "\n");
+    }
+  }
+  (void)std::system(("rm -rf '" + tmp + "'").c_str());
+  if (failed) {
+    std::fprintf(stderr, "cardsim sweep: %d of %zu replays failed; no output written\n", failed, combos.size());
+    return all_bad_input ? 2 : 1;
+  }
+  const std::string csv_path = prefix + ".csv";
+  {
+    std::ofstream out(csv_path);
+    out << csv.str();
+    if (!out) throw std::runtime_error("cannot write " + csv_path);
+  }
+  std::printf("%s", csv.str().c_str());
+  std::printf("wrote %s\n", csv_path.c_str());
+  if (a.has("no-plot")) return 0;
+  const std::string png = prefix + ".png";
+  const std::string cmd = "'" + cardsimPython() + "' -m cardsim_tools.sweep_plot '" + csv_path + "' '" + png + "'";
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "cardsim sweep: plotting %s failed (the CSV is complete; --no-plot skips the plot)\n", png.c_str());
+    return 1;
+  }
+  std::printf("wrote %s\n", png.c_str());
+  return 0;
+}
+
+}  // namespace cardsim::cli

@@ -1,0 +1,95 @@
+#include "traces/cli/TraceFiles.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <regex>
+
+#include "traces/lib/TraceError.h"
+#include "traces/lib/TraceFormat.h"
+#include "traces/lib/TraceReader.h"
+
+namespace cardsim::cli {
+
+namespace {
+
+bool isDirectory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Reads the file to its End record (TraceReader checks lengths, counts and the CRC).
+trace::Header checkedHeader(const std::string& file) {
+  trace::TraceReader reader(file);
+  trace::Envelope e;
+  while (reader.next(&e)) {
+  }
+  return reader.header();
+}
+
+}  // namespace
+
+std::map<int, std::string> traceRankFiles(const std::string& path) {
+  std::map<int, std::string> out;
+  if (!isDirectory(path)) {
+    out[checkedHeader(path).rank()] = path;
+    return out;
+  }
+  DIR* d = ::opendir(path.c_str());
+  if (!d) throw trace::TraceError(path + ": cannot open the directory");
+  const std::regex pattern(std::string("rank([0-9]+)") + "\\" + trace::kFileExtension);
+  while (dirent* ent = ::readdir(d)) {
+    std::cmatch m;
+    if (std::regex_match(ent->d_name, m, pattern)) out[std::stoi(m[1].str())] = path + "/" + ent->d_name;
+  }
+  ::closedir(d);
+  if (out.empty()) throw trace::TraceError(path + ": no rank files (rank<N>" + trace::kFileExtension + ") in the directory");
+  int world = -1;
+  std::string first;
+  for (const auto& [n, file] : out) {
+    const trace::Header h = checkedHeader(file);
+    if (h.rank() != n)
+      throw trace::TraceError(file + ": the header says rank " + std::to_string(h.rank()) + ", the file name rank " +
+                              std::to_string(n));
+    if (world < 0) {
+      world = h.world_size();
+      first = file;
+    } else if (h.world_size() != world) {
+      throw trace::TraceError(file + ": world size " + std::to_string(h.world_size()) + ", but " + first + " says " +
+                              std::to_string(world));
+    }
+  }
+  for (int n = 0; n < world; ++n)
+    if (!out.count(n))
+      throw trace::TraceError(path + "/rank" + std::to_string(n) + trace::kFileExtension + ": missing (world size " +
+                              std::to_string(world) + " in " + first + ", ranks present: " + std::to_string(out.size()) +
+                              ")");
+  if (static_cast<int>(out.size()) > world)
+    throw trace::TraceError(out.rbegin()->second + ": rank " + std::to_string(out.rbegin()->first) +
+                            " is outside world size " + std::to_string(world));
+  return out;
+}
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += b;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace cardsim::cli

@@ -1,0 +1,19 @@
+// The rank files of a recorded run, checked before anything reads them for work: a
+// directory must hold rank0..rank<world-1> of one job, each complete and uncorrupted.
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace cardsim::cli {
+
+// `path` is a directory of rank<N>.cstrace files or one rank file. Returns rank -> file.
+// Throws trace::TraceError naming the file (and record) that is wrong or missing. A single
+// file, or a directory holding only some ranks of its job, is returned as it is: callers
+// that need the whole job compare the count with the header's world size.
+std::map<int, std::string> traceRankFiles(const std::string& path);
+
+// `s` as a JSON string literal.
+std::string jsonString(const std::string& s);
+
+}  // namespace cardsim::cli

@@ -1,0 +1,367 @@
+#include "traces/replay/RankReplayer.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+#include "traces/lib/TraceReader.h"
+
+namespace cardsim::replay {
+
+// Host memory standing in for the program's: reserved address space only (no host memory
+// is used until something writes it, which in timing mode only copies to the host do).
+struct RankReplayer::HostRegion {
+  void* base = nullptr;
+  std::size_t bytes = 0;
+  trace::MemoryKind kind = trace::MEMORY_HOST_PINNED;
+  explicit HostRegion(std::size_t n, trace::MemoryKind k) : bytes(std::max<std::size_t>(n, 1)), kind(k) {
+    if (kind == trace::MEMORY_HOST_PINNED) {
+      if (!shim::hostMalloc(&base, bytes).ok()) base = nullptr;
+    } else {
+      base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (base == MAP_FAILED) base = nullptr;
+    }
+    if (!base) throw std::runtime_error("cannot reserve " + std::to_string(bytes) + " bytes of host memory");
+  }
+  ~HostRegion() {
+    if (kind == trace::MEMORY_HOST_PINNED) {
+      (void)shim::hostFree(base);
+    } else {
+      if (kind == trace::MEMORY_HOST_REGISTERED) (void)shim::hostUnregister(base);
+      ::munmap(base, bytes);
+    }
+  }
+};
+
+namespace {
+
+shim::MemcpyKind copyKind(trace::CopyKind k) {
+  switch (k) {
+    case trace::COPY_HOST_TO_DEVICE: return shim::MemcpyKind::HostToDevice;
+    case trace::COPY_DEVICE_TO_HOST: return shim::MemcpyKind::DeviceToHost;
+    case trace::COPY_DEVICE_TO_DEVICE: return shim::MemcpyKind::DeviceToDevice;
+    case trace::COPY_HOST_TO_HOST: return shim::MemcpyKind::HostToHost;
+    default: return shim::MemcpyKind::Default;
+  }
+}
+
+}  // namespace
+
+RankReplayer::RankReplayer(std::string path, ReplayOptions options)
+    : path_(std::move(path)), options_(options) {}
+
+RankReplayer::~RankReplayer() {
+  host_blocks_.clear();
+  pageable_.reset();
+}
+
+void RankReplayer::check(shim::Status s, const trace::Envelope& e, const char* what) {
+  if (s.ok()) return;
+  throw std::runtime_error(path_ + ": record " + std::to_string(record_) + " (call " + std::to_string(e.call()) +
+                           ", " + what + "): the replay failed: " + s.toString());
+}
+
+shim::Stream RankReplayer::stream(uint32_t id, const trace::Envelope& e) {
+  if (id == 0) return nullptr;   // the current device's default stream
+  auto it = streams_.find(id);
+  if (it != streams_.end()) return it->second;
+  // Created before the recording started: a stand-in on the device the call named.
+  shim::Stream s = nullptr;
+  check(shim::streamCreate(&s, 0), e, "a stream created before the recording");
+  streams_[id] = s;
+  return s;
+}
+
+shim::Event RankReplayer::event(uint32_t id, const trace::Envelope& e) {
+  auto it = events_.find(id);
+  if (it != events_.end()) return it->second;
+  shim::Event ev = nullptr;
+  check(shim::eventCreate(&ev, shim::kEventDefault), e, "an event created before the recording");
+  events_[id] = ev;
+  return ev;
+}
+
+void* RankReplayer::devicePointer(uint64_t address, uint64_t bytes, int device, const trace::Envelope& e) {
+  auto it = device_blocks_.upper_bound(address);
+  if (it != device_blocks_.begin()) {
+    --it;
+    if (address < it->first + it->second.bytes)
+      return static_cast<char*>(it->second.ptr) + (address - it->first);
+  }
+  // Allocated before the recording started: a stand-in of the size this call touches.
+  int current = 0;
+  (void)shim::getDevice(&current);
+  if (device >= 0 && device != current) check(shim::setDevice(device), e, "setDevice");
+  void* p = nullptr;
+  check(shim::malloc(&p, std::max<uint64_t>(bytes, 1)), e, "a stand-in for memory allocated before the recording");
+  if (device >= 0 && device != current) check(shim::setDevice(current), e, "setDevice");
+  device_blocks_[address] = DeviceBlock{p, std::max<uint64_t>(bytes, 1), device};
+  return p;
+}
+
+void* RankReplayer::hostPointer(uint64_t address, uint64_t bytes) {
+  auto it = host_blocks_.upper_bound(address);
+  if (it != host_blocks_.begin()) {
+    --it;
+    if (address < it->first + it->second->bytes) return static_cast<char*>(it->second->base) + (address - it->first);
+  }
+  // The program's own (pageable) buffers: one reserved region serves them all.
+  if (!pageable_ || pageable_->bytes < bytes) {
+    pageable_.reset();
+    pageable_ = std::make_unique<HostRegion>(std::max<std::size_t>(bytes, 1 << 20), trace::MemoryKind(-1));
+  }
+  return pageable_->base;
+}
+
+void RankReplayer::alignClock(const trace::Envelope& e) {
+  const int64_t target = static_cast<int64_t>(e.host_begin_ps()) + drift_ps_[e.thread()];
+  uint64_t now = 0;
+  (void)shim::hostTimePs(&now);
+  if (target > static_cast<int64_t>(now)) (void)shim::hostClockJoin(static_cast<uint64_t>(target));
+  int current = 0;
+  (void)shim::getDevice(&current);
+  if (e.device() >= 0 && e.device() != current) check(shim::setDevice(e.device()), e, "setDevice");
+}
+
+void RankReplayer::noteClock(const trace::Envelope& e) {
+  uint64_t now = 0;
+  (void)shim::hostTimePs(&now);
+  drift_ps_[e.thread()] = static_cast<int64_t>(now) - static_cast<int64_t>(e.host_end_ps());
+}
+
+void RankReplayer::run() {
+  trace::TraceReader reader(path_);
+  world_ = std::max(1, reader.header().world_size());
+  trace::Envelope e;
+  while (reader.next(&e)) {
+    record_ = reader.recordIndex() - 1;
+    if (e.record_case() == trace::Envelope::kName) {
+      names_[e.name().id()] = e.name().text();
+      continue;
+    }
+    if (e.call() == 0 || e.status() != 0) continue;   // device results; calls that failed
+    if (e.record_case() == trace::Envelope::kApi) {
+      const auto api = e.api().api();
+      if (api == trace::ApiCall::CLOCK_SHARE_BEGIN || api == trace::ApiCall::CLOCK_SHARE_END ||
+          api == trace::ApiCall::CLOCK_JOIN)
+        continue;   // the replay keeps each thread's clock itself
+    }
+    alignClock(e);
+    replay(e);
+    noteClock(e);
+    ++calls_;
+  }
+}
+
+void RankReplayer::replay(const trace::Envelope& e) {
+  switch (e.record_case()) {
+    case trace::Envelope::kAlloc: {
+      const trace::Alloc& a = e.alloc();
+      if (a.kind() == trace::MEMORY_DEVICE) {
+        void* p = nullptr;
+        check(shim::malloc(&p, a.bytes()), e, "malloc");
+        device_blocks_[a.address()] = DeviceBlock{p, std::max<uint64_t>(a.bytes(), 1), e.device()};
+      } else {
+        auto region = std::make_unique<HostRegion>(a.bytes(), a.kind());
+        if (a.kind() == trace::MEMORY_HOST_REGISTERED) check(shim::hostRegister(region->base, a.bytes()), e, "hostRegister");
+        host_blocks_[a.address()] = std::move(region);
+      }
+      return;
+    }
+    case trace::Envelope::kFree: {
+      const trace::Free& f = e.free();
+      if (f.kind() == trace::MEMORY_DEVICE) {
+        auto it = device_blocks_.find(f.address());
+        if (it == device_blocks_.end()) return;   // allocated before the recording and never used
+        check(shim::free(it->second.ptr), e, "free");
+        device_blocks_.erase(it);
+      } else {
+        host_blocks_.erase(f.address());   // the region's destructor frees or unregisters it
+      }
+      return;
+    }
+    case trace::Envelope::kMemcpy: {
+      const trace::Memcpy& m = e.memcpy();
+      void* dst = m.dst_device() >= 0 ? devicePointer(m.dst(), m.bytes(), m.dst_device(), e) : hostPointer(m.dst(), m.bytes());
+      const void* src = m.src_device() >= 0 ? devicePointer(m.src(), m.bytes(), m.src_device(), e)
+                                            : hostPointer(m.src(), m.bytes());
+      if (m.kind() == trace::COPY_PEER) {
+        check(shim::memcpyPeerAsync(dst, m.dst_device(), src, m.src_device(), m.bytes(), stream(m.stream(), e)), e,
+              "memcpyPeerAsync");
+      } else if (m.async()) {
+        check(shim::memcpyAsync(dst, src, m.bytes(), copyKind(m.kind()), stream(m.stream(), e)), e, "memcpyAsync");
+      } else {
+        check(shim::memcpy(dst, src, m.bytes(), copyKind(m.kind())), e, "memcpy");
+      }
+      return;
+    }
+    case trace::Envelope::kMemset: {
+      const trace::Memset& m = e.memset();
+      void* p = devicePointer(m.address(), m.bytes(), e.device(), e);
+      if (m.async())
+        check(shim::memsetAsync(p, m.value(), m.bytes(), stream(m.stream(), e)), e, "memsetAsync");
+      else
+        check(shim::memset(p, m.value(), m.bytes()), e, "memset");
+      return;
+    }
+    case trace::Envelope::kKernel: {
+      const trace::KernelLaunch& k = e.kernel();
+      shim::KernelCost cost;
+      cost.kernel_class = static_cast<shim::KernelClass>(k.kernel_class());
+      cost.dtype = static_cast<shim::DataType>(k.dtype());
+      cost.flops = k.flops();
+      cost.bytes_read = k.bytes_read();
+      cost.bytes_written = k.bytes_written();
+      cost.tiles = k.tiles();
+      auto name = names_.find(k.name());
+      check(shim::launchKernel(stream(k.stream(), e), name == names_.end() ? "kernel" : name->second, cost, [] {}), e,
+            "launchKernel");
+      return;
+    }
+    case trace::Envelope::kEvent: {
+      const trace::EventOp& op = e.event();
+      switch (op.op()) {
+        case trace::EventOp::CREATE: {
+          shim::Event ev = nullptr;
+          check(shim::eventCreate(&ev, op.flags()), e, "eventCreate");
+          events_[op.event()] = ev;
+          return;
+        }
+        case trace::EventOp::DESTROY: {
+          auto it = events_.find(op.event());
+          if (it == events_.end()) return;
+          check(shim::eventDestroy(it->second), e, "eventDestroy");
+          events_.erase(it);
+          return;
+        }
+        case trace::EventOp::RECORD:
+          check(shim::eventRecord(event(op.event(), e), stream(op.stream(), e)), e, "eventRecord");
+          return;
+        case trace::EventOp::WAIT:
+          check(shim::streamWaitEvent(stream(op.stream(), e), event(op.event(), e)), e, "streamWaitEvent");
+          return;
+        case trace::EventOp::SYNCHRONIZE:
+          check(shim::eventSynchronize(event(op.event(), e)), e, "eventSynchronize");
+          return;
+        case trace::EventOp::QUERY:
+          (void)shim::eventQuery(event(op.event(), e));   // NotReady is an answer, not a failure
+          return;
+        case trace::EventOp::ELAPSED: {
+          float ms = 0;
+          (void)shim::eventElapsedTime(&ms, event(op.event(), e), event(op.other_event(), e));
+          return;
+        }
+        default: return;
+      }
+    }
+    case trace::Envelope::kStream: {
+      const trace::StreamOp& op = e.stream();
+      switch (op.op()) {
+        case trace::StreamOp::CREATE: {
+          shim::Stream s = nullptr;
+          check(shim::streamCreate(&s, op.priority()), e, "streamCreate");
+          streams_[op.stream()] = s;
+          return;
+        }
+        case trace::StreamOp::DESTROY: {
+          auto it = streams_.find(op.stream());
+          if (it == streams_.end()) return;
+          check(shim::streamDestroy(it->second), e, "streamDestroy");
+          streams_.erase(it);
+          return;
+        }
+        case trace::StreamOp::SYNCHRONIZE:
+          check(shim::streamSynchronize(stream(op.stream(), e)), e, "streamSynchronize");
+          return;
+        case trace::StreamOp::QUERY:
+          (void)shim::streamQuery(stream(op.stream(), e));
+          return;
+        default: return;
+      }
+    }
+    case trace::Envelope::kGraph: {
+      const trace::GraphOp& op = e.graph();
+      switch (op.op()) {
+        case trace::GraphOp::CAPTURE_BEGIN:
+          check(shim::streamBeginCapture(stream(op.stream(), e)), e, "streamBeginCapture");
+          return;
+        case trace::GraphOp::CAPTURE_END: {
+          shim::Graph g = nullptr;
+          check(shim::streamEndCapture(stream(op.stream(), e), &g), e, "streamEndCapture");
+          graphs_[op.graph()] = g;
+          return;
+        }
+        case trace::GraphOp::LAUNCH: {
+          auto it = graphs_.find(op.graph());
+          if (it == graphs_.end())
+            throw std::runtime_error(path_ + ": record " + std::to_string(record_) + ": graph " +
+                                     std::to_string(op.graph()) + " was captured before the recording started; "
+                                     "its nodes are not in the trace");
+          check(shim::graphLaunch(it->second, stream(op.stream(), e)), e, "graphLaunch");
+          return;
+        }
+        case trace::GraphOp::DESTROY: {
+          auto it = graphs_.find(op.graph());
+          if (it == graphs_.end()) return;
+          check(shim::graphDestroy(it->second), e, "graphDestroy");
+          graphs_.erase(it);
+          return;
+        }
+        default: return;
+      }
+    }
+    case trace::Envelope::kCollective: {
+      const trace::Collective& c = e.collective();
+      if (c.pretimed()) {
+        check(shim::launchCollective(stream(c.stream(), e), c.op(), c.seconds()), e, "launchCollective");
+        return;
+      }
+      shim::CollectiveDesc d;
+      d.op = c.op();
+      d.bytes = c.bytes();
+      d.ranks.assign(c.ranks().begin(), c.ranks().end());
+      d.root = c.root();
+      d.peer = c.peer();
+      d.algorithm = c.algorithm();
+      d.group = c.group();
+      d.timeout_s = options_.collective_timeout_s;
+      if (options_.scale_ranks > 0) {
+        bool world = static_cast<int>(d.ranks.size()) == world_;
+        for (int i = 0; world && i < world_; ++i) world = d.ranks[static_cast<std::size_t>(i)] == i;
+        if (world) {
+          d.ranks.resize(static_cast<std::size_t>(options_.scale_ranks));
+          for (int i = 0; i < options_.scale_ranks; ++i) d.ranks[static_cast<std::size_t>(i)] = i;
+          d.group.clear();
+        }
+      }
+      double seconds = 0;
+      std::string algorithm;
+      check(shim::launchFabricCollective(stream(c.stream(), e), d, &seconds, &algorithm), e,
+            ("collective " + c.op()).c_str());
+      return;
+    }
+    case trace::Envelope::kApi: {
+      const trace::ApiCall& a = e.api();
+      switch (a.api()) {
+        case trace::ApiCall::SET_DEVICE: check(shim::setDevice(static_cast<int>(a.arg())), e, "setDevice"); return;
+        case trace::ApiCall::DEVICE_SYNCHRONIZE: check(shim::deviceSynchronize(), e, "deviceSynchronize"); return;
+        case trace::ApiCall::MEM_GET_INFO: {
+          std::size_t f = 0, t = 0;
+          (void)shim::memGetInfo(&f, &t);
+          return;
+        }
+        case trace::ApiCall::HOST_FUNC:
+          check(shim::launchHostFunc(stream(static_cast<uint32_t>(a.arg()), e), [] {}), e, "launchHostFunc");
+          return;
+        default: return;
+      }
+    }
+    default:
+      return;   // header, names, device commands, kinds of a newer minor version
+  }
+}
+
+}  // namespace cardsim::replay

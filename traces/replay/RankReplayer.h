@@ -1,0 +1,72 @@
+// Replays one rank's recorded trace through the shim of this process: every recorded host
+// call again, in the order the calls returned, each starting at its recorded virtual host
+// time plus however far this thread's replay has drifted from the recording (so host gaps
+// are kept and, on the recording's preset, every call and device command lands at exactly
+// its recorded time). Device work is re-timed by the model the process was started with:
+// that is the what-if. Runs in timing mode (nothing is computed, no bytes move).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cardsim/shim.h"
+#include "traces/proto/trace.pb.h"
+
+namespace cardsim::replay {
+
+struct ReplayOptions {
+  // >0: the trace is one rank of a data-parallel job of its world size, replicated to this
+  // many ranks: collectives over the whole recorded world run over ranks 0..N-1 instead
+  // (each replica arrives when this one does, so no fabric server is needed).
+  int scale_ranks = 0;
+  double collective_timeout_s = 600;
+};
+
+class RankReplayer {
+ public:
+  RankReplayer(std::string path, ReplayOptions options);
+  ~RankReplayer();
+  RankReplayer(const RankReplayer&) = delete;
+  RankReplayer& operator=(const RankReplayer&) = delete;
+
+  // Reads and replays the whole file. Throws std::runtime_error naming the file, the
+  // record and the call that failed.
+  void run();
+
+  uint64_t callsReplayed() const { return calls_; }
+
+ private:
+  struct HostRegion;
+  void replay(const trace::Envelope& e);
+  void check(shim::Status s, const trace::Envelope& e, const char* what);
+  shim::Stream stream(uint32_t id, const trace::Envelope& e);
+  shim::Event event(uint32_t id, const trace::Envelope& e);
+  void* devicePointer(uint64_t address, uint64_t bytes, int device, const trace::Envelope& e);
+  void* hostPointer(uint64_t address, uint64_t bytes);
+  void alignClock(const trace::Envelope& e);
+  void noteClock(const trace::Envelope& e);
+
+  std::string path_;
+  ReplayOptions options_;
+  int world_ = 1;
+  std::map<uint32_t, std::string> names_;
+  std::map<uint32_t, shim::Stream> streams_;
+  std::map<uint32_t, shim::Event> events_;
+  std::map<uint32_t, shim::Graph> graphs_;
+  struct DeviceBlock {
+    void* ptr;
+    uint64_t bytes;
+    int device;
+  };
+  std::map<uint64_t, DeviceBlock> device_blocks_;   // by recorded address
+  std::map<uint64_t, std::unique_ptr<HostRegion>> host_blocks_;
+  std::unique_ptr<HostRegion> pageable_;           // stand-in for the program's own buffers
+  std::map<uint32_t, int64_t> drift_ps_;            // per recorded thread: replay - recording
+  uint64_t calls_ = 0;
+  uint64_t record_ = 0;
+};
+
+}  // namespace cardsim::replay

@@ -1,0 +1,446 @@
+#include "traces/replay/ReplayReport.h"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+#include "simulator/Config.h"
+#include "simulator/proto/config.pb.h"
+#include "traces/lib/TraceReader.h"
+
+namespace cardsim::replay {
+
+namespace {
+
+enum Category { kCompute = 0, kMemory, kCopies, kComm, kCategories };
+
+struct Interval {
+  uint64_t begin, end;
+  Category category;
+};
+
+struct KernelShape {
+  model::KernelClass kernel_class;
+  model::DType dtype;
+  double bytes;
+  double flops;
+};
+
+struct Cmd {
+  trace::DeviceCommand::Kind kind;
+  int device;
+  uint32_t stream;
+  std::string name;
+  uint64_t ready, start, end, call;
+  double bytes;
+  bool memory_bound = false;
+};
+
+struct Call {
+  uint64_t begin = 0, end = 0;
+  uint32_t event = 0;                 // EventOp calls
+  trace::EventOp::Op event_op = trace::EventOp::CREATE;
+  bool is_event = false;
+  double alone_s = -1;                // collectives: the model's time alone
+  std::string group;                  // collectives: the group key (or its ranks)
+};
+
+struct RankData {
+  int rank = 0;
+  std::vector<Cmd> cmds;
+  std::unordered_map<uint64_t, Call> calls;
+  std::unordered_map<uint64_t, std::size_t> cmd_of_call;        // the last command of a call
+  std::map<std::pair<int, uint32_t>, std::vector<std::size_t>> streams;   // by start
+  std::unordered_map<std::size_t, std::size_t> stream_pos;
+  std::map<uint32_t, std::vector<uint64_t>> event_records;      // event -> RECORD calls
+  std::vector<std::pair<uint64_t, std::size_t>> by_end;         // (end, cmd), sorted
+  std::map<std::pair<std::string, uint64_t>, std::size_t> collectives;   // (group, n) -> cmd
+  std::unordered_map<std::size_t, std::pair<std::string, uint64_t>> collective_key;
+  uint64_t first_host = std::numeric_limits<uint64_t>::max();
+};
+
+// Whether the roofline puts the kernel on the memory side on this device.
+bool memoryBound(const model::DeviceParams& p, const KernelShape& k) {
+  const double peak = model::peakFor(p.compute, k.kernel_class, k.dtype) *
+                      std::max(p.compute.efficiency[static_cast<std::size_t>(k.kernel_class)], 1e-9);
+  const double compute_s = peak > 0 ? k.flops / peak : 0;
+  const double memory_s = p.memory.bandwidth_bytes_per_s > 0 ? k.bytes / p.memory.bandwidth_bytes_per_s : 0;
+  return memory_s > compute_s;
+}
+
+// Splits [first, last) by what runs (see the header); `intervals` may overlap freely.
+Breakdown split(const std::vector<Interval>& intervals, uint64_t first, uint64_t last) {
+  Breakdown b;
+  b.total_us = last > first ? (last - first) / 1e6 : 0;
+  struct Edge {
+    uint64_t t;
+    int delta;
+    Category c;
+  };
+  std::vector<Edge> edges;
+  edges.reserve(intervals.size() * 2);
+  for (const Interval& i : intervals) {
+    const uint64_t a = std::max(i.begin, first), z = std::min(i.end, last);
+    if (z <= a) continue;
+    edges.push_back({a, +1, i.category});
+    edges.push_back({z, -1, i.category});
+  }
+  std::sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) { return x.t < y.t; });
+  int active[kCategories] = {0, 0, 0, 0};
+  double ps[kCategories + 1] = {0, 0, 0, 0, 0};   // exclusive time per category, then idle
+  double comm_ps = 0;
+  uint64_t t = first;
+  for (std::size_t i = 0; i <= edges.size(); ++i) {
+    const uint64_t next = i < edges.size() ? edges[i].t : last;
+    if (next > t) {
+      const double d = static_cast<double>(next - t);
+      int c = 0;
+      while (c < kCategories && active[c] == 0) ++c;
+      ps[c] += d;
+      if (active[kComm] > 0) comm_ps += d;
+      t = next;
+    }
+    if (i < edges.size()) active[edges[i].c] += edges[i].delta;
+  }
+  b.compute_us = ps[kCompute] / 1e6;
+  b.memory_bound_us = ps[kMemory] / 1e6;
+  b.copies_us = ps[kCopies] / 1e6;
+  b.exposed_communication_us = ps[kComm] / 1e6;
+  b.idle_us = ps[kCategories] / 1e6;
+  b.communication_us = comm_ps / 1e6;
+  return b;
+}
+
+// Length of the union of [begin, end) intervals.
+double unionPs(std::vector<std::pair<uint64_t, uint64_t>> v) {
+  std::sort(v.begin(), v.end());
+  double total = 0;
+  uint64_t a = 0, z = 0;
+  bool open = false;
+  for (const auto& [b, e] : v) {
+    if (open && b <= z) {
+      z = std::max(z, e);
+      continue;
+    }
+    if (open) total += static_cast<double>(z - a);
+    a = b;
+    z = e;
+    open = true;
+  }
+  if (open) total += static_cast<double>(z - a);
+  return total;
+}
+
+std::string pathKind(trace::DeviceCommand::Kind k) {
+  switch (k) {
+    case trace::DeviceCommand::KERNEL: return "kernel";
+    case trace::DeviceCommand::MEMSET: return "memset";
+    case trace::DeviceCommand::COLLECTIVE: return "collective";
+    case trace::DeviceCommand::EVENT_RECORD:
+    case trace::DeviceCommand::EVENT_WAIT: return "wait";
+    default: return "copy";
+  }
+}
+
+CriticalPath criticalPath(const std::vector<RankData>& ranks) {
+  CriticalPath cp;
+  std::map<std::pair<std::string, std::string>, PathItem> items;
+  auto add = [&](const std::string& kind, const std::string& name, uint64_t ps) {
+    if (ps == 0) return;
+    PathItem& it = items[{kind, name}];
+    it.kind = kind;
+    it.name = name;
+    it.time_us += ps / 1e6;
+    ++it.count;
+    cp.by_kind[kind] += ps / 1e6;
+    cp.total_us += ps / 1e6;
+  };
+  // Start at the last device completion of the run.
+  int r = -1;
+  std::size_t cur = 0;
+  uint64_t best = 0;
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    if (!ranks[i].by_end.empty() && ranks[i].by_end.back().first >= best) {
+      best = ranks[i].by_end.back().first;
+      r = static_cast<int>(i);
+      cur = ranks[i].by_end.back().second;
+    }
+  if (r < 0) return cp;
+  uint64_t horizon = best;   // the path so far covers [horizon, end of run)
+  std::size_t steps = 0, limit = 4;
+  for (const auto& rd : ranks) limit += rd.cmds.size() * 2;
+  while (steps++ < limit) {
+    const RankData* rd = &ranks[static_cast<std::size_t>(r)];
+    // A collective that took longer than its own time waited for a later member: follow it.
+    if (rd->cmds[cur].kind == trace::DeviceCommand::COLLECTIVE) {
+      auto key = rd->collective_key.find(cur);
+      auto call = rd->calls.find(rd->cmds[cur].call);
+      if (key != rd->collective_key.end() && call != rd->calls.end() && call->second.alone_s >= 0) {
+        const Cmd& c = rd->cmds[cur];
+        const uint64_t alone = static_cast<uint64_t>(call->second.alone_s * 1e12 + 0.5);
+        if (c.end > c.start + alone + 1)
+          for (std::size_t j = 0; j < ranks.size(); ++j) {
+            auto other = ranks[j].collectives.find(key->second);
+            if (other != ranks[j].collectives.end() && ranks[j].cmds[other->second].start > rd->cmds[cur].start) {
+              r = static_cast<int>(j);
+              cur = other->second;
+              rd = &ranks[j];
+            }
+          }
+      }
+    }
+    const Cmd& c = rd->cmds[cur];
+    add(pathKind(c.kind), c.name, std::min(c.end, horizon) > c.start ? std::min(c.end, horizon) - c.start : 0);
+    horizon = std::min(horizon, c.start);
+    // What it waited for.
+    uint64_t stream_end = 0, event_end = 0;
+    std::size_t stream_prev = SIZE_MAX, event_prev = SIZE_MAX;
+    {
+      const auto& list = rd->streams.at({c.device, c.stream});
+      const std::size_t pos = rd->stream_pos.at(cur);
+      if (pos > 0) {
+        stream_prev = list[pos - 1];
+        stream_end = rd->cmds[stream_prev].end;
+      }
+    }
+    if (c.kind == trace::DeviceCommand::EVENT_WAIT) {
+      auto call = rd->calls.find(c.call);
+      if (call != rd->calls.end() && call->second.is_event) {
+        auto recs = rd->event_records.find(call->second.event);
+        if (recs != rd->event_records.end()) {
+          auto it = std::lower_bound(recs->second.begin(), recs->second.end(), c.call);
+          if (it != recs->second.begin()) {
+            auto cmd = rd->cmd_of_call.find(*(it - 1));
+            if (cmd != rd->cmd_of_call.end()) {
+              event_prev = cmd->second;
+              event_end = rd->cmds[event_prev].end;
+            }
+          }
+        }
+      }
+    }
+    const uint64_t bound = std::max({stream_end, event_end, c.ready});
+    if (c.start > bound + 1) {
+      // Held by other work on the card (a busy queue, clusters or memory): the command on
+      // this device that ended last before it could start.
+      std::size_t blocker = SIZE_MAX;
+      uint64_t end = 0;
+      auto it = std::upper_bound(rd->by_end.begin(), rd->by_end.end(), std::make_pair(c.start, SIZE_MAX));
+      while (it != rd->by_end.begin()) {
+        --it;
+        if (it->second != cur && rd->cmds[it->second].device == c.device && it->first > bound) {
+          blocker = it->second;
+          end = it->first;
+          break;
+        }
+        if (it->first <= bound) break;
+      }
+      if (blocker != SIZE_MAX) {
+        add("wait", "for the card", c.start > end ? c.start - end : 0);
+        horizon = std::min(horizon, end);
+        cur = blocker;
+        continue;
+      }
+    }
+    if (stream_prev != SIZE_MAX && stream_end >= bound) {
+      cur = stream_prev;
+      continue;
+    }
+    if (event_prev != SIZE_MAX && event_end >= bound) {
+      cur = event_prev;
+      continue;
+    }
+    // The host: it handed the command over at `ready`, after the device work it last
+    // waited for (or the start of the run).
+    auto call = rd->calls.find(c.call);
+    const uint64_t since = call != rd->calls.end() ? call->second.begin : c.ready;
+    auto it = std::upper_bound(rd->by_end.begin(), rd->by_end.end(), std::make_pair(since, SIZE_MAX));
+    if (it == rd->by_end.begin()) {
+      const uint64_t from = std::min(rd->first_host, c.ready);
+      add("host", "host gap", std::min(c.ready, horizon) > from ? std::min(c.ready, horizon) - from : 0);
+      break;
+    }
+    --it;
+    add("host", "host gap", std::min(c.ready, horizon) > it->first ? std::min(c.ready, horizon) - it->first : 0);
+    horizon = std::min(horizon, it->first);
+    cur = it->second;
+  }
+  for (auto& [k, v] : items) cp.items.push_back(v);
+  std::sort(cp.items.begin(), cp.items.end(), [](const PathItem& a, const PathItem& b) {
+    return a.time_us != b.time_us ? a.time_us > b.time_us : a.name < b.name;
+  });
+  return cp;
+}
+
+}  // namespace
+
+Report analyze(const std::map<int, std::string>& files, std::size_t top) {
+  Report report;
+  uint64_t first_all = std::numeric_limits<uint64_t>::max(), last_all = 0;
+  std::map<std::string, KernelTotal> kernels;
+  std::map<std::string, double> kernel_memory_ps;
+  std::vector<RankData> data;
+  for (const auto& [rank, path] : files) {
+    trace::TraceReader reader(path);
+    const trace::Header& h = reader.header();
+    report.preset = h.preset();
+    report.device_name = h.device_name();
+    report.world_size = std::max(report.world_size, h.world_size());
+    model::DeviceParams params;
+    bool have_params = false;
+    try {
+      params = sim::toDeviceParams(sim::parsePresetText(h.config_text(), path + " (header config)"), path);
+      have_params = true;
+    } catch (const std::exception&) {
+      // a trace from another backend without a preset: every kernel counts as compute
+    }
+    RankReport rr;
+    rr.rank = rank;
+    rr.file = path;
+    RankData rd;
+    rd.rank = rank;
+    std::unordered_map<uint64_t, KernelShape> launches;   // by call
+    std::unordered_map<uint32_t, std::string> names;
+    std::map<std::string, uint64_t> group_counts;
+    uint64_t last_host = 0;
+    trace::Envelope e;
+    while (reader.next(&e)) {
+      if (e.record_case() == trace::Envelope::kName) {
+        names[e.name().id()] = e.name().text();
+        continue;
+      }
+      if (e.record_case() == trace::Envelope::kCommand) {
+        const trace::DeviceCommand& c = e.command();
+        auto n = names.find(c.name());
+        Cmd cmd{c.kind(), c.device(), c.stream(), n == names.end() ? "?" : n->second, c.ready_ps(), c.start_ps(),
+                c.end_ps(), c.call(), static_cast<double>(c.bytes())};
+        if (c.kind() == trace::DeviceCommand::KERNEL) {
+          auto it = launches.find(c.call());
+          cmd.memory_bound = have_params && it != launches.end() && memoryBound(params, it->second);
+          if (it != launches.end()) cmd.bytes = it->second.bytes;
+        }
+        rd.cmd_of_call[c.call()] = rd.cmds.size();
+        rd.cmds.push_back(std::move(cmd));
+        continue;
+      }
+      if (e.call() == 0) continue;
+      ++rr.calls;
+      Call call;
+      call.begin = e.host_begin_ps();
+      call.end = e.host_end_ps();
+      rd.first_host = std::min(rd.first_host, e.host_begin_ps());
+      last_host = std::max(last_host, e.host_end_ps());
+      if (e.record_case() == trace::Envelope::kKernel) {
+        const trace::KernelLaunch& k = e.kernel();
+        launches[e.call()] = KernelShape{static_cast<model::KernelClass>(k.kernel_class()),
+                                         static_cast<model::DType>(k.dtype()), k.bytes_read() + k.bytes_written(),
+                                         k.flops()};
+      } else if (e.record_case() == trace::Envelope::kEvent) {
+        call.is_event = true;
+        call.event = e.event().event();
+        call.event_op = e.event().op();
+        if (call.event_op == trace::EventOp::RECORD) rd.event_records[call.event].push_back(e.call());
+      } else if (e.record_case() == trace::Envelope::kCollective) {
+        const trace::Collective& c = e.collective();
+        call.alone_s = c.seconds();
+        call.group = c.group();
+        if (call.group.empty())
+          for (int m : c.ranks()) call.group += std::to_string(m) + ",";
+      }
+      rd.calls[e.call()] = std::move(call);
+    }
+    uint64_t first = rd.first_host, last = 0;
+    if (first == std::numeric_limits<uint64_t>::max()) first = 0;
+    std::vector<Interval> intervals;
+    std::map<int, std::vector<std::pair<uint64_t, uint64_t>>> busy_compute, busy_dma, busy_fabric;
+    std::map<int, double> memory_bytes;
+    for (std::size_t i = 0; i < rd.cmds.size(); ++i) {
+      const Cmd& c = rd.cmds[i];
+      last = std::max(last, c.end);
+      rd.streams[{c.device, c.stream}].push_back(i);
+      rd.by_end.emplace_back(c.end, i);
+      Category cat;
+      switch (c.kind) {
+        case trace::DeviceCommand::KERNEL: {
+          cat = c.memory_bound ? kMemory : kCompute;
+          KernelTotal& kt = kernels[c.name];
+          kt.name = c.name;
+          ++kt.count;
+          kt.time_us += (c.end - c.start) / 1e6;
+          if (c.memory_bound) kernel_memory_ps[c.name] += static_cast<double>(c.end - c.start);
+          busy_compute[c.device].emplace_back(c.start, c.end);
+          memory_bytes[c.device] += c.bytes;
+          break;
+        }
+        case trace::DeviceCommand::MEMSET:
+        case trace::DeviceCommand::MEMCPY_DTOD:
+          cat = kMemory;
+          memory_bytes[c.device] += c.bytes * (c.kind == trace::DeviceCommand::MEMCPY_DTOD ? 2 : 1);
+          break;
+        case trace::DeviceCommand::MEMCPY_HTOD:
+        case trace::DeviceCommand::MEMCPY_DTOH:
+        case trace::DeviceCommand::MEMCPY_PEER:
+          cat = kCopies;
+          busy_dma[c.device].emplace_back(c.start, c.end);
+          break;
+        case trace::DeviceCommand::COLLECTIVE:
+          cat = kComm;
+          busy_fabric[c.device].emplace_back(c.start, c.end);
+          {
+            auto call = rd.calls.find(c.call);
+            const std::string group = call != rd.calls.end() ? call->second.group : "";
+            const std::pair<std::string, uint64_t> key{group, group_counts[group]++};
+            rd.collectives[key] = i;
+            rd.collective_key[i] = key;
+          }
+          break;
+        default: continue;   // event records and waits take no time of their own
+      }
+      if (c.end > c.start) intervals.push_back({c.start, c.end, cat});
+    }
+    for (auto& [key, list] : rd.streams) {
+      std::stable_sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) {
+        return rd.cmds[a].start < rd.cmds[b].start;
+      });
+      for (std::size_t p = 0; p < list.size(); ++p) rd.stream_pos[list[p]] = p;
+    }
+    std::sort(rd.by_end.begin(), rd.by_end.end());
+    rr.device_commands = rd.cmds.size();
+    if (rd.cmds.empty()) last = last_host;
+    rr.breakdown = split(intervals, first, last);
+    const double span = last > first ? static_cast<double>(last - first) : 0;
+    std::map<int, bool> devices;
+    for (const Cmd& c : rd.cmds) devices[c.device] = true;
+    for (const auto& [dev, _] : devices) {
+      Utilization u;
+      u.device = dev;
+      if (span > 0) {
+        u.compute = unionPs(busy_compute[dev]) / span;
+        u.dma = unionPs(busy_dma[dev]) / span;
+        u.fabric = unionPs(busy_fabric[dev]) / span;
+        if (have_params && params.memory.bandwidth_bytes_per_s > 0)
+          u.memory_bandwidth = memory_bytes[dev] / (params.memory.bandwidth_bytes_per_s * span * 1e-12);
+      }
+      rr.utilization.push_back(u);
+    }
+    first_all = std::min(first_all, first);
+    last_all = std::max(last_all, last);
+    report.ranks.push_back(std::move(rr));
+    data.push_back(std::move(rd));
+  }
+  if (first_all == std::numeric_limits<uint64_t>::max()) first_all = 0;
+  report.total_us = last_all > first_all ? (last_all - first_all) / 1e6 : 0;
+  for (auto& [name, kt] : kernels) {
+    kt.memory_bound = kernel_memory_ps[name] / 1e6 > kt.time_us / 2;
+    report.top_kernels.push_back(kt);
+  }
+  std::sort(report.top_kernels.begin(), report.top_kernels.end(), [](const KernelTotal& a, const KernelTotal& b) {
+    return a.time_us != b.time_us ? a.time_us > b.time_us : a.name < b.name;
+  });
+  if (report.top_kernels.size() > top) report.top_kernels.resize(top);
+  report.critical_path = criticalPath(data);
+  if (report.critical_path.items.size() > top) report.critical_path.items.resize(top);
+  return report;
+}
+
+}  // namespace cardsim::replay
