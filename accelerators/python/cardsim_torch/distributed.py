@@ -5,13 +5,26 @@ host-addressable in the emulator). Collectives complete before the call returns 
 their Work is already done, which is a legal schedule of the asynchronous API; point to
 point operations stay asynchronous so that isend/irecv pairs cannot deadlock.
 
-Timing: each collective occupies the device's current stream for the time the preset's
-collective fabric model gives it alone on an idle fabric (shim launchFabricCollective): the
-group's global ranks are its devices on the fabric, one device per rank. Each rank charges
-that time on its own card; the ranks' simulated clocks are not joined yet.
+Timing: each collective occupies the device's current stream on the preset's collective
+fabric (shim launchFabricCollective); the group's global ranks are its devices on the fabric,
+one device per rank. In a job of several processes the ranks share one fabric server: rank 0
+starts it in its process when the default group is created and its address travels through
+the c10d store (``CARDSIM_FABRIC=host:port`` names a ``cardsim fabricd`` instead;
+``CARDSIM_FABRIC=off`` times each collective alone on each rank). A collective then starts
+on each rank when its stream gets to it, and completes on every member at the latest
+arrival plus the model's time, whatever order the processes reach it in. It is reported to
+the server before the bytes move, so a member that died or hangs fails the others with an
+error naming the group, the collective and the missing rank, within the group's timeout.
+Point-to-point transfers are timed per rank (a send and its receive may be posted in either
+order).
 """
 from __future__ import annotations
 
+import atexit
+import os
+import sys
+import threading
+import uuid
 from datetime import timedelta
 
 import torch
@@ -118,10 +131,84 @@ _FABRIC_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_sc
               "all_to_all": "all_to_all", "send": "send_recv", "recv": "send_recv", "barrier": "barrier"}
 
 
+# Process groups created in this process, by their members: the n-th group with the same
+# members is the n-th on every member (groups are created collectively), so the pair keys
+# a group's sequence of collectives on the fabric server.
+_group_instances: dict[tuple, int] = {}
+_fabric_joined = False
+
+
+def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
+    """Connects this process to the job's fabric server (see the module docstring)."""
+    global _fabric_joined
+    if _fabric_joined or size < 2:
+        return
+    _fabric_joined = True
+    where = os.environ.get("CARDSIM_FABRIC", "").strip()
+    if where == "off":
+        return
+    from . import _C
+    if rank == 0:
+        if not where:
+            master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+            local = master in ("127.0.0.1", "localhost", "::1")
+            port = _C._fabric_serve("127.0.0.1" if local else "0.0.0.0", 0)
+            where = f"{'127.0.0.1' if local else master}:{port}"
+        store.set("cardsim/fabric/address", where)
+        store.set("cardsim/fabric/job", uuid.uuid4().hex)
+    else:
+        store.wait(["cardsim/fabric/address", "cardsim/fabric/job"], timeout)
+        where = store.get("cardsim/fabric/address").decode()
+    job = store.get("cardsim/fabric/job").decode()
+    _C._fabric_connect(where, job, rank, size)
+
+
+# How long the exit handler waits for the process groups to shut down.
+_EXIT_SHUTDOWN_S = 10.0
+_exit_handler_registered = False
+
+
+def _destroy_groups_at_exit() -> None:
+    """Destroys every process group while the interpreter is still whole.
+
+    A program that ends without destroy_process_group() (most training scripts) would
+    otherwise leave Gloo's worker threads holding tensors until interpreter finalization,
+    and tearing those down then aborts the process ("terminate called without an active
+    exception", exit status -6) at random: a run that succeeded would fail under its
+    launcher. The vendor's library has no such failure, so the emulated backend must not
+    either. The groups are destroyed on a helper thread so that a peer that never answers
+    cannot keep this process from ending: after _EXIT_SHUTDOWN_S the exit goes on.
+    """
+    if not dist.is_initialized():
+        return
+
+    def shutdown():
+        try:
+            dist.destroy_process_group()
+        except Exception as e:  # a group already broken: nothing left to release cleanly
+            sys.stderr.write(f"cardsim: destroying the process groups at exit: {e}\n")
+
+    t = threading.Thread(target=shutdown, name="cardsim-pg-shutdown", daemon=True)
+    t.start()
+    t.join(_EXIT_SHUTDOWN_S)
+    if t.is_alive():
+        sys.stderr.write(f"cardsim: the process groups did not shut down within {_EXIT_SHUTDOWN_S:.0f} s "
+                         "at exit (a peer stopped answering); exiting without them\n")
+
+
+def _register_exit_handler() -> None:
+    global _exit_handler_registered
+    if not _exit_handler_registered:
+        # Registered after torch.distributed's import, so it runs before anything torch registered.
+        atexit.register(_destroy_groups_at_exit)
+        _exit_handler_registered = True
+
+
 class CardsimProcessGroup(dist.ProcessGroup):
     def __init__(self, store, rank: int, size: int, timeout: timedelta, backend_name: str,
                  device_type: str, global_ranks=None):
         super().__init__(rank, size)
+        _register_exit_handler()
         from . import _C
         self._alias = _C._cpu_alias
         self._launch = _C._launch_collective
@@ -129,8 +216,16 @@ class CardsimProcessGroup(dist.ProcessGroup):
         self._ranks = list(global_ranks) if global_ranks else list(range(size))
         self._name = backend_name
         self._device_type = device_type
+        self._timeout_s = timeout.total_seconds() if timeout else 0.0
+        members = tuple(self._ranks)
+        instance = _group_instances.get(members, 0)
+        _group_instances[members] = instance + 1
+        self._group_key = ",".join(map(str, members)) + f"#{instance}"
+        # The first group a process creates is the default group: its ranks are global.
+        _join_fabric(store, self._ranks[rank], size, timeout)
         from . import execution_mode
-        if execution_mode() == "timing":
+        self._timing = execution_mode() == "timing"
+        if self._timing:
             self._gloo = _NoDataGloo()
         else:
             self._gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank,
@@ -157,11 +252,9 @@ class CardsimProcessGroup(dist.ProcessGroup):
                 f"card (stream {module.current_stream().stream_id} of device "
                 f"{module.current_device()} is capturing); run them outside the capture")
 
-    def _done(self, h: _Host, work, result, kind: str | None = None, sized=None):
+    def _done(self, h: _Host, work, result):
         work.wait()
         h.finish()
-        if kind is not None:
-            self._charge(kind, sized)
         return _DoneWork(result)
 
     def _charge(self, kind: str, tensors, root: int = 0, peer: int = 1, ranks=None) -> None:
@@ -176,8 +269,14 @@ class CardsimProcessGroup(dist.ProcessGroup):
         if not dev:
             return
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        self._launch(dev[0].device.index, _FABRIC_OP[kind], float(nbytes),
-                     self._ranks if ranks is None else ranks, root, peer)
+        self._timed(dev[0].device.index, _FABRIC_OP[kind], float(nbytes),
+                    self._ranks if ranks is None else ranks, root, peer, str(dev[0].dtype).removeprefix("torch."))
+
+    def _timed(self, device: int, op: str, nbytes: float, ranks, root: int, peer: int, dtype: str = "") -> None:
+        try:
+            self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype)
+        except dist.DistBackendError as e:
+            raise dist.DistBackendError(f"{self._name}: {e}") from None
 
     @staticmethod
     def _avg(op) -> bool:
@@ -199,11 +298,18 @@ class CardsimProcessGroup(dist.ProcessGroup):
         host = [h(t, written=True) for t in tensors]
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op)
-        self._done(h, self._gloo.allreduce(host, o), tensors, "all_reduce", tensors)
-        if self._avg(op):
-            for t in tensors:
-                t.div_(self.size())
+        self._charge("all_reduce", tensors)
+        self._gloo.allreduce(host, o).wait()
+        # AVG divides on the host views: the vendor libraries average inside the collective,
+        # so a division kernel on the stream would cost time the card does not spend.
+        self._average(op, host)
+        h.finish()
         return _DoneWork(tensors)
+
+    def _average(self, op, host_tensors) -> None:
+        if self._avg(op) and not self._timing:
+            for t in host_tensors:
+                t.div_(self.size())
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()
@@ -217,15 +323,16 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
         ins = [h(t) for t in input_tensors]
+        self._charge("all_gather", [t for lst in output_tensors for t in lst])
         return self._done(h, self._gloo.allgather(outs, ins, opts or dist.AllgatherOptions()),
-                          output_tensors, "all_gather", [t for lst in output_tensors for t in lst])
+                          output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
         h = self._host()
+        self._charge("all_gather", output)
         # Gloo wants the concatenated form; the stacked (world, *input.shape) form is the same bytes.
         return self._done(h, self._gloo._allgather_base(h(output, True).view(-1), h(input).reshape(-1),
-                                                        opts or dist.AllgatherOptions()), [output],
-                          "all_gather", output)
+                                                        opts or dist.AllgatherOptions()), [output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         for o, i in zip(outputs, inputs):
@@ -240,18 +347,21 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.ReduceScatterOptions()
         op = opts.reduceOp
-        # Gloo's reduce_scatter over lists: do it as all_reduce of the stacked input,
-        # then keep this rank's slice (same bytes, simpler and available everywhere).
+        # Gloo's reduce_scatter over lists: do it as all_reduce of the stacked input on the
+        # host views, then keep this rank's slice (same bytes; no staging kernels on the
+        # stream, which the vendor library does not run either).
         for out, ins in zip(output_tensors, input_tensors):
-            full = torch.stack([t.reshape(-1) for t in ins])
+            self._charge("reduce_scatter", ins)
+            if self._timing:
+                continue
             h = self._host()
+            full = torch.stack([h(t).reshape(-1) for t in ins])
             o = dist.AllreduceOptions()
             o.reduceOp = self._reduce_op(op)
-            self._done(h, self._gloo.allreduce([h(full, True)], o), None)
-            if self._avg(op):
-                full.div_(self.size())
-            out.copy_(full[self.rank()].reshape(out.shape))
-            self._charge("reduce_scatter", full)
+            self._gloo.allreduce([full], o).wait()
+            self._average(op, [full])
+            h(out, written=True).copy_(full[self.rank()].reshape(out.shape))
+            h.finish()
         return _DoneWork(output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
@@ -270,8 +380,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         host = [h(t, written=True) for t in tensors]
         opts = opts or dist.BroadcastOptions()
-        self._done(h, self._gloo.broadcast(host, opts), tensors)
         self._charge("broadcast", tensors, root=opts.rootRank)
+        self._done(h, self._gloo.broadcast(host, opts), tensors)
         return _DoneWork(tensors)
 
     def reduce(self, tensors, opts=None):
@@ -283,13 +393,11 @@ class CardsimProcessGroup(dist.ProcessGroup):
         o.reduceOp = self._reduce_op(op)
         o.rootRank = opts.rootRank
         o.rootTensor = opts.rootTensor
-        work = self._gloo.reduce(host, o)
-        work.wait()
-        h.finish()
         self._charge("reduce", tensors, root=opts.rootRank)
-        if self._avg(op) and self.rank() == opts.rootRank:
-            for t in tensors:
-                t.div_(self.size())
+        self._gloo.reduce(host, o).wait()
+        if self.rank() == opts.rootRank:
+            self._average(op, host)
+        h.finish()
         return _DoneWork(tensors)
 
     def gather(self, output_tensors, input_tensors, opts=None):
@@ -297,8 +405,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
         ins = [h(t) for t in input_tensors]
         opts = opts or dist.GatherOptions()
-        self._done(h, self._gloo.gather(outs, ins, opts), output_tensors)
         self._charge("gather", input_tensors, root=opts.rootRank)
+        self._done(h, self._gloo.gather(outs, ins, opts), output_tensors)
         return _DoneWork(output_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
@@ -306,29 +414,35 @@ class CardsimProcessGroup(dist.ProcessGroup):
         outs = [h(t, written=True) for t in output_tensors]
         ins = [[h(t) for t in lst] for lst in input_tensors]
         opts = opts or dist.ScatterOptions()
-        self._done(h, self._gloo.scatter(outs, ins, opts), output_tensors)
         self._charge("scatter", output_tensors, root=opts.rootRank)
+        self._done(h, self._gloo.scatter(outs, ins, opts), output_tensors)
         return _DoneWork(output_tensors)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        # As all_to_all_single over the concatenation (Gloo has no list form).
-        ins = torch.cat([t.reshape(-1) for t in input_tensors])
-        outs = torch.empty(sum(t.numel() for t in output_tensors), dtype=ins.dtype, device=ins.device)
-        self.alltoall_base(outs, ins, [t.numel() for t in output_tensors],
-                           [t.numel() for t in input_tensors], opts)
+        # As all_to_all_single over the concatenation on the host views (Gloo has no list
+        # form; staging on the stream would cost time the vendor library does not spend).
+        self._charge("all_to_all", input_tensors)
+        if self._timing:
+            return _DoneWork(output_tensors)
+        h = self._host()
+        ins = torch.cat([h(t).reshape(-1) for t in input_tensors])
+        outs = torch.empty(sum(t.numel() for t in output_tensors), dtype=ins.dtype)
+        self._gloo.alltoall_base(outs, ins, [t.numel() for t in output_tensors],
+                                 [t.numel() for t in input_tensors], opts or dist.AllToAllOptions()).wait()
         off = 0
         for t in output_tensors:
-            t.copy_(outs[off:off + t.numel()].reshape(t.shape))
+            h(t, written=True).copy_(outs[off:off + t.numel()].reshape(t.shape))
             off += t.numel()
+        h.finish()
         return _DoneWork(output_tensors)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         h = self._host()
+        self._charge("all_to_all", input)
         return self._done(h, self._gloo.alltoall_base(h(output, True), h(input),
                                                       list(output_split_sizes),
                                                       list(input_split_sizes),
-                                                      opts or dist.AllToAllOptions()), [output],
-                          "all_to_all", input)
+                                                      opts or dist.AllToAllOptions()), [output])
 
     # The names torch.distributed uses for the tensor forms of these collectives.
     def all_gather_single(self, output, input, opts=None):
@@ -355,12 +469,12 @@ class CardsimProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         self._refuse_in_capture()
-        self._gloo.barrier(dist.BarrierOptions()).wait()
         module = getattr(torch, self._device_type)
         if module.is_initialized():
             ids = list(getattr(opts, "device_ids", None) or [])
             device = ids[0] if ids else module.current_device()
-            self._launch(device, "barrier", 4.0, self._ranks, 0, 1 if self.size() > 1 else 0)
+            self._timed(device, "barrier", 4.0, self._ranks, 0, 1 if self.size() > 1 else 0)
+        self._gloo.barrier(dist.BarrierOptions()).wait()
         return _DoneWork([])
 
     # -- point to point ------------------------------------------------------------------
