@@ -159,18 +159,22 @@ void removeOnTermination(const std::string& path, const std::string& tmp_path) {
 void StatusBoard::startForProcess(IBackend* backend) {
   static std::once_flag once;
   std::call_once(once, [backend] {
+    // The handlers go in before the file can appear (its writer starts in the constructor):
+    // a signal in between would leave the file behind.
+    const std::string dir = defaultDirectory(), pid = std::to_string(getpid());
+    removeOnTermination(dir + "/" + pid + ".json", dir + "/." + pid + ".json.tmp");
     StatusBoard* board = nullptr;
     try {
-      board = new StatusBoard(backend, defaultDirectory());
+      board = new StatusBoard(backend, dir);
     } catch (const std::exception&) {
-      return;   // the board is never worth failing the runtime for
+      board = nullptr;   // the board is never worth failing the runtime for
     }
-    if (!board->active()) {
+    if (!board || !board->active()) {
       delete board;
+      for (char* p : g_term_paths) p[0] = '\0';   // the handler then only re-raises
       return;
     }
     g_board = board;
-    removeOnTermination(board->path_, board->tmp_path_);
     // Never deleted (a late malloc on another thread may still reach it): at exit the
     // writer stops and the file goes. A forked child has neither thread nor file of its own.
     static const pid_t owner = getpid();

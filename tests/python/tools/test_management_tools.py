@@ -410,8 +410,11 @@ def test_a_process_ended_by_sigterm_or_sighup_leaves_no_status_file(status_dir, 
     # runtime removes the file itself, then the signal ends the process as it would have.
     env = {k: v for k, v in os.environ.items() if k not in SCRUB}
     env["CARDSIM_STATUS_DIR"] = str(status_dir)
+    # The signal's default action, whatever the test runner inherited (under nohup SIGHUP
+    # is ignored, and a process that ignores it rightly survives it).
     child = subprocess.Popen([PYTHON, "-c", CHILD.format(card="mlu")], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                             preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     try:
         assert child.stdout.readline().strip() == "ready", child.stderr.read()
         assert _wait_until(lambda: (status_dir / f"{child.pid}.json").exists() or None)
