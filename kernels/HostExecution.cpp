@@ -70,14 +70,17 @@ const OpEntry& entryFor(const c10::OperatorHandle& op) {
 // results' shapes, the results get device memory, and the graph records a closure that
 // runs the CPU kernel on the host views and writes the results into that memory.
 // `record`: a capture (the work is kept for replays); otherwise timing mode, where only the
-// result shapes and the cost are needed.
-void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall& call,
+// result shapes and the cost are needed. False (the stack untouched) when timing mode meets an
+// operator whose result shapes depend on values (masked_select, nonzero): the caller runs it.
+bool captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall& call,
                    torch::jit::Stack* stack, size_t base, shim::Stream stream, bool record) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
   std::vector<c10::IValue> replay_args;
   if (record) replay_args.assign(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
   // Meta twins of the host views, sharing a meta storage wherever the device tensors share one.
+  // Resizable, as the device storage is: an out= argument of the wrong shape is resized by
+  // the meta kernel (arange, cat into an empty tensor), and takes that shape below.
   std::unordered_map<const void*, c10::Storage> meta_storage;       // device data -> meta storage
   std::unordered_map<const c10::TensorImpl*, std::pair<at::Tensor, at::Tensor>> twin_of;  // alias -> (meta, device)
   std::vector<std::pair<at::Tensor, at::Tensor>> twins;             // (meta, device)
@@ -92,7 +95,8 @@ void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
     if (it == meta_storage.end())
       it = meta_storage.emplace(key, c10::Storage(c10::make_intrusive<c10::StorageImpl>(
                                          c10::StorageImpl::use_byte_size_t(), dev->storage().nbytes(),
-                                         at::DataPtr(nullptr, c10::Device(c10::kMeta)), nullptr, false))).first;
+                                         at::DataPtr(nullptr, c10::Device(c10::kMeta)),
+                                         c10::GetAllocator(c10::kMeta), /*resizable=*/true))).first;
     at::Tensor m = tensorOver(it->second, c10::DispatchKey::Meta, t);
     twins.emplace_back(m, *dev);
     return m;
@@ -119,9 +123,12 @@ void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "operator ", entry.name, timingMode() ? " cannot run in timing mode" :
-                " cannot be captured into a graph", ": its result shapes are unknown without running it (",
-                e.what_without_backtrace(), ")");
+    if (!record) return false;
+    TORCH_CHECK(false, "operator ", entry.name, " cannot be captured into a graph: its result shapes are "
+                "unknown without running it (", e.what_without_backtrace(), ")");
+  } catch (const std::exception&) {
+    if (!record) return false;   // a meta kernel written in Python refusing (nonzero)
+    throw;
   }
   // The results take the dtypes the host kernel will give them. Layer norm's meta kernel
   // keeps mean/rstd of reduced-precision input in fp32, the CPU kernel (which replays, and
@@ -186,7 +193,7 @@ void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
   shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device);
   if (!record) {
     throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
-    return;
+    return true;
   }
   auto work = [op, replay_args, destinations, keep_alive]() {
     torch::jit::Stack st(replay_args);
@@ -198,6 +205,7 @@ void captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
     }
   };
   throwIfFailed(shim::launchKernel(stream, entry.name, cost, work), entry.name.c_str());
+  return true;
 }
 
 }  // namespace
@@ -251,10 +259,11 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   // Timing mode takes the capture path: result shapes from the meta kernel, device memory
   // for the results, the cost to the model; the runtime drops the work instead of recording it.
-  if (capturing || timingMode()) {
-    captureOnHost(op, entry, call, stack, base, stream, capturing);
-    return;
-  }
+  // An operator whose result shapes depend on values runs in timing mode too, on the host
+  // views, which read as the card's memory does (zeros, or carried host data); its results
+  // are noted as carried, so that they are scrubbed when the memory is handed out again.
+  const bool timing = !capturing && timingMode();
+  if ((capturing || timing) && captureOnHost(op, entry, call, stack, base, stream, capturing)) return;
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
@@ -278,6 +287,15 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (outputs.empty())   // in-place operators that return nothing (_foreach_add_)
     for (const auto& [dev, a] : call.aliases)
       if (call.written.count(dev.unsafeGetTensorImpl())) outputs.push_back(dev);
+  if (timing) {
+    auto note = [](const at::Tensor& t) {
+      if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 && t.nbytes() > 0)
+        (void)shim::timingNoteHostWrite(t.data_ptr(), t.nbytes());
+    };
+    for (const at::Tensor& t : outputs) note(t);
+    for (const auto& [dev, a] : call.aliases)
+      if (call.written.count(dev.unsafeGetTensorImpl())) note(dev);
+  }
   shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device);
   throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
 }

@@ -87,6 +87,10 @@ class IBackend {
     return Status::Ok();
   }
 
+  // Timing mode's carried host data (shim.h); a backend without timing mode has none.
+  virtual Status timingNoteHostWrite(const void* /*ptr*/, std::size_t /*bytes*/) { return Status::Ok(); }
+  virtual Status timingScrub(void* /*ptr*/, std::size_t /*bytes*/) { return Status::Ok(); }
+
   // For the status board (StatusBoard.h): memory in use on `device` and its capacity and,
   // unless `busy_cluster_s` is null, its clusters' busy time so far (simulated seconds,
   // summed over clusters). A backend without a device model does not support it.

@@ -220,6 +220,10 @@ Status hostUnregister(void* ptr) { CARDSIM_FORWARD(hostUnregister(ptr)); }
 Status pointerGetAttributes(PointerAttributes* attrs, const void* ptr) {
   CARDSIM_FORWARD(pointerGetAttributes(attrs, ptr));
 }
+Status timingNoteHostWrite(const void* dev_ptr, std::size_t bytes) {
+  CARDSIM_FORWARD(timingNoteHostWrite(dev_ptr, bytes));
+}
+Status timingScrub(void* dev_ptr, std::size_t bytes) { CARDSIM_FORWARD(timingScrub(dev_ptr, bytes)); }
 Status memset(void* dev_ptr, int value, std::size_t bytes) {
   CARDSIM_FORWARD(memset(dev_ptr, value, bytes, nullptr, false));
 }
@@ -300,3 +304,7 @@ Status setActivityRecording(bool on) {
 Status drainActivities(std::vector<ActivityRecord>* out) { CARDSIM_FORWARD(drainActivities(out)); }
 
 }  // namespace cardsim::shim
+
+extern "C" int cardsim_timing_note_host_write(const void* dev_ptr, std::size_t bytes) {
+  return static_cast<int>(cardsim::shim::timingNoteHostWrite(dev_ptr, bytes).code());
+}

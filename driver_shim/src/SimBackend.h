@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "Backend.h"
+#include "CarriedData.h"
 #include "DeviceMemory.h"
 #include "HandlePool.h"
 #include "simulator/FabricModel.h"
@@ -228,6 +229,8 @@ class SimBackend final : public IBackend {
   Status setActivityRecording(bool on) override;
   Status drainActivities(std::vector<ActivityRecord>* out) override;
   Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override;
+  Status timingNoteHostWrite(const void* ptr, std::size_t bytes) override;
+  Status timingScrub(void* ptr, std::size_t bytes) override;
   Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) override;
   Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size) override;
   Status fabricAddress(std::string* address) override;
@@ -397,6 +400,7 @@ class SimBackend final : public IBackend {
   std::unique_ptr<sim::FabricModel> fabric_;   // null when the preset has no usable fabric
   std::string fabric_error_;                   // why not
   bool timing_;                                // ExecutionMode::Timing: no work, no device memory touched
+  CarriedData carried_;                        // timing mode: the small host data kept (CarriedData.h)
   const model::DeviceParams& params_;
   int devices_;
   DeviceMemory memory_;

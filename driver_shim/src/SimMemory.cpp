@@ -20,7 +20,21 @@ Status SimBackend::free(void* ptr) {
     return Status::Ok();
   });
   if (!s.ok()) return s;
+  if (timing_) carried_.scrub(ptr, f.size);
   return memory_.release(ptr, nullptr);
+}
+
+Status SimBackend::timingNoteHostWrite(const void* ptr, std::size_t bytes) {
+  if (!timing_ || bytes == 0) return Status::Ok();
+  DeviceMemory::Found f;
+  if (!memory_.find(ptr, &f) || !f.device_memory) return Status::Ok();   // host memory: nothing to remember
+  carried_.note(ptr, bytes);
+  return Status::Ok();
+}
+
+Status SimBackend::timingScrub(void* ptr, std::size_t bytes) {
+  if (timing_ && ptr && bytes) carried_.scrub(ptr, bytes);
+  return Status::Ok();
 }
 
 Status SimBackend::memGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -147,10 +161,20 @@ Status SimBackend::memcpy(void* dst, const void* src, std::size_t bytes, MemcpyK
   }
   cmd.pageable = pageable;
   std::function<void()> work = [dst, src, bytes] { std::memmove(dst, src, bytes); };
-  // Timing mode: device memory is never touched; the host receives the documented fill.
-  if (timing_)
-    work = kind == MemcpyKind::DeviceToHost ? std::function<void()>([dst, bytes] { std::memset(dst, 0, bytes); })
-                                            : std::function<void()>([] {});
+  // Timing mode: device memory is not touched and the host receives the documented fill
+  // (zeros), except for small host data, which the card carries (shim.h, CarriedData.h).
+  if (timing_) {
+    const bool carried = bytes <= kTimingCarriedBytes;
+    if (kind == MemcpyKind::HostToDevice && carried)
+      work = [this, dst, src, bytes] {
+        std::memcpy(dst, src, bytes);
+        carried_.note(dst, bytes);
+      };
+    else if (kind == MemcpyKind::DeviceToHost && !carried)
+      work = [dst, bytes] { std::memset(dst, 0, bytes); };
+    else if (kind != MemcpyKind::DeviceToHost)
+      work = [] {};
+  }
   const char* label = model::copyKindName(cmd.copy_kind);
   if (capturing(s)) {
     if (!async) return breakCapture(s, what);

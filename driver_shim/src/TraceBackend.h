@@ -128,6 +128,10 @@ class TraceBackend final : public IBackend {
   Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override {
     return inner_->deviceUsage(device, used, total, busy_cluster_s);
   }
+  Status timingNoteHostWrite(const void* ptr, std::size_t bytes) override {
+    return inner_->timingNoteHostWrite(ptr, bytes);
+  }
+  Status timingScrub(void* ptr, std::size_t bytes) override { return inner_->timingScrub(ptr, bytes); }
 
  private:
   // What a call looked like before it ran.

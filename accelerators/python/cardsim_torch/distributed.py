@@ -91,13 +91,60 @@ class _PendingWork(dist._Work):
         return fut
 
 
-class _NoDataGloo:
-    """Timing mode: collectives move no bytes (device memory is never touched); every call
-    returns a finished work."""
+# Timing mode: which argument of each Gloo call holds the bytes every rank contributes alike
+# (so that all ranks make the same choice below); None: no bytes. Calls not listed (all to
+# all, whose ranks may send different amounts) never move bytes in timing mode.
+_SYMMETRIC_ARG = {"allreduce": 0, "broadcast": 0, "reduce": 0, "allgather": 1, "_allgather_base": 1,
+                  "gather": 1, "scatter": 0, "send": 0, "recv": 0, "recv_anysource": 0, "barrier": None}
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _tensors(y)
+
+
+class _TimingGloo:
+    """Timing mode: a collective of at most the shim's carried bytes per rank (1 MiB) moves
+    its bytes through Gloo, so that what ranks exchange about their own bookkeeping (lengths,
+    ids, flags: values copied from the host, which the card carries) arrives, and its results
+    are noted as carried data; a larger one moves nothing (its results read as zeros, like
+    everything the card computes)."""
+
+    CARRIED_BYTES = 1 << 20
+
+    def __init__(self, gloo):
+        self._gloo = gloo
+        self._note = None
+
+    def _noter(self):
+        if self._note is None:
+            import ctypes
+            from . import _C
+            f = ctypes.CDLL(_C.__file__).cardsim_timing_note_host_write
+            f.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            f.restype = ctypes.c_int
+            self._note = f
+        return self._note
 
     def __getattr__(self, name):
+        real = getattr(self._gloo, name)
+        arg = _SYMMETRIC_ARG.get(name, -1)
+
         def call(*args, **kwargs):
-            return _DoneWork(None)
+            if arg == -1:
+                return _DoneWork(None)
+            nbytes = 0 if arg is None else sum(t.numel() * t.element_size() for t in _tensors(args[arg]))
+            if nbytes > self.CARRIED_BYTES:
+                return _DoneWork(None)
+            work = real(*args, **kwargs)
+            note = self._noter()
+            for t in _tensors(args):
+                if t.numel():
+                    note(t.data_ptr(), t.numel() * t.element_size())
+            return work
         return call
 
 
@@ -225,11 +272,10 @@ class CardsimProcessGroup(dist.ProcessGroup):
         _join_fabric(store, self._ranks[rank], size, timeout)
         from . import execution_mode
         self._timing = execution_mode() == "timing"
+        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank,
+                                           size, timeout)
         if self._timing:
-            self._gloo = _NoDataGloo()
-        else:
-            self._gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank,
-                                               size, timeout)
+            self._gloo = _TimingGloo(self._gloo)
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -307,9 +353,12 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return _DoneWork(tensors)
 
     def _average(self, op, host_tensors) -> None:
-        if self._avg(op) and not self._timing:
-            for t in host_tensors:
-                t.div_(self.size())
+        if not self._avg(op):
+            return
+        if self._timing and sum(t.numel() * t.element_size() for t in host_tensors) > _TimingGloo.CARRIED_BYTES:
+            return   # moved nothing: nothing to divide (and device memory stays untouched)
+        for t in host_tensors:
+            t.div_(self.size())
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()

@@ -167,6 +167,17 @@ Status memcpyAsync(void* dst, const void* src, std::size_t bytes, MemcpyKind kin
 Status memcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
                        std::size_t bytes, Stream stream);
 
+// ---- Timing mode: host data the cards carry ------------------------------------------------
+// In timing mode kernels do no work and device memory reads as zeros, except for small host
+// data: a copy from the host of at most kTimingCarriedBytes is done, a copy to the host of at
+// most that many bytes reads the memory, and the program can note writes it makes through
+// host views (a collective's results). So what a program copies to the card, exchanges
+// between ranks and reads back about its own bookkeeping keeps its value. Memory handed out
+// anew must be scrubbed so that it reads as zeros again. Both calls do nothing in full mode.
+constexpr std::size_t kTimingCarriedBytes = std::size_t(1) << 20;
+Status timingNoteHostWrite(const void* dev_ptr, std::size_t bytes);
+Status timingScrub(void* dev_ptr, std::size_t bytes);
+
 // ---- Streams (queues) ---------------------------------------------------------------------
 
 // Priorities follow the card: numerically between `least` and `greatest` as reported by
@@ -330,3 +341,7 @@ Status setActivityRecording(bool on);
 Status drainActivities(std::vector<ActivityRecord>* out);
 
 }  // namespace cardsim::shim
+
+// For ctypes (cardsim_torch.distributed writes collective results through host views):
+// timingNoteHostWrite; 0 on success, else the shim Code.
+extern "C" int cardsim_timing_note_host_write(const void* dev_ptr, std::size_t bytes);

@@ -3,6 +3,7 @@ personality, and the runtime reads its configuration once)."""
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 
@@ -52,3 +53,36 @@ def run_group(cmd, timeout, **kw):
 def group_runner():
     """run_group: runs a launcher and its ranks, killing them all on timeout."""
     return run_group
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(code: str, world: int, args=(), env: dict | None = None, timeout: int = 180):
+    """Runs `code` as `world` rank processes of one job (RANK, WORLD_SIZE, MASTER_* set, as a
+    launcher does); returns [(returncode, stdout, stderr)] by rank."""
+    port = str(free_port())
+    procs = []
+    for rank in range(world):
+        e = dict(os.environ)
+        for k in ("CARDSIM_PRESET", "CARDSIM_DEVICES", "CARDSIM_CONFIG", "CARDSIM_EXECUTION",
+                  "DS_ACCELERATOR", "MLU_VISIBLE_DEVICES", "SUPA_VISIBLE_DEVICES"):
+            e.pop(k, None)
+        e.update(env or {})
+        e.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                 MASTER_PORT=port)
+        procs.append(subprocess.Popen([PYTHON, "-c", code, *map(str, args)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=e, cwd=str(ROOT)))
+    out = []
+    try:
+        for p in procs:
+            o, err = p.communicate(timeout=timeout)
+            out.append((p.returncode, o, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return out

@@ -1,13 +1,9 @@
 """Ending a distributed program without destroy_process_group(), as most training scripts
 do: every rank exits with its own status and no abort, because the cncl/bccl backends
 destroy the process groups at exit while the interpreter is still whole."""
-import os
-import socket
-import subprocess
-
 import pytest
 
-from conftest import PYTHON, ROOT
+from conftest import run_ranks
 
 WORKER = r'''
 import atexit, importlib, os, sys
@@ -41,40 +37,11 @@ sys.exit(STATUS)
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_ranks(card: str, status: int):
-    port = str(free_port())
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ)
-        for k in ("CARDSIM_PRESET", "CARDSIM_DEVICES", "CARDSIM_CONFIG", "DS_ACCELERATOR"):
-            env.pop(k, None)
-        env.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=port)
-        procs.append(subprocess.Popen([PYTHON, "-c", WORKER, card, str(status)], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT)))
-    out = []
-    for p in procs:
-        try:
-            o, e = p.communicate(timeout=180)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        out.append((p.returncode, o, e))
-    return out
-
-
 @pytest.mark.parametrize("card", ["mlu", "supa"])
 def test_exit_without_destroy_process_group(card):
     # The abort this guards against came at random; a few rounds make a regression show.
     for status in (0, 0, 3):
-        for rank, (rc, o, e) in enumerate(run_ranks(card, status)):
+        for rank, (rc, o, e) in enumerate(run_ranks(WORKER, 2, args=(card, status))):
             assert rc == status, f"{card} rank {rank}: exit status {rc}, not {status}\n{o}\n{e[-3000:]}"
             assert "terminate called" not in e, e[-3000:]
             assert "done" in o and "at exit: initialized=False" in o, (o, e[-3000:])
