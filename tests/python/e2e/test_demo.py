@@ -35,9 +35,9 @@ def _bf16_peak(root):
 
 
 HEADER = ["step", "loss", "sim step ms", "tokens/sim s", "peak mem MiB", "compute util", "compute ms",
-          "comm ms", "exposed ms"]
+          "comm ms", "exposed ms", "MFU", "host RSS MiB"]
 ROW = re.compile(r"^\s*(\d+)\s+(-?[0-9.]+)\s+([0-9.]+)\s+([0-9]+)\s+([0-9.]+)\s+([0-9.]+)%"
-                 r"\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$")
+                 r"\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)%\s+([0-9.]+)\s*$")
 
 
 def _demo(root, *args, timeout=600):
@@ -60,11 +60,11 @@ def _table(out: str):
     for ln in lines[heads[0] + 1:]:
         m = ROW.match(ln)
         if m:
-            step, loss, ms, tok, mem, util, comp, comm, exposed = m.groups()
+            step, loss, ms, tok, mem, util, comp, comm, exposed, mfu, rss = m.groups()
             rows.append(dict(step=int(step), loss=float(loss), sim_step_ms=float(ms),
                              tokens_per_sim_s=float(tok), peak_mem_mib=float(mem),
                              compute_util_pct=float(util), compute_ms=float(comp), comm_ms=float(comm),
-                             exposed_ms=float(exposed)))
+                             exposed_ms=float(exposed), mfu_pct=float(mfu), host_rss_mib=float(rss)))
     return lines[heads[0] - 1] if heads[0] > 0 else "", rows
 
 
@@ -76,6 +76,7 @@ def _check_rows(rows, steps):
         # rank 0's card: compute and the communication it did not hide fit in the step
         assert 0 < r["compute_ms"] and 0 < r["comm_ms"] and 0 <= r["exposed_ms"] <= r["comm_ms"] + 1e-3, r
         assert r["compute_ms"] + r["exposed_ms"] <= r["sim_step_ms"] + 2e-3, r
+        assert 0 < r["mfu_pct"] <= r["compute_util_pct"] * 1.2 and r["host_rss_mib"] > 100, r
 
 
 def _demo_flops_per_rank_step(batch=8, seq=64, dim=128, layers=2, vocab=512):
@@ -116,6 +117,10 @@ def test_demo_mlu_table_and_loss_falls(root, tmp_path):
         assert rec["rank_step_ms"] * 1e-3 >= rec["kernels"] * launch, rec
         # the card executed the model's matmul FLOPs plus a little elementwise work
         assert want_flops <= rec["kernel_flops"] <= 1.1 * want_flops, (rec["kernel_flops"], want_flops)
+        # the model's FLOPs (MFU's numerator) are the same matmuls, counted from the parameters
+        assert rec["model_flops"] == pytest.approx(want_flops, rel=0.02), (rec["model_flops"], want_flops)
+        assert rec["mfu"] == pytest.approx(rec["model_flops"] / (rec["sim_step_ms"] * 1e-3 * BF16_PEAK["mlu370-x8"]),
+                                           rel=1e-6), rec
         util = rec["kernel_flops"] / (rec["rank_step_ms"] * 1e-3 * BF16_PEAK["mlu370-x8"])
         assert rec["compute_util"] == pytest.approx(util, rel=1e-6), rec
 
