@@ -20,6 +20,8 @@ build/benchmarks/cardsim_bench_fabric_server
 build/benchmarks/cardsim_bench_fabric_soak
 .venv/bin/python benchmarks/torch_overhead.py
 .venv/bin/python benchmarks/timing_mode.py
+# Llama-7B, ZeRO-3, 8 emulated chips in timing mode: wall seconds per step.
+.venv/bin/python benchmarks/timing_mode_7b.py
 .venv/bin/python benchmarks/trace_overhead.py
 # A DeepSpeed ZeRO-3 step on 2 emulated ranks over the same on 2 CPU ranks (gloo).
 .venv/bin/python benchmarks/zero3_overhead.py

@@ -78,7 +78,10 @@ class LlamaLM(torch.nn.Module):
         self.vocab = arch["vocab"]
         self.lm = LlamaForCausalLM(cfg)
         if checkpointing:
-            self.lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(self.lm, "activation_checkpointing_enable"):   # transformers >= 5.20
+                self.lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     def forward(self, x, y):
         logits = self.lm(input_ids=x).logits.float()
@@ -290,7 +293,7 @@ def main(argv=None) -> int:
         step_ns = own_ns
         rank_loss = loss.item()
         mean_loss = rank_loss
-        mine_stats = [dev_mod.max_memory_allocated() / 2 ** 20, host_rss_mib()]
+        mine_stats = [dev_mod.max_memory_allocated() / 2 ** 20, host_rss_mib(), wall_s]
         rank_stats = [mine_stats]
         if stats is not None:
             slowest = torch.tensor([own_ns], dtype=torch.float64)
@@ -299,7 +302,7 @@ def main(argv=None) -> int:
             total = torch.tensor([rank_loss], dtype=torch.float64)
             torch.distributed.all_reduce(total, group=stats)
             mean_loss = float(total.item()) / world
-            gathered = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
+            gathered = [torch.zeros(3, dtype=torch.float64) for _ in range(world)]
             torch.distributed.all_gather(gathered, torch.tensor(mine_stats, dtype=torch.float64), group=stats)
             rank_stats = [g.tolist() for g in gathered]
         compute_ns, comm_ns, exposed_ns = step_split(mine)
@@ -323,6 +326,7 @@ def main(argv=None) -> int:
             "model_flops": flops_per_token * args.batch * args.seq,
             "kernels": sum(1 for a in mine if a[0] == "kernel"),
             "wall_step_s": wall_s,
+            "wall_step_s_max": max(r[2] for r in rank_stats),
         }
         records.append(rec)
         if rank == 0:

@@ -9,15 +9,7 @@ import subprocess
 
 import pytest
 
-run_group = None   # conftest's run_group, set by the fixture below
-
-
-@pytest.fixture(autouse=True)
-def _group_runner(group_runner):
-    global run_group
-    run_group = group_runner
-
-
+from conftest import run_group
 
 
 BF16_PEAK = {"mlu370-x8": None}   # filled from the device properties below
