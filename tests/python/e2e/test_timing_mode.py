@@ -1,6 +1,7 @@
 """CARDSIM_EXECUTION=timing: the same simulated times, memory statistics and errors as full
 mode, without arithmetic or touching device memory; reads of device data give zeros."""
 import json
+import subprocess
 
 import pytest
 
@@ -105,15 +106,16 @@ print("RESULT " + json.dumps(out))
     assert bad.returncode != 0 and "CARDSIM_EXECUTION" in bad.stderr and "full, timing" in bad.stderr
 
 
-def test_deepspeed_demo_steps_take_the_same_simulated_time(root, tmp_path, group_runner):
+@pytest.mark.parametrize("cards", [1, 2])
+def test_deepspeed_demo_steps_take_the_same_simulated_time(root, tmp_path, group_runner, cards):
     import os
     runs = {}
     for mode in ("full", "timing"):
         out = tmp_path / f"{mode}.json"
         env = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_") and k != "DS_ACCELERATOR"}
         env.update(CARDSIM_EXECUTION=mode, OMP_NUM_THREADS="1")
-        proc = group_runner([str(root / "scripts" / "demo.sh"), "--steps", "3", "--zero-stage", "3",
-                             "--json", str(out)], timeout=600, env=env, cwd=str(root))
+        proc = group_runner([str(root / "scripts" / "demo.sh"), "--cards", str(cards), "--steps", "3",
+                             "--zero-stage", "3", "--json", str(out)], timeout=600, env=env, cwd=str(root))
         assert proc.returncode == 0, proc.stderr[-4000:]
         runs[mode] = json.loads(out.read_text())
     for f, t in zip(runs["full"], runs["timing"]):
@@ -196,3 +198,81 @@ def test_timing_mode_carries_small_host_data_between_ranks(card):
         assert r["computed"] == [0, 0, 0] and r["filled"] == [0.0, 0.0, 0.0], (rank, r)
         assert r["big_host"] == [0.0, 0.0, 0.0], (rank, r)
         assert r["printed"].startswith("tensor([0., 0.]"), (rank, r)
+
+
+GRAPH = r"""
+import json, sys, importlib, torch
+card = sys.argv[1]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).to(card)
+x = torch.randn(128, 256, device=card)
+side = dm.Stream()
+side.wait_stream(dm.current_stream())
+with dm.stream(side):              # warm-up on a side stream, as graph capture wants
+    m(x)
+dm.current_stream().wait_stream(side)
+dm.synchronize()
+g = getattr(dm, sys.argv[2])()
+with dm.graph(g):
+    y = m(x)
+times = []
+for _ in range(3):
+    a, b = dm.Event(enable_timing=True), dm.Event(enable_timing=True)
+    a.record(); g.replay(); b.record(); b.synchronize()
+    times.append(a.elapsed_time(b))
+st = dm.memory_stats()
+print("RESULT " + json.dumps(dict(mode=dm.execution_mode(), times=times, y=y[0, :3].cpu().tolist(),
+                                  allocated=dm.memory_allocated(), reserved=dm.memory_reserved(),
+                                  allocations=st["allocation.all.current"],
+                                  summary="Allocated memory" in dm.memory_summary())))
+"""
+
+
+@pytest.mark.parametrize("card,graph", [("mlu", "MLUGraph"), ("supa", "SUPAGraph")])
+def test_graph_capture_and_replay_time_the_same_in_timing_mode(py, card, graph):
+    full = _result(py(GRAPH, args=(card, graph)))
+    timing = _result(py(GRAPH, args=(card, graph), env={"CARDSIM_EXECUTION": "timing"}))
+    assert full["mode"] == "full" and timing["mode"] == "timing"
+    assert timing["times"] == full["times"] and min(full["times"]) > 0, (full, timing)
+    for k in ("allocated", "reserved", "allocations", "summary"):
+        assert timing[k] == full[k], (k, full[k], timing[k])
+    assert any(v != 0 for v in full["y"]) and timing["y"] == [0.0, 0.0, 0.0]
+
+
+def test_a_trace_recorded_in_timing_mode_replays_as_recorded(root, py, tmp_path):
+    cardsim = str(root / "build" / "traces" / "cardsim")
+    totals = {}
+    for mode in ("full", "timing"):
+        d = tmp_path / mode
+        res = py(STEP, args=("mlu",), env={"CARDSIM_EXECUTION": mode, "CARDSIM_TRACE": str(d)})
+        assert res.returncode == 0, res.stderr[-3000:]
+        info = subprocess.run([cardsim, "info", str(d), "--json"], capture_output=True, text=True)
+        assert info.returncode == 0, info.stderr
+        recorded = json.loads(info.stdout)
+        rep = subprocess.run([cardsim, "replay", str(d), "--json", str(tmp_path / f"{mode}.json")],
+                             capture_output=True, text=True)
+        assert rep.returncode == 0, rep.stderr
+        replayed = json.loads((tmp_path / f"{mode}.json").read_text())
+        totals[mode] = (recorded, replayed)
+    (f_rec, f_rep), (t_rec, t_rep) = totals["full"], totals["timing"]
+    assert t_rec["execution_mode"] == "timing" and f_rec["execution_mode"] == "full", (f_rec, t_rec)
+    # the same commands, and replaying the timing-mode trace gives what it recorded
+    assert t_rec["records"] == f_rec["records"], (f_rec, t_rec)
+    assert t_rep["total_us"] == pytest.approx(t_rec["recorded_total_us"], rel=1e-9), (t_rec, t_rep)
+
+
+def test_deepspeed_fp16_loss_scaling_runs_through_in_timing_mode(root, tmp_path, group_runner):
+    # Zeros everywhere are finite: no overflow is found, no step skipped, the scale holds.
+    import os
+    out = tmp_path / "fp16.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_") and k != "DS_ACCELERATOR"}
+    env.update(CARDSIM_EXECUTION="timing")
+    proc = group_runner([str(root / "scripts" / "demo.sh"), "--steps", "3", "--precision", "fp16",
+                         "--json", str(out)], timeout=600, env=env, cwd=str(root))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = proc.stdout + proc.stderr
+    assert "OVERFLOW" not in text and "Skipping step" not in text, text[-3000:]
+    recs = json.loads(out.read_text())
+    assert len(recs) == 3 and all(r["loss"] == 0.0 and r["sim_step_ms"] > 0 for r in recs), recs
