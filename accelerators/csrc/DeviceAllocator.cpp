@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "DeviceRuntime.h"
 #include "KernelLaunch.h"
+#include "MemoryHistory.h"
 
 namespace cardsim::accel {
 
@@ -31,6 +33,7 @@ struct Block {
   c10::DeviceIndex device = 0;
   c10::StreamId stream = 0; // the stream it was allocated on; reuse stays on that stream
   std::vector<c10::Stream> uses;   // other streams recorded with record_stream
+  std::shared_ptr<c10::GatheredContext> context;   // allocating stack, while history is recorded
 };
 
 struct DeviceState {
@@ -78,6 +81,7 @@ void collectPending(DeviceState& d, bool wait) {
     if (!done) { ++i; continue; }
     for (shim::Event e : p[i].second) (void)shim::eventDestroy(e);
     Block* b = p[i].first;
+    memoryHistory().record("free_completed", b->device, b->ptr, b->used, b->stream, nullptr);
     d.cached.emplace(b->size, b);
     p[i] = p.back();
     p.pop_back();
@@ -87,6 +91,7 @@ void collectPending(DeviceState& d, bool wait) {
 // Returns every cached block of the device to the shim.
 void releaseCached(DeviceState& d) {
   for (auto& [size, b] : d.cached) {
+    memoryHistory().record("segment_free", b->device, b->ptr, b->size, b->stream, memoryHistory().gather());
     (void)shim::free(b->ptr);
     forPools(b->size, [&](size_t k) {
       d.stats.reserved_bytes[k].decrease(b->size);
@@ -103,9 +108,12 @@ void releaseCached(DeviceState& d) {
 void releaseBlock(Block* b) {
   // Timing mode: host data the block carried is zeroed, so the next tensor reads as zeros.
   (void)shim::timingScrub(b->ptr, b->size);
+  std::shared_ptr<c10::GatheredContext> freed_at = memoryHistory().gather();
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   {
     DeviceState& d = g_devices[b->device];
+    memoryHistory().record("free_requested", b->device, b->ptr, b->used, b->stream, freed_at);
+    b->context.reset();
     forPools(b->size, [&](size_t k) {
       d.stats.allocation[k].decrease(1);
       d.stats.active[k].decrease(1);
@@ -114,6 +122,7 @@ void releaseBlock(Block* b) {
       d.stats.requested_bytes[k].decrease(b->requested);
     });
     if (b->uses.empty()) {
+      memoryHistory().record("free_completed", b->device, b->ptr, b->used, b->stream, std::move(freed_at));
       d.cached.emplace(b->size, b);
       return;
     }
@@ -156,6 +165,7 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
   if (bytes == 0) return at::DataPtr(nullptr, nullptr, &deleteBlock, where);
   const size_t size = roundUp(bytes);
   const c10::StreamId stream = accel::currentStream(device).id();
+  std::shared_ptr<c10::GatheredContext> context = memoryHistory().gather();
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   DeviceState& d = g_devices[device];
   collectPending(d, false);
@@ -182,6 +192,7 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
       d.stats.num_ooms++;
       size_t free_b = 0, total_b = 0;
       (void)shim::memGetInfo(&free_b, &total_b);
+      memoryHistory().record("oom", device, nullptr, bytes, stream, context, free_b);
       const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
       TORCH_CHECK_WITH(OutOfMemoryError, false, personality().device, " out of memory. Tried to allocate ",
                        mib(static_cast<double>(bytes)), " (", personality().device, ":", int(device),
@@ -199,6 +210,7 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
     b->stream = stream;
     d.blocks[ptr] = b;
     d.stats.num_device_alloc++;
+    memoryHistory().record("segment_alloc", device, ptr, size, stream, context);
     forPools(size, [&](size_t k) {
       d.stats.reserved_bytes[k].increase(size);
       d.stats.segment[k].increase(1);
@@ -208,6 +220,8 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
   // bytes count the rounded request, as torch.cuda's do; reserved bytes count the blocks.
   b->requested = bytes;
   b->used = size;
+  memoryHistory().record("alloc", device, b->ptr, b->used, stream, context);
+  b->context = std::move(context);
   forPools(b->size, [&](size_t k) {
     d.stats.allocation[k].increase(1);
     d.stats.active[k].increase(1);
@@ -321,6 +335,33 @@ std::string CachingAllocator::summary(c10::DeviceIndex device) {
                 static_cast<long long>(s.num_ooms), "");
   out += line;
   out += "|" + std::string(75, '=') + "|\n";
+  return out;
+}
+
+std::vector<SegmentSnapshot> CachingAllocator::segments() {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  std::vector<SegmentSnapshot> out;
+  for (size_t i = 0; i < kMaxDevices; ++i) {
+    DeviceState& d = g_devices[i];
+    std::unordered_map<const Block*, const char*> state;
+    for (const auto& [size, b] : d.cached) state[b] = "inactive";
+    for (const auto& [b, events] : d.pending) state[b] = "active_pending_free";
+    for (const auto& [ptr, b] : d.blocks) {
+      SegmentSnapshot s;
+      s.device = static_cast<c10::DeviceIndex>(i);
+      s.address = reinterpret_cast<uint64_t>(b->ptr);
+      s.size = b->size;
+      s.requested = b->requested;
+      s.stream = b->stream;
+      auto it = state.find(b);
+      s.state = it == state.end() ? "active_allocated" : it->second;
+      s.context = b->context;
+      out.push_back(std::move(s));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const SegmentSnapshot& a, const SegmentSnapshot& b) {
+    return a.device != b.device ? a.device < b.device : a.address < b.address;
+  });
   return out;
 }
 

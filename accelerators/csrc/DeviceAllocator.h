@@ -5,9 +5,24 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Storage.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace cardsim::accel {
+
+// One device segment as a memory snapshot shows it: blocks are not split, so each segment
+// holds one block, in use ("active_allocated"), cached ("inactive") or freed while another
+// stream still uses it ("active_pending_free").
+struct SegmentSnapshot {
+  c10::DeviceIndex device = 0;
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint64_t requested = 0;      // of the block's current (or last) allocation
+  int64_t stream = 0;
+  const char* state = "inactive";
+  std::shared_ptr<c10::GatheredContext> context;   // the allocating stack, while recorded and in use
+};
 
 class CachingAllocator final : public c10::DeviceAllocator {
  public:
@@ -25,6 +40,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
   // Per device: bytes in use by tensors, bytes held from the device (in use + cached).
   size_t allocatedBytes(c10::DeviceIndex device);
   std::string summary(c10::DeviceIndex device);
+  std::vector<SegmentSnapshot> segments();
 };
 
 CachingAllocator& deviceAllocator();

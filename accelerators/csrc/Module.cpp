@@ -6,12 +6,20 @@
 #include <ATen/core/GraphImplInterface.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 
 #include "DeviceAllocator.h"
 #include "DeviceRuntime.h"
 #include "HostExecution.h"
 #include "KernelLaunch.h"
+#include "MemoryHistory.h"
 #include "OptimizerOps.h"
+
+namespace torch {
+// torch/csrc/profiler/python/combined_traceback.h, which needs nlohmann/json (not in the
+// wheel's headers) for a function not used here.
+TORCH_API std::vector<pybind11::object> py_symbolize(std::vector<CapturedTraceback*>& to_symbolize);
+}  // namespace torch
 
 namespace py = pybind11;
 using namespace cardsim;
@@ -34,6 +42,81 @@ py::tuple streamTuple(const c10::Stream& s) {
 
 c10::Stream streamFrom(int64_t id, int64_t device) {
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(kDev, resolve(device)), id);
+}
+
+std::shared_ptr<c10::GatheredContext> gatherPythonStack() {
+  return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/false, /*cpp=*/false);
+}
+
+// The allocator's segments and recorded actions in PyTorch's snapshot format (see
+// torch.cuda.memory._snapshot); stacks symbolized in one batch.
+py::dict memorySnapshot() {
+  const auto segments = accel::deviceAllocator().segments();
+  std::vector<std::vector<accel::AllocatorTraceEntry>> traces;
+  const size_t devices = std::max<size_t>(static_cast<size_t>(accel::deviceCount()),
+                                          accel::memoryHistory().devicesTraced());
+  for (size_t d = 0; d < devices; ++d) traces.push_back(accel::memoryHistory().trace(static_cast<c10::DeviceIndex>(d)));
+  std::vector<torch::CapturedTraceback*> to_symbolize;
+  auto slot = [&](const std::shared_ptr<c10::GatheredContext>& c) -> int64_t {
+    auto* tb = dynamic_cast<torch::CapturedTraceback*>(c.get());
+    if (!tb) return -1;
+    to_symbolize.push_back(tb);
+    return static_cast<int64_t>(to_symbolize.size() - 1);
+  };
+  std::vector<int64_t> seg_slot, entry_slot;
+  for (const auto& s : segments) seg_slot.push_back(slot(s.context));
+  for (const auto& t : traces)
+    for (const auto& e : t) entry_slot.push_back(slot(e.context));
+  const std::vector<py::object> frames = torch::py_symbolize(to_symbolize);
+  auto framesAt = [&](int64_t i) -> py::object { return i < 0 ? py::list() : frames[static_cast<size_t>(i)]; };
+
+  py::list segs;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const auto& s = segments[i];
+    const bool allocated = std::string_view(s.state) == "active_allocated";
+    const bool active = std::string_view(s.state) != "inactive";
+    py::dict block;
+    block["address"] = s.address;
+    block["size"] = s.size;
+    block["requested_size"] = allocated ? s.requested : 0;
+    block["state"] = s.state;
+    block["frames"] = framesAt(seg_slot[i]);
+    py::dict seg;
+    seg["device"] = static_cast<int>(s.device);
+    seg["address"] = s.address;
+    seg["total_size"] = s.size;
+    seg["allocated_size"] = allocated ? s.size : 0;
+    seg["active_size"] = active ? s.size : 0;
+    seg["requested_size"] = allocated ? s.requested : 0;
+    seg["stream"] = s.stream;
+    seg["segment_pool_id"] = py::make_tuple(0, 0);
+    seg["is_expandable"] = false;
+    seg["frames"] = framesAt(seg_slot[i]);
+    seg["blocks"] = py::make_tuple(block);
+    segs.append(seg);
+  }
+  py::list device_traces;
+  size_t k = 0;
+  for (const auto& t : traces) {
+    py::list entries;
+    for (const auto& e : t) {
+      py::dict d;
+      d["action"] = e.action;
+      d["addr"] = e.addr;
+      d["size"] = e.size;
+      d["stream"] = e.stream;
+      d["time_us"] = e.time_us;
+      if (std::string_view(e.action) == "oom") d["device_free"] = e.device_free;
+      d["frames"] = framesAt(entry_slot[k++]);
+      entries.append(d);
+    }
+    device_traces.append(entries);
+  }
+  py::dict out;
+  out["segments"] = segs;
+  out["device_traces"] = device_traces;
+  out["allocator_settings"] = py::dict();
+  return out;
 }
 
 py::dict flattenStats(const c10::CachingDeviceAllocator::DeviceStats& s) {
@@ -209,6 +292,10 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_empty_cache", [] { accel::deviceAllocator().emptyCache(); });
   m.def("_memory_summary", [](int64_t d) { return accel::deviceAllocator().summary(resolve(d)); });
+  m.def("_record_memory_history", [](bool contexts, bool trace, size_t max_entries, bool clear) {
+    accel::memoryHistory().configure(contexts, trace, max_entries, clear, &gatherPythonStack);
+  });
+  m.def("_memory_snapshot", &memorySnapshot);
   m.def("_current_stream", [](int64_t d) { return streamTuple(accel::currentStream(resolve(d))); });
   m.def("_default_stream", [](int64_t d) { return streamTuple(accel::defaultStream(resolve(d))); });
   m.def("_set_stream", [](int64_t id, int64_t d) { accel::setCurrentStream(streamFrom(id, d)); });

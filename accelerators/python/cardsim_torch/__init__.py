@@ -92,6 +92,7 @@ def activate(p: Personality):
     module = device_module.build(p, _C)
     torch._register_device_module(p.device, module)
     sys.modules[f"torch.{p.device}"] = module
+    sys.modules[f"torch.{p.device}.memory"] = module.memory
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True)
     if p.fused_adam_namespace:

@@ -573,6 +573,13 @@ def build(p, _C) -> types.ModuleType:
         record_trace=record_trace, start_trace=start_trace, stop_trace=stop_trace, trace_path=trace_path,
         _get_device_index=_get_device_index,
     )
+    from . import memory_history
+    memory = memory_history.build(name, _C, {k: ns[k] for k in (
+        "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+        "reset_peak_memory_stats", "reset_accumulated_memory_stats", "reset_max_memory_allocated",
+        "memory_cached", "max_memory_cached", "reset_max_memory_cached", "empty_cache", "mem_get_info",
+        "memory_summary")})
+    ns.update(memory=memory, memory_snapshot=memory.memory_snapshot)
     ns[p.graph_class] = Graph
     ns["check_error"] = check_error
     ns.update(runtime_ns)
