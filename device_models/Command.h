@@ -63,6 +63,7 @@ struct Command {
   int priority_rank = 0;       // smaller runs first when clusters are contended
   uint32_t stream_tag = 0;     // the runtime's stream id, for timelines
   uint32_t name_id = 0;        // interned name, for timelines
+  uint64_t correlation = 0;    // a profiler's id of the host call that submitted it (0: none)
   KernelCost kernel;
   CopyKind copy_kind = CopyKind::HostToDevice;
   uint64_t bytes = 0;

@@ -345,6 +345,7 @@ void Simulator::Impl::onComplete(DeviceId device, QueueId queue, const Command& 
     a.device = device;
     a.queue = queue;
     a.stream_tag = cmd.stream_tag;
+    a.correlation = cmd.correlation;
     a.kind = cmd.kind;
     a.copy_kind = cmd.copy_kind;
     a.name_id = cmd.name_id;

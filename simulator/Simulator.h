@@ -39,6 +39,7 @@ struct Activity {
   CommandKind kind = CommandKind::Kernel;
   CopyKind copy_kind = CopyKind::HostToDevice;
   uint32_t name_id = 0;
+  uint64_t correlation = 0;   // Command::correlation
   TimePs ready_ps = 0;   // handed to the device by the host
   TimePs start_ps = 0;
   TimePs end_ps = 0;

@@ -220,6 +220,12 @@ Status hostUnregister(void* ptr) { CARDSIM_FORWARD(hostUnregister(ptr)); }
 Status pointerGetAttributes(PointerAttributes* attrs, const void* ptr) {
   CARDSIM_FORWARD(pointerGetAttributes(attrs, ptr));
 }
+namespace {
+thread_local uint64_t t_correlation = 0;
+}  // namespace
+void setCorrelationId(uint64_t id) { t_correlation = id; }
+uint64_t currentCorrelationId() { return t_correlation; }
+
 Status timingNoteHostWrite(const void* dev_ptr, std::size_t bytes) {
   CARDSIM_FORWARD(timingNoteHostWrite(dev_ptr, bytes));
 }

@@ -173,6 +173,7 @@ Status SimBackend::drainActivities(std::vector<ActivityRecord>* out) {
     r.end_ps = a.end_ps;
     r.flops = a.flops;
     r.bytes = a.bytes;
+    r.correlation = a.correlation;
     out->push_back(std::move(r));
   }
   return Status::Ok();

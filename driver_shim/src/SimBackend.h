@@ -375,6 +375,7 @@ class SimBackend final : public IBackend {
   Status submit(StreamObject* s, model::Command cmd, std::string_view label, double overhead,
                 model::QueuePoint* point) {
     cmd.stream_tag = s->id;
+    cmd.correlation = currentCorrelationId();
     cmd.priority_rank = s->rank;
     cmd.name_id = nameId(label);
     return guard([&] {

@@ -93,6 +93,10 @@ def activate(p: Personality):
     torch._register_device_module(p.device, module)
     sys.modules[f"torch.{p.device}"] = module
     sys.modules[f"torch.{p.device}.memory"] = module.memory
+    # torch.profiler.ProfilerActivity.MLU (.SUPA): the name the vendor's users write.
+    from torch.profiler import ProfilerActivity
+    if not hasattr(ProfilerActivity, p.device.upper()):
+        setattr(ProfilerActivity, p.device.upper(), ProfilerActivity.PrivateUse1)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True)
     if p.fused_adam_namespace:

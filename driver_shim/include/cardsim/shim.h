@@ -333,8 +333,14 @@ struct ActivityRecord {
   uint64_t end_ps = 0;
   double flops = 0;
   uint64_t bytes = 0;
+  uint64_t correlation = 0;   // setCorrelationId's id on the submitting thread (0: none)
 };
 const char* activityKindName(ActivityRecord::Kind k);
+
+// Profilers: every command the calling thread submits from now on carries `id` (0: none)
+// back in its ActivityRecord, tying the device's work to the host operation that launched it.
+void setCorrelationId(uint64_t id);
+uint64_t currentCorrelationId();
 
 // While on, every completed command is recorded; drain returns them in completion order.
 Status setActivityRecording(bool on);
