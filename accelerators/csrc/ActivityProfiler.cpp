@@ -14,6 +14,8 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -88,27 +90,33 @@ class Session final : public libkineto::IActivityProfilerSession {
   void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked,
                     int64_t /*start*/, int64_t /*end*/) override {
     span_ = std::make_unique<libkineto::TraceSpan>(start_wall_ns_, start_wall_ns_, "cardsim");
-    // Simulated time runs at its own pace: the device tracks keep the simulated gaps and
-    // durations, shifted as a whole so that no slice starts before the operator that
-    // launched it.
+    // Simulated time runs at its own pace and the emulating host at its own: the device
+    // tracks keep the simulated durations and order, and are moved later where needed so
+    // that no slice starts before the operator that launched it (the shift only grows,
+    // as a card waits for a slow host); "simulated start us" keeps the model's own time.
     const auto at = [&](uint64_t ps) {
       return start_wall_ns_ + (static_cast<int64_t>(ps) - static_cast<int64_t>(start_ps_)) / 1000;
     };
-    std::vector<std::pair<const shim::ActivityRecord*, const libkineto::ITraceActivity*>> shown;
+    std::vector<const shim::ActivityRecord*> order;
+    for (const shim::ActivityRecord& r : records_)
+      if (r.kind != shim::ActivityRecord::Kind::EventRecord && r.kind != shim::ActivityRecord::Kind::EventWait &&
+          types_.count(typeOf(r.kind)))
+        order.push_back(&r);
+    std::stable_sort(order.begin(), order.end(), [](const shim::ActivityRecord* a, const shim::ActivityRecord* b) {
+      return a->start_ps < b->start_ps;
+    });
+    std::vector<std::tuple<const shim::ActivityRecord*, const libkineto::ITraceActivity*, int64_t>> shown;
     int64_t shift = 0;
-    for (const shim::ActivityRecord& r : records_) {
-      if (r.kind == shim::ActivityRecord::Kind::EventRecord || r.kind == shim::ActivityRecord::Kind::EventWait ||
-          !types_.count(typeOf(r.kind)))
-        continue;
-      const libkineto::ITraceActivity* op = r.correlation ? linked(static_cast<int32_t>(r.correlation)) : nullptr;
-      if (op) shift = std::max(shift, op->timestamp() - at(r.start_ps));
-      shown.emplace_back(&r, op);
+    for (const shim::ActivityRecord* r : order) {
+      const libkineto::ITraceActivity* op = r->correlation ? linked(static_cast<int32_t>(r->correlation)) : nullptr;
+      if (op) shift = std::max(shift, op->timestamp() - at(r->start_ps));
+      shown.emplace_back(r, op, shift);
     }
-    for (const auto& [rp, op] : shown) {
+    for (const auto& [rp, op, moved] : shown) {
       const shim::ActivityRecord& r = *rp;
       auto& a = activities_.emplace_back(*span_, typeOf(r.kind), r.name);
-      a.startTime = at(r.start_ps) + shift;
-      a.endTime = at(r.end_ps) + shift;
+      a.startTime = at(r.start_ps) + moved;
+      a.endTime = at(r.end_ps) + moved;
       a.device = static_cast<int32_t>(fromShim(r.device));
       a.resource = static_cast<int32_t>(r.stream_id);
       a.id = static_cast<int32_t>(r.correlation);

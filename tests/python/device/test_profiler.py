@@ -63,7 +63,7 @@ def test_chrome_trace_has_per_stream_device_tracks_copies_and_memsets(dm, card, 
     del d, z, w
 
 
-def test_no_slice_starts_before_its_operator_and_gaps_are_simulated(dm, card, tmp_path):
+def test_no_slice_starts_before_its_operator_and_order_is_simulated(dm, card, tmp_path):
     x = torch.randn(256, 256, device=card)
     dm.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
@@ -79,10 +79,12 @@ def test_no_slice_starts_before_its_operator_and_gaps_are_simulated(dm, card, tm
     for e in device:
         op = ops[e["args"]["External id"]]
         assert e["ts"] >= op["ts"] - 1e-3 and op["name"] == e["name"], (e, op)
-    # one stream, back to back in simulated time: each starts where the model put it
+    # one stream: the model's order, no overlap, and never closer than in simulated time
     starts = [e["args"]["simulated start us"] for e in device]
+    assert starts == sorted(starts)
     for a, b, s0, s1 in zip(device, device[1:], starts, starts[1:]):
-        assert b["ts"] - a["ts"] == pytest.approx(s1 - s0, abs=2e-3)
+        assert b["ts"] >= a["ts"] + a["dur"] - 1e-3
+        assert b["ts"] - a["ts"] >= s1 - s0 - 2e-3
 
 
 def test_the_vendor_activity_name(card):
