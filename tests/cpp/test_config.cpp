@@ -6,7 +6,10 @@
 #include <google/protobuf/message.h>
 #include <google/protobuf/text_format.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -61,8 +64,19 @@ double peak(const DeviceParams& p, DType t) {
   return p.compute.peak_ops_per_s[static_cast<size_t>(t)];
 }
 
+// Written into the test temp dir under a name unique to this process (test runs of two
+// checkouts may share /tmp), and removed when the process ends.
 std::string writeTempFile(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + name;
+  static std::vector<std::string> written;
+  static const bool cleanup = [] {
+    std::atexit([] {
+      for (const std::string& p : written) std::remove(p.c_str());
+    });
+    return true;
+  }();
+  (void)cleanup;
+  const std::string path = ::testing::TempDir() + std::to_string(::getpid()) + "-" + name;
+  written.push_back(path);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
   out.close();

@@ -8,7 +8,10 @@
 #include <cardsim/trace.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <map>
+#include <vector>
 
 #include "ShimTestUtil.h"
 #include "traces/lib/TraceReader.h"
@@ -19,8 +22,19 @@ using namespace cardsim::testing;
 
 namespace {
 
+// Unique to this process, and removed with what it holds when the process ends.
 std::string tempDir(const std::string& name) {
-  return ::testing::TempDir() + "/cardsim_trace_rec_" + std::to_string(::getpid()) + "_" + name;
+  static std::vector<std::string> made;
+  static const bool cleanup = [] {
+    std::atexit([] {
+      std::error_code ec;
+      for (const std::string& d : made) std::filesystem::remove_all(d, ec);
+    });
+    return true;
+  }();
+  (void)cleanup;
+  made.push_back(::testing::TempDir() + "/cardsim_trace_rec_" + std::to_string(::getpid()) + "_" + name);
+  return made.back();
 }
 
 bool exists(const std::string& path) {
@@ -86,7 +100,7 @@ Read readTrace(const std::string& path) {
 }
 
 // Runs `fn` in a forked child (a fresh runtime) and returns what it wrote to the pipe.
-uint64_t inChild(uint64_t (*fn)()) {
+uint64_t inChild(const std::function<uint64_t()>& fn) {
   int fds[2];
   EXPECT_EQ(::pipe(fds), 0);
   const pid_t pid = ::fork();
@@ -164,9 +178,10 @@ TEST(TraceRecording, RecordingDoesNotChangeSimulatedTimes) {
     startRuntime("mlu370-x8", 1);
     return smallProgram();
   });
-  const uint64_t traced = inChild([] {
+  const std::string dir = tempDir("same");   // named here: the child ends without cleaning up
+  const uint64_t traced = inChild([&dir] {
     startRuntime("mlu370-x8", 1);
-    if (!shim::traceStart(::testing::TempDir() + "/cardsim_trace_rec_same_" + std::to_string(::getpid())).ok())
+    if (!shim::traceStart(dir).ok())
       return uint64_t{0};
     return smallProgram();
   });
