@@ -5,7 +5,8 @@
 # device memory, compute utilization and the compute / communication / exposed-communication
 # split per step. --cards N (default 2) runs N ranks, one card each, on one fabric (up to the
 # preset's devices: 8 MLU370-X8 chips, 8 BR100s). Other arguments go to the training program
-# (see accelerators/examples/train_lm.py --help): --steps, --zero-stage, --precision.
+# (see accelerators/examples/train_lm.py --help): --steps, --zero-stage, --precision, and for
+# real-size what-ifs --model llama-7b|llama-13b --timing [--checkpointing] [--layers N].
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
