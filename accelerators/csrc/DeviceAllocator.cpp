@@ -351,6 +351,7 @@ std::vector<SegmentSnapshot> CachingAllocator::segments() {
       s.device = static_cast<c10::DeviceIndex>(i);
       s.address = reinterpret_cast<uint64_t>(b->ptr);
       s.size = b->size;
+      s.used = b->used;
       s.requested = b->requested;
       s.stream = b->stream;
       auto it = state.find(b);

@@ -18,6 +18,7 @@ struct SegmentSnapshot {
   c10::DeviceIndex device = 0;
   uint64_t address = 0;
   uint64_t size = 0;
+  uint64_t used = 0;           // of it, what the current allocation counts (its request, rounded)
   uint64_t requested = 0;      // of the block's current (or last) allocation
   int64_t stream = 0;
   const char* state = "inactive";

@@ -75,24 +75,39 @@ py::dict memorySnapshot() {
     const auto& s = segments[i];
     const bool allocated = std::string_view(s.state) == "active_allocated";
     const bool active = std::string_view(s.state) != "inactive";
+    // A reused block larger than its request shows as the allocation and an inactive
+    // remainder, as a split block does in torch.cuda's snapshots (the statistics count the
+    // allocation's rounded size).
+    const uint64_t in_use = active ? s.used : 0;
+    py::list blocks;
     py::dict block;
     block["address"] = s.address;
-    block["size"] = s.size;
+    block["size"] = active ? s.used : s.size;
     block["requested_size"] = allocated ? s.requested : 0;
     block["state"] = s.state;
     block["frames"] = framesAt(seg_slot[i]);
+    blocks.append(block);
+    if (active && s.size > s.used) {
+      py::dict rest;
+      rest["address"] = s.address + s.used;
+      rest["size"] = s.size - s.used;
+      rest["requested_size"] = 0;
+      rest["state"] = "inactive";
+      rest["frames"] = py::list();
+      blocks.append(rest);
+    }
     py::dict seg;
     seg["device"] = static_cast<int>(s.device);
     seg["address"] = s.address;
     seg["total_size"] = s.size;
-    seg["allocated_size"] = allocated ? s.size : 0;
-    seg["active_size"] = active ? s.size : 0;
+    seg["allocated_size"] = allocated ? s.used : 0;
+    seg["active_size"] = in_use;
     seg["requested_size"] = allocated ? s.requested : 0;
     seg["stream"] = s.stream;
     seg["segment_pool_id"] = py::make_tuple(0, 0);
     seg["is_expandable"] = false;
     seg["frames"] = framesAt(seg_slot[i]);
-    seg["blocks"] = py::make_tuple(block);
+    seg["blocks"] = blocks;
     segs.append(seg);
   }
   py::list device_traces;

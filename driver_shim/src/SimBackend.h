@@ -78,11 +78,16 @@ struct EventObject {
   int device = -1;
   model::QueuePoint point;
   std::shared_ptr<model::EventSlot> slot;
+  // Recorded last inside a capture: the capture it belongs to and the capturing stream's id.
+  const void* captured_in = nullptr;
+  uint32_t captured_on = 0;
 
   void reset() {
     flags = 0;
     alive = true;
     recorded = false;
+    captured_in = nullptr;
+    captured_on = 0;
     device = -1;
     point = model::QueuePoint{};
     slot.reset();

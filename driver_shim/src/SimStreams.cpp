@@ -90,10 +90,20 @@ Status SimBackend::streamWaitEvent(Stream stream, Event event) {
   StreamObject* s = nullptr;
   if (Status st = resolve(stream, "streamWaitEvent", &s); !st.ok()) return st;
   if (Status st = checkEvent(event, "streamWaitEvent"); !st.ok()) return st;
-  if (capturing(s)) return breakCapture(s, "streamWaitEvent (events in a capture are not supported yet)");
+  if (capturing(s)) {
+    // The captured work replays in capture order on one stream, so a wait on an event of
+    // the same capture is already satisfied; a wait on work outside the capture is not
+    // part of the graph (the replay does not wait for it), as in a relaxed capture.
+    return Status::Ok();
+  }
   model::QueuePoint point;
   {
     std::lock_guard<std::mutex> lock(event->mutex);
+    if (event->captured_in)
+      return Status(Code::NotSupported, "streamWaitEvent: the event was recorded in a capture on stream " +
+                                            std::to_string(event->captured_on) +
+                                            "; a stream that is not capturing cannot wait on it (joining a "
+                                            "capture from another stream is not supported yet)");
     if (!event->recorded) return Status::Ok();   // waiting on a never-recorded event is a no-op
     point = event->point;
   }
@@ -133,7 +143,18 @@ Status SimBackend::eventRecord(Event event, Stream stream) {
   if (Status st = checkEvent(event, "eventRecord"); !st.ok()) return st;
   StreamObject* s = nullptr;
   if (Status st = resolve(stream, "eventRecord", &s); !st.ok()) return st;
-  if (capturing(s)) return breakCapture(s, "eventRecord (events in a capture are not supported yet)");
+  if (capturing(s)) {
+    // A marker in the graph, not a command: waits on it inside the capture are ordered by the
+    // capture itself; outside it, the event counts as not recorded (queries succeed).
+    std::lock_guard<std::mutex> slock(s->mutex);
+    if (!s->capture) return Status(Code::Internal, "stream stopped capturing");
+    std::lock_guard<std::mutex> lock(event->mutex);
+    event->recorded = false;
+    event->slot.reset();
+    event->captured_in = s->capture.get();
+    event->captured_on = s->id;
+    return Status::Ok();
+  }
   auto slot = std::make_shared<model::EventSlot>();
   model::Command cmd;
   cmd.kind = CommandKind::EventRecord;
@@ -143,6 +164,7 @@ Status SimBackend::eventRecord(Event event, Stream stream) {
   if (!st.ok()) return st;
   std::lock_guard<std::mutex> lock(event->mutex);
   event->recorded = true;
+  event->captured_in = nullptr;
   event->device = s->device;
   event->point = p;
   event->slot = std::move(slot);

@@ -118,8 +118,48 @@ TEST(ShimGraphs, CaptureErrorsAreNamed) {
   EXPECT_NE(st.message().find("not capturing"), std::string::npos);
   ASSERT_SHIM_OK(shim::streamBeginCapture(s));
   EXPECT_EQ(shim::streamBeginCapture(s).code(), shim::Code::InvalidValue);
-  shim::Event e;
-  ASSERT_SHIM_OK(shim::eventCreate(&e));
-  EXPECT_EQ(shim::eventRecord(e, s).code(), shim::Code::NotSupported);
-  EXPECT_EQ(shim::streamEndCapture(s, &g).code(), shim::Code::InvalidValue);
+  // A synchronization inside the capture invalidates it.
+  EXPECT_EQ(shim::streamSynchronize(s).code(), shim::Code::NotSupported);
+  st = shim::streamEndCapture(s, &g);
+  EXPECT_EQ(st.code(), shim::Code::InvalidValue);
+  EXPECT_NE(st.message().find("streamSynchronize"), std::string::npos) << st.message();
+}
+
+TEST(ShimGraphs, EventsInsideACaptureOrderItsWorkAndReplay) {
+  startRuntime("mlu370-x8", 1);
+  shim::Stream s, other;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  ASSERT_SHIM_OK(shim::streamCreate(&other));
+  shim::Event inside, outside;
+  ASSERT_SHIM_OK(shim::eventCreate(&inside));
+  ASSERT_SHIM_OK(shim::eventCreate(&outside));
+  ASSERT_SHIM_OK(shim::eventRecord(outside, other));       // work outside the capture
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "first", memoryBound(1 << 20, 4), nullptr));
+  ASSERT_SHIM_OK(shim::eventRecord(inside, s));           // a marker, not a command
+  ASSERT_SHIM_OK(shim::streamWaitEvent(s, inside));       // ordered by the capture itself
+  ASSERT_SHIM_OK(shim::streamWaitEvent(s, outside));      // not part of the graph
+  ASSERT_SHIM_OK(shim::launchKernel(s, "second", memoryBound(1 << 20, 4), nullptr));
+  // A stream that is not capturing cannot wait on an event of the capture (joining is not
+  // supported): refused, naming the capturing stream, and the capture goes on.
+  shim::Status st = shim::streamWaitEvent(other, inside);
+  EXPECT_EQ(st.code(), shim::Code::NotSupported);
+  EXPECT_NE(st.message().find("recorded in a capture"), std::string::npos) << st.message();
+  ASSERT_SHIM_OK(shim::eventQuery(inside));               // not recorded outside the capture
+  shim::Graph g;
+  ASSERT_SHIM_OK(shim::streamEndCapture(s, &g));
+  std::size_t nodes = 0;
+  ASSERT_SHIM_OK(shim::graphNodeCount(g, &nodes));
+  EXPECT_EQ(nodes, 2u);                                   // the two kernels
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  ASSERT_SHIM_OK(shim::graphLaunch(g, s));
+  ASSERT_SHIM_OK(shim::streamSynchronize(s));
+  const auto acts = drain();
+  const auto first = named(acts, "first"), second = named(acts, "second");
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_GE(second[0].start_ps, first[0].end_ps);
+  // Recorded again outside a capture, the event is an ordinary one.
+  ASSERT_SHIM_OK(shim::eventRecord(inside, s));
+  ASSERT_SHIM_OK(shim::streamWaitEvent(other, inside));
 }

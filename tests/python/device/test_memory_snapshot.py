@@ -40,7 +40,7 @@ def test_snapshot_segments_blocks_and_stacks(dm, card, history):
     (w,) = _mine(snap, weights.data_ptr())
     assert w["device"] == 0 and w["total_size"] == 1 << 20 and w["segment_type"] == "small"
     assert w["allocated_size"] == w["active_size"] == 1 << 20 and w["requested_size"] == 1 << 20
-    (block,) = w["blocks"]
+    block = w["blocks"][0]
     assert block["state"] == "active_allocated" and block["size"] == 1 << 20
     names = [(f["name"], f["filename"]) for f in block["frames"]]
     assert ("_allocate_weights", __file__) in names, names
@@ -128,3 +128,16 @@ def test_the_memory_module_is_importable(card):
     mod = sys.modules[f"torch.{card}.memory"]
     assert mod is getattr(torch, card).memory
     assert callable(mod.memory_allocated) and callable(mod._dump_snapshot)
+
+
+def test_a_reused_larger_block_shows_the_allocation_and_its_remainder(dm, card, history):
+    big = torch.empty(1 << 18, device=card)             # 1 MiB segment
+    addr = big.data_ptr()
+    del big
+    small = torch.empty((1 << 18) - 4096, device=card)  # reuses it: 16 KiB less
+    assert small.data_ptr() == addr
+    (seg,) = _mine(history._snapshot(), addr)
+    assert [b["state"] for b in seg["blocks"]] == ["active_allocated", "inactive"]
+    assert [b["size"] for b in seg["blocks"]] == [(1 << 20) - 16384, 16384]
+    assert seg["allocated_size"] == (1 << 20) - 16384 and seg["total_size"] == 1 << 20
+    assert seg["blocks"][1]["address"] == addr + (1 << 20) - 16384
