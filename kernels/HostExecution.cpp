@@ -160,6 +160,7 @@ bool captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
   const size_t nret = schema.returns().size();
   std::vector<at::Tensor> outputs;
   std::vector<at::Tensor> destinations;   // host views of the results, by return position
+  std::vector<std::vector<at::Tensor>> list_destinations;   // the same for list results (_foreach_pow)
   std::vector<c10::Storage> keep_alive;   // the graph holds the memory it reads and writes
   if (record)
     for (const auto& [dev, a] : call.aliases) keep_alive.push_back(dev.storage());
@@ -170,20 +171,25 @@ bool captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
       at::Tensor d = deviceOf(v.toTensor());
       outputs.push_back(d);
       destinations.push_back(d.defined() && record ? cpuAlias(d) : at::Tensor());
+      list_destinations.emplace_back();
       if (d.defined() && record) keep_alive.push_back(d.storage());
       stack->push_back(d);
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> out;
+      std::vector<at::Tensor> views;
       for (const at::Tensor& t : v.toTensorList()) {
         at::Tensor d = deviceOf(t);
         out.push_back(d);
         outputs.push_back(d);
+        views.push_back(d.defined() && record ? cpuAlias(d) : at::Tensor());
         keep_alive.push_back(d.storage());
       }
-      destinations.emplace_back();   // lists are written in place (views) or not at all
+      destinations.emplace_back();
+      list_destinations.push_back(std::move(views));   // new tensors each replay writes (_foreach_pow)
       stack->push_back(std::move(out));
     } else {
       destinations.emplace_back();
+      list_destinations.emplace_back();
       stack->push_back(v);
     }
   }
@@ -195,13 +201,20 @@ bool captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
     throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
     return true;
   }
-  auto work = [op, replay_args, destinations, keep_alive]() {
+  auto work = [op, replay_args, destinations, list_destinations, keep_alive]() {
     torch::jit::Stack st(replay_args);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &st);
+    auto land = [](const at::Tensor& dst, const at::Tensor& r) {
+      if (dst.defined() && r.defined() && r.data_ptr() != dst.data_ptr()) at::Tensor(dst).copy_(r);
+    };
     for (size_t i = 0; i < destinations.size() && i < st.size(); ++i) {
-      if (!destinations[i].defined() || !st[i].isTensor()) continue;
-      const at::Tensor& r = st[i].toTensor();
-      if (r.data_ptr() != destinations[i].data_ptr()) at::Tensor(destinations[i]).copy_(r);
+      if (st[i].isTensor()) {
+        land(destinations[i], st[i].toTensor());
+      } else if (st[i].isTensorList()) {
+        const auto results = st[i].toTensorList();
+        for (size_t j = 0; j < results.size() && j < list_destinations[i].size(); ++j)
+          land(list_destinations[i][j], results.get(j));
+      }
     }
   };
   throwIfFailed(shim::launchKernel(stream, entry.name, cost, work), entry.name.c_str());

@@ -20,6 +20,8 @@ build/benchmarks/cardsim_bench_fabric_server
 build/benchmarks/cardsim_bench_fabric_soak
 .venv/bin/python benchmarks/torch_overhead.py
 .venv/bin/python benchmarks/timing_mode.py
+# A launch-bound training step: simulated time eager over one captured graph replayed.
+.venv/bin/python benchmarks/graph_replay.py
 # Llama-7B, ZeRO-3, 8 emulated chips in timing mode: wall seconds per step.
 .venv/bin/python benchmarks/timing_mode_7b.py
 .venv/bin/python benchmarks/trace_overhead.py
