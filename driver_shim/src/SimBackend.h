@@ -31,8 +31,11 @@ struct StreamObject {
   std::atomic<bool> alive{true};
   std::mutex mutex;
   model::QueuePoint last;    // after this stream's latest command
-  // Stream capture: while `capture` is set, work is recorded into it instead of run.
-  std::unique_ptr<GraphObject> capture;
+  // Stream capture: while `capture` is set, work is recorded into it instead of run. The
+  // stream that began the capture owns it; streams that joined it (by waiting on an event
+  // recorded in it) record into the same graph until the origin waits on them again.
+  std::shared_ptr<GraphObject> capture;
+  bool capture_origin = false;
   std::atomic<bool> capturing{false};  // capture != nullptr, readable without the lock
   std::string capture_broken;  // why the capture was invalidated, if it was
 
@@ -44,6 +47,7 @@ struct StreamObject {
     alive = true;
     last = model::QueuePoint{};
     capture.reset();
+    capture_origin = false;
     capturing = false;
     capture_broken.clear();
   }
@@ -61,12 +65,17 @@ struct GraphNode {
 struct GraphObject {
   std::atomic<bool> alive{true};
   int device = 0;
-  std::vector<GraphNode> nodes;
+  std::mutex mutex;                    // nodes, joined and broken while capturing
+  std::vector<GraphNode> nodes;        // in capture order, which replays serialize
+  std::vector<StreamObject*> joined;   // streams recording into it besides the origin
+  std::string broken;                  // why a joined stream invalidated the capture
 
   void reset() {
     alive = true;
     device = 0;
     nodes.clear();
+    joined.clear();
+    broken.clear();
   }
 };
 
@@ -78,15 +87,17 @@ struct EventObject {
   int device = -1;
   model::QueuePoint point;
   std::shared_ptr<model::EventSlot> slot;
-  // Recorded last inside a capture: the capture it belongs to and the capturing stream's id.
-  const void* captured_in = nullptr;
+  // Recorded last inside a capture: the capture it belongs to and the stream that recorded it.
+  std::weak_ptr<GraphObject> captured_in;
+  StreamObject* captured_stream = nullptr;
   uint32_t captured_on = 0;
 
   void reset() {
     flags = 0;
     alive = true;
     recorded = false;
-    captured_in = nullptr;
+    captured_in.reset();
+    captured_stream = nullptr;
     captured_on = 0;
     device = -1;
     point = model::QueuePoint{};
@@ -312,18 +323,45 @@ class SimBackend final : public IBackend {
 
   bool capturing(StreamObject* s) { return s->capturing.load(std::memory_order_acquire); }
   Status breakCapture(StreamObject* s, const std::string& what) {
-    std::lock_guard<std::mutex> lock(s->mutex);
-    s->capture.reset();
-    s->capturing = false;
-    s->capture_broken = what;
+    std::shared_ptr<GraphObject> g;
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      g = std::move(s->capture);
+      s->capturing = false;
+      if (s->capture_origin) s->capture_broken = what;
+      s->capture_origin = false;
+    }
+    if (g) {   // a joined stream breaks the capture of its origin, which reports it at its end
+      std::lock_guard<std::mutex> lock(g->mutex);
+      if (g->broken.empty()) g->broken = what + " (on joined stream " + std::to_string(s->id) + ")";
+      g->joined.erase(std::remove(g->joined.begin(), g->joined.end(), s), g->joined.end());
+    }
     return Status(Code::NotSupported, what + " is not allowed while stream " + std::to_string(s->id) +
                                           " is capturing; the capture is invalidated");
   }
+  // Detaches a joined stream from the capture it records into.
+  void leaveCapture(StreamObject* s) {
+    std::shared_ptr<GraphObject> g;
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      if (s->capture_origin) return;
+      g = std::move(s->capture);
+      s->capturing = false;
+    }
+    if (!g) return;
+    std::lock_guard<std::mutex> lock(g->mutex);
+    g->joined.erase(std::remove(g->joined.begin(), g->joined.end(), s), g->joined.end());
+  }
   Status record(StreamObject* s, std::string_view name, std::function<void()> work,
                 model::Command cmd) {
-    std::lock_guard<std::mutex> lock(s->mutex);
-    if (!s->capture) return Status(Code::Internal, "stream stopped capturing");
-    s->capture->nodes.push_back(GraphNode{std::string(name), std::move(work), std::move(cmd)});
+    std::shared_ptr<GraphObject> g;
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      g = s->capture;
+    }
+    if (!g) return Status(Code::Internal, "stream stopped capturing");
+    std::lock_guard<std::mutex> lock(g->mutex);
+    g->nodes.push_back(GraphNode{std::string(name), std::move(work), std::move(cmd)});
     return Status::Ok();
   }
   Status checkGraph(Graph g, const char* fn) {

@@ -11,8 +11,9 @@ Status SimBackend::streamBeginCapture(Stream stream) {
   if (stream->capture)
     return Status(Code::InvalidValue, "streamBeginCapture: stream " + std::to_string(stream->id) +
                                           " is already capturing");
-  stream->capture = std::make_unique<GraphObject>();
+  stream->capture = std::make_shared<GraphObject>();
   stream->capture->device = stream->device;
+  stream->capture_origin = true;
   stream->capturing = true;
   stream->capture_broken.clear();
   return Status::Ok();
@@ -23,22 +24,45 @@ Status SimBackend::streamEndCapture(Stream stream, Graph* graph) {
   *graph = nullptr;
   if (!stream) return Status(Code::InvalidValue, "streamEndCapture: the default stream never captures");
   if (Status st = checkStream(stream, "streamEndCapture"); !st.ok()) return st;
-  std::unique_ptr<GraphObject> g;
+  std::shared_ptr<GraphObject> g;
   std::string broken;
   {
     std::lock_guard<std::mutex> lock(stream->mutex);
+    if (stream->capture && !stream->capture_origin)
+      return Status(Code::InvalidValue, "streamEndCapture: stream " + std::to_string(stream->id) +
+                                            " joined a capture begun on another stream; end it there");
     if (!stream->capture && stream->capture_broken.empty())
       return Status(Code::InvalidValue, "streamEndCapture: stream " + std::to_string(stream->id) +
                                             " is not capturing");
     g = std::move(stream->capture);
     stream->capturing = false;
+    stream->capture_origin = false;
     broken.swap(stream->capture_broken);
+  }
+  if (g) {
+    std::vector<StreamObject*> unjoined;
+    {
+      std::lock_guard<std::mutex> lock(g->mutex);
+      unjoined = g->joined;
+      if (broken.empty()) broken = g->broken;
+    }
+    for (StreamObject* j : unjoined) leaveCapture(j);
+    if (broken.empty() && !unjoined.empty()) {
+      std::string ids;
+      for (StreamObject* j : unjoined) ids += (ids.empty() ? "" : ", ") + std::to_string(j->id);
+      return Status(Code::InvalidValue, "streamEndCapture: stream(s) " + ids + " joined the capture and were "
+                                            "not joined back (the capturing stream never waited on an event "
+                                            "recorded on them); the capture is invalidated");
+    }
   }
   if (!broken.empty())
     return Status(Code::InvalidValue, "streamEndCapture: the capture was invalidated by " + broken);
   GraphObject* out = graph_pool_.acquire();
   out->device = g->device;
-  out->nodes = std::move(g->nodes);
+  {
+    std::lock_guard<std::mutex> lock(g->mutex);
+    out->nodes = std::move(g->nodes);
+  }
   *graph = out;
   return Status::Ok();
 }
@@ -101,13 +125,18 @@ Status SimBackend::launchHostFunc(Stream stream, std::function<void()> fn) {
   if (Status st = resolve(stream, "launchHostFunc", &s); !st.ok()) return st;
   if (!fn) return nullArg("launchHostFunc", "fn");
   if (capturing(s)) {
-    std::lock_guard<std::mutex> lock(s->mutex);
-    if (!s->capture) return Status(Code::Internal, "stream stopped capturing");
+    std::shared_ptr<GraphObject> g;
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      g = s->capture;
+    }
+    if (!g) return Status(Code::Internal, "stream stopped capturing");
     GraphNode n;
     n.name = "host function";
     n.work = std::move(fn);
     n.host_only = true;
-    s->capture->nodes.push_back(std::move(n));
+    std::lock_guard<std::mutex> lock(g->mutex);
+    g->nodes.push_back(std::move(n));
     return Status::Ok();
   }
   sim_.hostAdvance(params_.host.launch_overhead_s);

@@ -26,10 +26,12 @@ Status SimBackend::streamCreate(Stream* out, int priority) {
 Status SimBackend::streamDestroy(Stream stream) {
   if (!stream) return Status(Code::InvalidHandle, "streamDestroy: the default stream cannot be destroyed");
   if (Status st = checkStream(stream, "streamDestroy"); !st.ok()) return st;
+  leaveCapture(stream);   // a joined stream leaves the capture it joined
   {
     std::lock_guard<std::mutex> lock(stream->mutex);
     if (stream->capture) stream->capture.reset();   // an unfinished capture dies with it
     stream->capturing = false;
+    stream->capture_origin = false;
   }
   {
     std::lock_guard<std::mutex> lock(streams_mutex_);
@@ -90,20 +92,47 @@ Status SimBackend::streamWaitEvent(Stream stream, Event event) {
   StreamObject* s = nullptr;
   if (Status st = resolve(stream, "streamWaitEvent", &s); !st.ok()) return st;
   if (Status st = checkEvent(event, "streamWaitEvent"); !st.ok()) return st;
+  std::shared_ptr<GraphObject> captured;
+  StreamObject* recorder = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(event->mutex);
+    captured = event->captured_in.lock();
+    recorder = event->captured_stream;
+  }
   if (capturing(s)) {
     // The captured work replays in capture order on one stream, so a wait on an event of
-    // the same capture is already satisfied; a wait on work outside the capture is not
-    // part of the graph (the replay does not wait for it), as in a relaxed capture.
+    // the same capture is already satisfied; the origin waiting on a joined stream's event
+    // joins that stream back. A wait on work outside the capture is not part of the graph
+    // (the replay does not wait for it), as in a relaxed capture.
+    bool origin = false;
+    std::shared_ptr<GraphObject> mine;
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      origin = s->capture_origin;
+      mine = s->capture;
+    }
+    if (origin && captured && captured == mine && recorder && recorder != s) leaveCapture(recorder);
+    return Status::Ok();
+  }
+  if (captured) {
+    // Fork: a stream waiting on an event recorded in a capture joins that capture.
+    if (s->device != captured->device)
+      return Status(Code::InvalidValue, "streamWaitEvent: stream " + std::to_string(s->id) + " of device " +
+                                            std::to_string(s->device) + " cannot join a capture on device " +
+                                            std::to_string(captured->device));
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      s->capture = captured;
+      s->capture_origin = false;
+      s->capturing = true;
+    }
+    std::lock_guard<std::mutex> lock(captured->mutex);
+    captured->joined.push_back(s);
     return Status::Ok();
   }
   model::QueuePoint point;
   {
     std::lock_guard<std::mutex> lock(event->mutex);
-    if (event->captured_in)
-      return Status(Code::NotSupported, "streamWaitEvent: the event was recorded in a capture on stream " +
-                                            std::to_string(event->captured_on) +
-                                            "; a stream that is not capturing cannot wait on it (joining a "
-                                            "capture from another stream is not supported yet)");
     if (!event->recorded) return Status::Ok();   // waiting on a never-recorded event is a no-op
     point = event->point;
   }
@@ -145,13 +174,15 @@ Status SimBackend::eventRecord(Event event, Stream stream) {
   if (Status st = resolve(stream, "eventRecord", &s); !st.ok()) return st;
   if (capturing(s)) {
     // A marker in the graph, not a command: waits on it inside the capture are ordered by the
-    // capture itself; outside it, the event counts as not recorded (queries succeed).
+    // capture itself (another stream waiting on it joins the capture); queries outside the
+    // capture see it as not recorded.
     std::lock_guard<std::mutex> slock(s->mutex);
     if (!s->capture) return Status(Code::Internal, "stream stopped capturing");
     std::lock_guard<std::mutex> lock(event->mutex);
     event->recorded = false;
     event->slot.reset();
-    event->captured_in = s->capture.get();
+    event->captured_in = s->capture;
+    event->captured_stream = s;
     event->captured_on = s->id;
     return Status::Ok();
   }
@@ -164,7 +195,8 @@ Status SimBackend::eventRecord(Event event, Stream stream) {
   if (!st.ok()) return st;
   std::lock_guard<std::mutex> lock(event->mutex);
   event->recorded = true;
-  event->captured_in = nullptr;
+  event->captured_in.reset();
+  event->captured_stream = nullptr;
   event->device = s->device;
   event->point = p;
   event->slot = std::move(slot);

@@ -125,41 +125,85 @@ TEST(ShimGraphs, CaptureErrorsAreNamed) {
   EXPECT_NE(st.message().find("streamSynchronize"), std::string::npos) << st.message();
 }
 
-TEST(ShimGraphs, EventsInsideACaptureOrderItsWorkAndReplay) {
+TEST(ShimGraphs, EventsInsideACaptureOrderItsWorkForkJoinAndReplay) {
   startRuntime("mlu370-x8", 1);
-  shim::Stream s, other;
+  shim::Stream s, side;
   ASSERT_SHIM_OK(shim::streamCreate(&s));
-  ASSERT_SHIM_OK(shim::streamCreate(&other));
-  shim::Event inside, outside;
-  ASSERT_SHIM_OK(shim::eventCreate(&inside));
+  ASSERT_SHIM_OK(shim::streamCreate(&side));
+  shim::Event fork, join, outside;
+  ASSERT_SHIM_OK(shim::eventCreate(&fork));
+  ASSERT_SHIM_OK(shim::eventCreate(&join));
   ASSERT_SHIM_OK(shim::eventCreate(&outside));
-  ASSERT_SHIM_OK(shim::eventRecord(outside, other));       // work outside the capture
+  ASSERT_SHIM_OK(shim::eventRecord(outside, side));       // work outside the capture
   ASSERT_SHIM_OK(shim::streamBeginCapture(s));
   ASSERT_SHIM_OK(shim::launchKernel(s, "first", memoryBound(1 << 20, 4), nullptr));
-  ASSERT_SHIM_OK(shim::eventRecord(inside, s));           // a marker, not a command
-  ASSERT_SHIM_OK(shim::streamWaitEvent(s, inside));       // ordered by the capture itself
+  ASSERT_SHIM_OK(shim::eventRecord(fork, s));             // a marker, not a command
+  ASSERT_SHIM_OK(shim::streamWaitEvent(s, fork));         // ordered by the capture itself
   ASSERT_SHIM_OK(shim::streamWaitEvent(s, outside));      // not part of the graph
-  ASSERT_SHIM_OK(shim::launchKernel(s, "second", memoryBound(1 << 20, 4), nullptr));
-  // A stream that is not capturing cannot wait on an event of the capture (joining is not
-  // supported): refused, naming the capturing stream, and the capture goes on.
-  shim::Status st = shim::streamWaitEvent(other, inside);
-  EXPECT_EQ(st.code(), shim::Code::NotSupported);
-  EXPECT_NE(st.message().find("recorded in a capture"), std::string::npos) << st.message();
-  ASSERT_SHIM_OK(shim::eventQuery(inside));               // not recorded outside the capture
+  ASSERT_SHIM_OK(shim::eventQuery(fork));                 // not recorded outside the capture
+  // Fork: the side stream waits on the capture's event and joins it.
+  ASSERT_SHIM_OK(shim::streamWaitEvent(side, fork));
+  bool capturing = false;
+  ASSERT_SHIM_OK(shim::streamIsCapturing(side, &capturing));
+  EXPECT_TRUE(capturing);
+  ASSERT_SHIM_OK(shim::launchKernel(side, "on side", memoryBound(1 << 20, 4), nullptr));
+  ASSERT_SHIM_OK(shim::eventRecord(join, side));
   shim::Graph g;
+  // Ending now would leave the side stream's work unjoined.
+  // Join: the origin waits on the side stream's event; the side stream leaves the capture.
+  ASSERT_SHIM_OK(shim::streamWaitEvent(s, join));
+  ASSERT_SHIM_OK(shim::streamIsCapturing(side, &capturing));
+  EXPECT_FALSE(capturing);
+  ASSERT_SHIM_OK(shim::launchKernel(s, "second", memoryBound(1 << 20, 4), nullptr));
+  shim::Graph bad;
+  EXPECT_EQ(shim::streamEndCapture(side, &bad).code(), shim::Code::InvalidValue);   // not its capture
   ASSERT_SHIM_OK(shim::streamEndCapture(s, &g));
   std::size_t nodes = 0;
   ASSERT_SHIM_OK(shim::graphNodeCount(g, &nodes));
-  EXPECT_EQ(nodes, 2u);                                   // the two kernels
+  EXPECT_EQ(nodes, 3u);                                   // the three kernels
   ASSERT_SHIM_OK(shim::setActivityRecording(true));
   ASSERT_SHIM_OK(shim::graphLaunch(g, s));
   ASSERT_SHIM_OK(shim::streamSynchronize(s));
   const auto acts = drain();
-  const auto first = named(acts, "first"), second = named(acts, "second");
+  const auto first = named(acts, "first"), mid = named(acts, "on side"), second = named(acts, "second");
   ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(mid.size(), 1u);
   ASSERT_EQ(second.size(), 1u);
-  EXPECT_GE(second[0].start_ps, first[0].end_ps);
+  EXPECT_GE(mid[0].start_ps, first[0].end_ps);            // replayed in capture order
+  EXPECT_GE(second[0].start_ps, mid[0].end_ps);
   // Recorded again outside a capture, the event is an ordinary one.
-  ASSERT_SHIM_OK(shim::eventRecord(inside, s));
-  ASSERT_SHIM_OK(shim::streamWaitEvent(other, inside));
+  ASSERT_SHIM_OK(shim::eventRecord(fork, s));
+  ASSERT_SHIM_OK(shim::streamWaitEvent(side, fork));
+  ASSERT_SHIM_OK(shim::streamIsCapturing(side, &capturing));
+  EXPECT_FALSE(capturing);
+}
+
+TEST(ShimGraphs, AForkedStreamNotJoinedBackInvalidatesTheCapture) {
+  startRuntime("mlu370-x8", 1);
+  shim::Stream s, side;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  ASSERT_SHIM_OK(shim::streamCreate(&side));
+  shim::Event fork;
+  ASSERT_SHIM_OK(shim::eventCreate(&fork));
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  ASSERT_SHIM_OK(shim::eventRecord(fork, s));
+  ASSERT_SHIM_OK(shim::streamWaitEvent(side, fork));
+  ASSERT_SHIM_OK(shim::launchKernel(side, "on side", memoryBound(1 << 20, 4), nullptr));
+  shim::Graph g;
+  const shim::Status st = shim::streamEndCapture(s, &g);
+  EXPECT_EQ(st.code(), shim::Code::InvalidValue);
+  EXPECT_NE(st.message().find("not joined back"), std::string::npos) << st.message();
+  bool capturing = true;
+  ASSERT_SHIM_OK(shim::streamIsCapturing(side, &capturing));
+  EXPECT_FALSE(capturing);                                // both streams usable again
+  ASSERT_SHIM_OK(shim::launchKernel(side, "after", memoryBound(1 << 20, 4), nullptr));
+  ASSERT_SHIM_OK(shim::streamSynchronize(side));
+  // A joined stream that synchronizes breaks the whole capture, reported at its end.
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  ASSERT_SHIM_OK(shim::eventRecord(fork, s));
+  ASSERT_SHIM_OK(shim::streamWaitEvent(side, fork));
+  EXPECT_EQ(shim::streamSynchronize(side).code(), shim::Code::NotSupported);
+  const shim::Status end = shim::streamEndCapture(s, &g);
+  EXPECT_EQ(end.code(), shim::Code::InvalidValue);
+  EXPECT_NE(end.message().find("joined stream"), std::string::npos) << end.message();
 }

@@ -106,3 +106,43 @@ def test_make_graphed_callables_refuses_bad_sample_args(dm, card):
         dm.make_graphed_callables(m, (3,))
     with pytest.raises(ValueError, match="callable"):
         dm.make_graphed_callables((m, m), ((torch.randn(2, 4, device=card),),))
+
+
+def test_side_stream_forked_and_joined_inside_a_capture(dm, card):
+    G = getattr(dm, "MLUGraph" if card == "mlu" else "SUPAGraph")
+    x = torch.arange(4.0, device=card)
+    side = dm.Stream()
+    g = G()
+    with dm.graph(g):
+        y = x * 2
+        side.wait_stream(dm.current_stream())        # fork: the side stream joins the capture
+        with dm.stream(side):
+            z = y + 1
+        dm.current_stream().wait_stream(side)        # join
+        w = z * 3
+    x.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]).to(card))
+    g.replay()
+    dm.synchronize()
+    assert torch.equal(w.cpu(), (torch.tensor([1.0, 2.0, 3.0, 4.0]) * 2 + 1) * 3)
+    with dm.stream(side):                            # eager again outside the capture
+        v = x + 10
+    dm.synchronize()
+    assert torch.equal(v.cpu(), torch.tensor([11.0, 12.0, 13.0, 14.0]))
+
+
+def test_a_forked_stream_never_joined_back_fails_the_capture_and_streams_stay_usable(dm, card):
+    G = getattr(dm, "MLUGraph" if card == "mlu" else "SUPAGraph")
+    x = torch.ones(4, device=card)
+    side = dm.Stream()
+    g = G()
+    with pytest.raises(RuntimeError, match="not joined back"):
+        with dm.graph(g):
+            side.wait_stream(dm.current_stream())
+            with dm.stream(side):
+                x.add_(1)
+    assert dm.is_current_stream_capturing() is False
+    with dm.stream(side):
+        assert dm.is_current_stream_capturing() is False
+        y = x * 2
+    dm.synchronize()
+    assert y.shape == (4,)
