@@ -272,10 +272,14 @@ class CardsimProcessGroup(dist.ProcessGroup):
         _join_fabric(store, self._ranks[rank], size, timeout)
         from . import execution_mode
         self._timing = execution_mode() == "timing"
-        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank,
-                                           size, timeout)
-        if self._timing:
-            self._gloo = _TimingGloo(self._gloo)
+        gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank, size, timeout)
+        self._gloo = _TimingGloo(gloo) if self._timing else gloo
+        # The group's name lives on its backends (ProcessGroup::getGroupName reads the first
+        # one's): without one, torch's DeviceMesh and functional collectives fail with
+        # "ProcessGroup name not set". The Gloo backend that moves the bytes stands for this
+        # group; collectives still come here (the methods below override the C++ ones).
+        for dev in (device_type, "cpu"):
+            self._register_backend(torch.device(dev), dist.ProcessGroup.BackendType.CUSTOM, gloo)
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -555,7 +559,8 @@ def register_backend(p) -> None:
         return
 
     def create(opts, backend_options=None):
-        return CardsimProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout, p.comm_backend,
-                                   p.device, global_ranks=opts.global_ranks_in_group)
+        pg = CardsimProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout, p.comm_backend,
+                                 p.device, global_ranks=opts.global_ranks_in_group)
+        return pg
 
     dist.Backend.register_backend(p.comm_backend, create, extended_api=True, devices=[p.device, "cpu"])
