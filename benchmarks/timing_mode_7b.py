@@ -2,7 +2,7 @@
 architecture (bf16, 1 x 2048 tokens per rank, activation checkpointing) on 8 emulated
 MLU370-X8 chips in timing mode, all 8 rank processes on this machine (target <= 30 s).
 The job is scripts/demo.sh's (train_lm.py --model llama-7b --timing); the figure is the
-slowest rank's wall time of the last of --steps steps (the first builds DeepSpeed's
+slowest rank's wall time of the last of --steps (3) steps (the first builds DeepSpeed's
 parameter trace). Also prints the simulated step and the host memory the ranks held.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--card", default="mlu", choices=["mlu", "supa"])
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_") and k != "DS_ACCELERATOR"}
     with tempfile.TemporaryDirectory() as tmp:
