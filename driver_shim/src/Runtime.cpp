@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "AsyncChecker.h"
 #include "Backend.h"
 #include "StatusBoard.h"
 #include "TraceBackend.h"
@@ -97,6 +98,31 @@ IBackend* backend(Status* why) {
     IBackend* b_ = backend(&why_);     \
     if (!b_) return remember(why_);    \
     return remember(b_->call);         \
+  } while (0)
+
+// CARDSIM_CHECK=async (shim.h): the checker hears of every ordering call after it succeeds.
+AsyncChecker g_checker;
+std::atomic<bool> g_check_on{false};
+
+AsyncChecker::StreamRef refOf(IBackend* b, Stream s) {
+  AsyncChecker::StreamRef r;
+  int dev = 0;
+  if (s) (void)b->streamGetDevice(s, &dev);
+  else (void)b->getDevice(&dev);
+  r.device = dev;
+  r.key = AsyncChecker::keyOf(s, dev);
+  (void)b->streamGetId(s, &r.id);
+  return r;
+}
+
+#define CARDSIM_FORWARD_CHECKED(call, hook)                                     \
+  do {                                                                          \
+    Status why_;                                                                \
+    IBackend* b_ = backend(&why_);                                              \
+    if (!b_) return remember(why_);                                             \
+    Status s_ = b_->call;                                                       \
+    if (s_.ok() && g_check_on.load(std::memory_order_relaxed)) { hook; }        \
+    return remember(s_);                                                        \
   } while (0)
 
 }  // namespace
@@ -199,7 +225,13 @@ Status getDevice(int* device) { CARDSIM_FORWARD(getDevice(device)); }
 Status getDeviceProperties(DeviceProperties* props, int device) {
   CARDSIM_FORWARD(getDeviceProperties(props, device));
 }
-Status deviceSynchronize() { CARDSIM_FORWARD(deviceSynchronize()); }
+Status deviceSynchronize() {
+  CARDSIM_FORWARD_CHECKED(deviceSynchronize(), {
+    int dev = 0;
+    (void)b_->getDevice(&dev);
+    g_checker.hostWaitedDevice(dev);
+  });
+}
 Status deviceCanAccessPeer(int* can_access, int device, int peer) {
   CARDSIM_FORWARD(deviceCanAccessPeer(can_access, device, peer));
 }
@@ -231,52 +263,70 @@ Status timingNoteHostWrite(const void* dev_ptr, std::size_t bytes) {
 }
 Status timingScrub(void* dev_ptr, std::size_t bytes) { CARDSIM_FORWARD(timingScrub(dev_ptr, bytes)); }
 Status memset(void* dev_ptr, int value, std::size_t bytes) {
-  CARDSIM_FORWARD(memset(dev_ptr, value, bytes, nullptr, false));
+  CARDSIM_FORWARD_CHECKED(memset(dev_ptr, value, bytes, nullptr, false),
+                          g_checker.memsetQueued(refOf(b_, nullptr), dev_ptr, bytes, false));
 }
 Status memsetAsync(void* dev_ptr, int value, std::size_t bytes, Stream stream) {
-  CARDSIM_FORWARD(memset(dev_ptr, value, bytes, stream, true));
+  CARDSIM_FORWARD_CHECKED(memset(dev_ptr, value, bytes, stream, true),
+                          g_checker.memsetQueued(refOf(b_, stream), dev_ptr, bytes, true));
 }
 Status memcpy(void* dst, const void* src, std::size_t bytes, MemcpyKind kind) {
-  CARDSIM_FORWARD(memcpy(dst, src, bytes, kind, nullptr, false));
+  CARDSIM_FORWARD_CHECKED(memcpy(dst, src, bytes, kind, nullptr, false),
+                          g_checker.copyQueued(refOf(b_, nullptr), dst, src, bytes, kind, false));
 }
 Status memcpyAsync(void* dst, const void* src, std::size_t bytes, MemcpyKind kind, Stream stream) {
-  CARDSIM_FORWARD(memcpy(dst, src, bytes, kind, stream, true));
+  CARDSIM_FORWARD_CHECKED(memcpy(dst, src, bytes, kind, stream, true),
+                          g_checker.copyQueued(refOf(b_, stream), dst, src, bytes, kind, true));
 }
 Status memcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
                        std::size_t bytes, Stream stream) {
-  CARDSIM_FORWARD(memcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream));
+  CARDSIM_FORWARD_CHECKED(memcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream),
+                          g_checker.commandQueued(refOf(b_, stream)));
 }
 Status streamCreate(Stream* stream, int priority) { CARDSIM_FORWARD(streamCreate(stream, priority)); }
 Status streamDestroy(Stream stream) { CARDSIM_FORWARD(streamDestroy(stream)); }
-Status streamSynchronize(Stream stream) { CARDSIM_FORWARD(streamSynchronize(stream)); }
-Status streamQuery(Stream stream) { CARDSIM_FORWARD(streamQuery(stream)); }
+Status streamSynchronize(Stream stream) {
+  CARDSIM_FORWARD_CHECKED(streamSynchronize(stream), g_checker.hostWaitedStream(refOf(b_, stream)));
+}
+Status streamQuery(Stream stream) {
+  CARDSIM_FORWARD_CHECKED(streamQuery(stream), g_checker.hostWaitedStream(refOf(b_, stream)));
+}
 Status streamGetPriority(Stream stream, int* priority) {
   CARDSIM_FORWARD(streamGetPriority(stream, priority));
 }
 Status streamGetDevice(Stream stream, int* device) { CARDSIM_FORWARD(streamGetDevice(stream, device)); }
 Status streamGetId(Stream stream, uint32_t* id) { CARDSIM_FORWARD(streamGetId(stream, id)); }
-Status streamWaitEvent(Stream stream, Event event) { CARDSIM_FORWARD(streamWaitEvent(stream, event)); }
+Status streamWaitEvent(Stream stream, Event event) {
+  CARDSIM_FORWARD_CHECKED(streamWaitEvent(stream, event), g_checker.streamWaited(refOf(b_, stream), event));
+}
 Status deviceGetStreamPriorityRange(int* least, int* greatest) {
   CARDSIM_FORWARD(deviceGetStreamPriorityRange(least, greatest));
 }
 Status eventCreate(Event* event, unsigned flags) { CARDSIM_FORWARD(eventCreate(event, flags)); }
-Status eventDestroy(Event event) { CARDSIM_FORWARD(eventDestroy(event)); }
-Status eventRecord(Event event, Stream stream) { CARDSIM_FORWARD(eventRecord(event, stream)); }
-Status eventQuery(Event event) { CARDSIM_FORWARD(eventQuery(event)); }
-Status eventSynchronize(Event event) { CARDSIM_FORWARD(eventSynchronize(event)); }
+Status eventDestroy(Event event) {
+  CARDSIM_FORWARD_CHECKED(eventDestroy(event), g_checker.eventDestroyed(event));
+}
+Status eventRecord(Event event, Stream stream) {
+  CARDSIM_FORWARD_CHECKED(eventRecord(event, stream), g_checker.eventRecorded(event, refOf(b_, stream)));
+}
+Status eventQuery(Event event) { CARDSIM_FORWARD_CHECKED(eventQuery(event), g_checker.hostWaitedEvent(event)); }
+Status eventSynchronize(Event event) {
+  CARDSIM_FORWARD_CHECKED(eventSynchronize(event), g_checker.hostWaitedEvent(event));
+}
 Status eventElapsedTime(float* ms, Event start, Event end) {
   CARDSIM_FORWARD(eventElapsedTime(ms, start, end));
 }
 Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost,
                     const std::function<void()>& work) {
-  CARDSIM_FORWARD(launchKernel(stream, name, cost, work));
+  CARDSIM_FORWARD_CHECKED(launchKernel(stream, name, cost, work), g_checker.commandQueued(refOf(b_, stream)));
 }
 Status launchCollective(Stream stream, std::string_view name, double seconds) {
-  CARDSIM_FORWARD(launchCollective(stream, name, seconds));
+  CARDSIM_FORWARD_CHECKED(launchCollective(stream, name, seconds), g_checker.commandQueued(refOf(b_, stream)));
 }
 Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                               std::string* algorithm) {
-  CARDSIM_FORWARD(launchFabricCollective(stream, desc, seconds, algorithm));
+  CARDSIM_FORWARD_CHECKED(launchFabricCollective(stream, desc, seconds, algorithm),
+                          g_checker.commandQueued(refOf(b_, stream)));
 }
 Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) {
   CARDSIM_FORWARD(fabricServe(bind, port, bound_port));
@@ -288,16 +338,28 @@ Status fabricAddress(std::string* address) { CARDSIM_FORWARD(fabricAddress(addre
 Status launchHostFunc(Stream stream, std::function<void()> fn) {
   CARDSIM_FORWARD(launchHostFunc(stream, std::move(fn)));
 }
-Status streamBeginCapture(Stream stream) { CARDSIM_FORWARD(streamBeginCapture(stream)); }
+Status streamBeginCapture(Stream stream) {
+  CARDSIM_FORWARD_CHECKED(streamBeginCapture(stream), g_checker.captureBegun(refOf(b_, stream)));
+}
 Status streamEndCapture(Stream stream, Graph* graph) {
-  CARDSIM_FORWARD(streamEndCapture(stream, graph));
+  Status why;
+  IBackend* b = backend(&why);
+  if (!b) return remember(why);
+  Status s = b->streamEndCapture(stream, graph);
+  // A failed end (an invalidated capture) ends the capture too.
+  if (g_check_on.load(std::memory_order_relaxed)) g_checker.captureEnded(refOf(b, stream), s.ok() ? *graph : nullptr);
+  return remember(s);
 }
 Status streamIsCapturing(Stream stream, bool* capturing) {
   CARDSIM_FORWARD(streamIsCapturing(stream, capturing));
 }
 Status graphNodeCount(Graph graph, std::size_t* count) { CARDSIM_FORWARD(graphNodeCount(graph, count)); }
-Status graphLaunch(Graph graph, Stream stream) { CARDSIM_FORWARD(graphLaunch(graph, stream)); }
-Status graphDestroy(Graph graph) { CARDSIM_FORWARD(graphDestroy(graph)); }
+Status graphLaunch(Graph graph, Stream stream) {
+  CARDSIM_FORWARD_CHECKED(graphLaunch(graph, stream), g_checker.graphLaunched(graph, refOf(b_, stream)));
+}
+Status graphDestroy(Graph graph) {
+  CARDSIM_FORWARD_CHECKED(graphDestroy(graph), g_checker.graphDestroyed(graph));
+}
 Status hostTimePs(uint64_t* ps) { CARDSIM_FORWARD(hostTimePs(ps)); }
 Status hostClockShareBegin() { CARDSIM_FORWARD(hostClockShareBegin()); }
 Status hostClockShareEnd() { CARDSIM_FORWARD(hostClockShareEnd()); }
@@ -308,6 +370,42 @@ Status setActivityRecording(bool on) {
   CARDSIM_FORWARD(setActivityRecording(on));
 }
 Status drainActivities(std::vector<ActivityRecord>* out) { CARDSIM_FORWARD(drainActivities(out)); }
+
+Status checkEnable(bool on) {
+  Status why;
+  if (!backend(&why)) return remember(why);
+  if (on == g_check_on.load()) return Status::Ok();
+  g_checker.reset();   // on: a clean slate; off: nothing kept
+  g_check_on.store(on);
+  return Status::Ok();
+}
+bool checkEnabled() { return g_check_on.load(std::memory_order_relaxed); }
+Status checkDeviceAccess(Stream stream, const void* dev_ptr, std::size_t bytes, bool write) {
+  if (!g_check_on.load(std::memory_order_relaxed) || bytes == 0) return Status::Ok();
+  Status why;
+  IBackend* b = backend(&why);
+  if (!b) return remember(why);
+  g_checker.deviceAccess(refOf(b, stream), reinterpret_cast<uintptr_t>(dev_ptr), bytes, write,
+                         checkCurrentSite());
+  return Status::Ok();
+}
+Status checkHostAccess(const void* host_ptr, std::size_t bytes, bool write) {
+  if (g_check_on.load(std::memory_order_relaxed) && bytes > 0)
+    g_checker.hostAccess(reinterpret_cast<uintptr_t>(host_ptr), bytes, write, checkCurrentSite());
+  return Status::Ok();
+}
+Status checkBlockFreed(const void* dev_ptr, std::size_t bytes) {
+  if (g_check_on.load(std::memory_order_relaxed)) g_checker.blockFreed(reinterpret_cast<uintptr_t>(dev_ptr), bytes);
+  return Status::Ok();
+}
+std::size_t checkPendingReports() {
+  return g_check_on.load(std::memory_order_relaxed) ? g_checker.pendingReports() : 0;
+}
+Status checkDrainReports(std::vector<CheckReport>* out) {
+  if (!out) return remember(Status(Code::InvalidValue, "checkDrainReports: 'out' is null"));
+  *out = g_checker.drain();
+  return Status::Ok();
+}
 
 }  // namespace cardsim::shim
 

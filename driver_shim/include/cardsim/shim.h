@@ -346,6 +346,48 @@ uint64_t currentCorrelationId();
 Status setActivityRecording(bool on);
 Status drainActivities(std::vector<ActivityRecord>* out);
 
+// ---- Async-correctness checker (CARDSIM_CHECK=async) ------------------------------------
+
+// Reports what a real card shows only as intermittent corruption: memory used by two streams,
+// or by a stream and the host, with nothing ordering the uses (an event wait, a synchronize),
+// where one of them writes. The runtime tracks the ordering calls itself; the framework layer
+// tells it which memory each operator touches (checkDeviceAccess), which host memory the host
+// touches (checkHostAccess) and which blocks its allocator takes back (checkBlockFreed). A
+// `site` is the framework's handle for where the access came from (a Python stack).
+struct CheckReport {
+  enum class Kind {
+    StreamRace,    // a tensor used on another stream without an event wait
+    FreedReuse,    // a freed block handed out again while a stream still used it (no record_stream)
+    GraphReplay,   // memory a graph replay uses, touched while the replay may be in flight
+    HostRead,      // the host used memory a queued device-to-host copy has not finished writing
+    HostWrite,     // the host wrote memory a queued host-to-device copy has not finished reading
+  };
+  struct Side {
+    uint64_t site = 0;
+    bool host = false;        // the host itself (else a stream)
+    uint32_t stream_id = 0;   // streamGetId
+    int device = -1;
+    bool write = false;
+    uint64_t graph = 0;       // a graph replay's accesses: the graph (numbered from 1 per process)
+  };
+  Kind kind = Kind::StreamRace;
+  uintptr_t address = 0;      // the overlapping bytes
+  std::size_t bytes = 0;
+  int memory_device = -1;     // whose memory (-1: host memory)
+  Side producer, offender;    // the earlier access and the one not ordered after it
+};
+const char* checkKindName(CheckReport::Kind k);
+
+// Off by default; turning it on starts from a clean slate (earlier work counts as ordered).
+Status checkEnable(bool on);
+bool checkEnabled();
+void checkSetSite(uint64_t site);   // this thread's site for the accesses that follow
+Status checkDeviceAccess(Stream stream, const void* dev_ptr, std::size_t bytes, bool write);
+Status checkHostAccess(const void* host_ptr, std::size_t bytes, bool write);
+Status checkBlockFreed(const void* dev_ptr, std::size_t bytes);
+std::size_t checkPendingReports();
+Status checkDrainReports(std::vector<CheckReport>* out);
+
 }  // namespace cardsim::shim
 
 // For ctypes (cardsim_torch.distributed writes collective results through host views):
