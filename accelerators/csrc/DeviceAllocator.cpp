@@ -108,6 +108,9 @@ void releaseCached(DeviceState& d) {
 void releaseBlock(Block* b) {
   // Timing mode: host data the block carried is zeroed, so the next tensor reads as zeros.
   if (kernels::timingMode()) (void)shim::timingScrub(b->ptr, b->size);
+  // The async checker keeps the block's last uses, marked freed: a reuse they are not
+  // ordered before is a missing record_stream.
+  if (shim::checkEnabled()) (void)shim::checkBlockFreed(b->ptr, b->size);
   std::shared_ptr<c10::GatheredContext> freed_at = memoryHistory().gather();
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   {

@@ -438,6 +438,37 @@ PYBIND11_MODULE(_C, m) {
                                 r.stream_id, r.name, r.start_ps / 1000.0, r.end_ps / 1000.0, r.flops, r.bytes));
     return out;
   });
+  // The async checker (cardsim_torch/checker.py): operands of each operator, by stream.
+  m.def("_check_enable", [](bool on) { throwIfFailed(shim::checkEnable(on), "checkEnable"); });
+  m.def("_check_set_site", [](uint64_t site) { shim::checkSetSite(site); });
+  m.def("_check_tensors", [](const std::vector<at::Tensor>& tensors, bool write) {
+    for (const at::Tensor& t : tensors) {
+      if (!t.defined() || t.numel() == 0 || !t.has_storage() || !t.storage().data()) continue;
+      int64_t span = 1;   // elements from the first to the last one the view reaches
+      for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * std::abs(t.stride(d));
+      const size_t bytes = static_cast<size_t>(span) * t.element_size();
+      if (t.device().type() == c10::DeviceType::PrivateUse1)
+        (void)shim::checkDeviceAccess(kernels::currentStream(t.device().index()), t.data_ptr(), bytes, write);
+      else if (t.device().is_cpu())
+        (void)shim::checkHostAccess(t.data_ptr(), bytes, write);
+    }
+  });
+  m.def("_check_pending", [] { return shim::checkPendingReports(); });
+  m.def("_check_drain", [] {
+    using namespace pybind11::literals;
+    std::vector<shim::CheckReport> reports;
+    throwIfFailed(shim::checkDrainReports(&reports), "checkDrainReports");
+    auto side = [](const shim::CheckReport::Side& s) {
+      return py::dict("site"_a = s.site, "host"_a = s.host, "stream"_a = s.stream_id, "device"_a = s.device,
+                      "write"_a = s.write, "graph"_a = s.graph);
+    };
+    py::list out;
+    for (const auto& r : reports)
+      out.append(py::dict("kind"_a = shim::checkKindName(r.kind), "address"_a = r.address, "bytes"_a = r.bytes,
+                          "memory_device"_a = r.memory_device, "producer"_a = side(r.producer),
+                          "offender"_a = side(r.offender)));
+    return out;
+  });
   m.def("_fallback_operators", &kernels::fallbackOperators);
   m.def("_costed_operators", &kernels::costedOperators);
   m.def("_cpu_alias", [](const at::Tensor& t) {

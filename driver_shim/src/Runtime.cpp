@@ -120,8 +120,12 @@ AsyncChecker::StreamRef refOf(IBackend* b, Stream s) {
     Status why_;                                                                \
     IBackend* b_ = backend(&why_);                                              \
     if (!b_) return remember(why_);                                             \
+    const uint64_t site_ = checkCurrentSite();                                  \
     Status s_ = b_->call;                                                       \
-    if (s_.ok() && g_check_on.load(std::memory_order_relaxed)) { hook; }        \
+    if (s_.ok() && g_check_on.load(std::memory_order_relaxed)) {                \
+      checkSetSite(site_); /* the call may have run framework code (replays) */ \
+      hook;                                                                     \
+    }                                                                           \
     return remember(s_);                                                        \
   } while (0)
 
@@ -371,9 +375,7 @@ Status setActivityRecording(bool on) {
 }
 Status drainActivities(std::vector<ActivityRecord>* out) { CARDSIM_FORWARD(drainActivities(out)); }
 
-Status checkEnable(bool on) {
-  Status why;
-  if (!backend(&why)) return remember(why);
+Status checkEnable(bool on) {   // does not start the runtime: CARDSIM_CHECK is read before it starts
   if (on == g_check_on.load()) return Status::Ok();
   g_checker.reset();   // on: a clean slate; off: nothing kept
   g_check_on.store(on);

@@ -103,6 +103,8 @@ def activate(p: Personality):
         _C._register_fused_adam(p.fused_adam_namespace)
     distributed.register_backend(p)
     host_time.install(_C, p.device)
+    from . import checker
+    checker.install_from_env(_C, p.device)   # CARDSIM_CHECK
     _active = p
     atexit.register(_report_fallbacks)
     return module

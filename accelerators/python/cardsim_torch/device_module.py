@@ -14,6 +14,9 @@ from typing import Any
 
 import torch
 
+
+from . import checker as _checker
+
 _graph_pool_ids = itertools.count(1)
 
 
@@ -404,6 +407,8 @@ def build(p, _C) -> types.ModuleType:
 
         def replay(self):
             s = current_stream()
+            if (c := _checker.active()) is not None:
+                c.site_here(f"{type(self).__name__}.replay()")
             self._g.replay(s.stream_id, s.device_index)
 
         def reset(self):
@@ -591,6 +596,9 @@ def build(p, _C) -> types.ModuleType:
         "memory_summary")})
     ns.update(memory=memory, memory_snapshot=memory.memory_snapshot)
     ns[p.graph_class] = Graph
+    ns["async_check"] = lambda raise_errors=False: _checker.async_check(_C, name, raise_errors)
+    ns["async_check"].__doc__ = _checker.async_check.__doc__
+    ns["AsyncCheckError"] = _checker.AsyncCheckError
     ns["check_error"] = check_error
     ns.update(runtime_ns)
     ns[p.profiler_module or "nvtx"] = prof

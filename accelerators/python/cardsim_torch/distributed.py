@@ -31,6 +31,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
+from . import checker as _checker
+
 _GLOO_OPS = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND,
              ReduceOp.BOR, ReduceOp.BXOR)
 
@@ -151,13 +153,15 @@ class _TimingGloo:
 class _Host:
     """Maps device tensors to CPU tensors Gloo can use, and writes results back."""
 
-    def __init__(self, device_type: str, alias):
-        self.device_type, self.alias = device_type, alias
+    def __init__(self, device_type: str, alias, what: str = "a collective"):
+        self.device_type, self.alias, self.what = device_type, alias, what
         self.writebacks: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def __call__(self, t: torch.Tensor, written: bool = False) -> torch.Tensor:
         if t.device.type != self.device_type:
             return t
+        if (c := _checker.active()) is not None:   # the collective uses it on the current stream
+            c.operand(t, written, self.what)
         if t.is_contiguous():
             return self.alias(t)
         packed = t.contiguous()
@@ -291,7 +295,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
 
     def _host(self) -> _Host:
         self._refuse_in_capture()
-        return _Host(self._device_type, self._alias)
+        return _Host(self._device_type, self._alias, f"{self._name} {sys._getframe(1).f_code.co_name}")
 
     def _refuse_in_capture(self) -> None:
         # Bytes move through Gloo when the call is made, so a graph replay would move none.
