@@ -100,6 +100,21 @@ void syncStream(c10::DeviceIndex device) {
 }
 
 // Elementwise copy between two tensors of one device (strides, broadcast, dtype change).
+// The current stream of `waiter` waits for the work queued so far on the current stream of `producer`.
+void streamWaitsFor(c10::DeviceIndex waiter, c10::DeviceIndex producer) {
+  shim::Event e = nullptr;
+  throwIfFailed(shim::eventCreate(&e, shim::kEventDisableTiming), "copy between devices (event)");
+  {
+    c10::DeviceGuard g(c10::Device(kDev, producer));
+    throwIfFailed(shim::eventRecord(e, currentStream(producer)), "copy between devices (event record)");
+  }
+  {
+    c10::DeviceGuard g(c10::Device(kDev, waiter));
+    throwIfFailed(shim::streamWaitEvent(currentStream(waiter), e), "copy between devices (event wait)");
+  }
+  (void)shim::eventDestroy(e);
+}
+
 void deviceCopyKernel(const at::Tensor& src, const at::Tensor& dst) {
   shim::KernelCost cost;
   cost.kernel_class = shim::KernelClass::Elementwise;
@@ -139,9 +154,14 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
         deviceCopyKernel(src, packed);
       }
       at::Tensor landed = dst.is_contiguous() ? dst : at::empty_like(dst, at::MemoryFormat::Contiguous);
+      // A two-way barrier, as CUDA's copy_ between devices has: the copy (queued on the
+      // target's stream) follows the work queued on the source's stream before it, and the
+      // source's later work follows the copy.
+      streamWaitsFor(dd, sd);
       throwIfFailed(shim::memcpyPeerAsync(landed.data_ptr(), dd, packed.data_ptr(), sd,
                                           landed.nbytes(), currentStream(dd)),
                     "copy between devices");
+      streamWaitsFor(sd, dd);
       if (!landed.is_same(dst)) deviceCopyKernel(landed, dst);
       if (!non_blocking) syncStream(dd);
     }

@@ -164,6 +164,7 @@ at::Tensor convolutionOverrideable(const at::Tensor& input, const at::Tensor& we
                                    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                                    c10::IntArrayRef output_padding, int64_t groups) {
   c10::DeviceGuard guard(input.device());
+  HostWindow window;
   HostCall call;
   call.op_name = "aten::convolution_overrideable";
   at::Tensor in_h = call.toHost(input), w_h = call.toHost(weight);
@@ -188,6 +189,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardOverrideable(
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
   c10::DeviceGuard guard(input.device());
+  HostWindow window;
   HostCall call;
   call.op_name = "aten::convolution_backward_overrideable";
   at::Tensor g_h = call.toHost(grad_output), in_h = call.toHost(input), w_h = call.toHost(weight);

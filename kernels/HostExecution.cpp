@@ -224,6 +224,7 @@ bool captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
 }  // namespace
 
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  HostWindow window;   // the CPU kernel works on host views of device memory
   const OpEntry& entry = entryFor(op);
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();

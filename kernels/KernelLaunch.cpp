@@ -163,7 +163,10 @@ void launch(c10::DeviceIndex device, const char* name, const shim::KernelCost& c
     throwIfFailed(shim::launchKernel(stream, name, cost, [work, held] { work(); }), name);
     return;
   }
-  if (work && !timingMode()) work();
+  if (work && !timingMode()) {
+    HostWindow window;
+    work();
+  }
   throwIfFailed(shim::launchKernel(stream, name, cost, nullptr), name);
 }
 

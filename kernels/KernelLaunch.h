@@ -61,6 +61,23 @@ std::vector<HostReadSite> hostReads();   // in first-seen order
 // (tensor.resize_ and storage.resize_ both come here).
 void resizeStorage(const c10::Storage& storage, size_t nbytes);
 
+// The async checker's device-memory guard (shim checkGuardDeviceMemory): kernels touch
+// their host views of device memory only inside one of these.
+class HostWindow {
+ public:
+  HostWindow() : on_(shim::checkEnabled()) {
+    if (on_) shim::checkHostWindowOpen();
+  }
+  ~HostWindow() {
+    if (on_) shim::checkHostWindowClose();
+  }
+  HostWindow(const HostWindow&) = delete;
+  HostWindow& operator=(const HostWindow&) = delete;
+
+ private:
+  bool on_;
+};
+
 // Runs `work` now (exceptions propagate unchanged) and queues `cost` on the current
 // stream of `device`. While that stream captures a graph, `work` is recorded instead, and
 // the graph holds the memory of the `touched` device tensors (as a graph's private pool

@@ -25,4 +25,12 @@ rc=$?
 set -e
 [ $rc -ne 0 ] && status=1
 
+echo "== pytest (device suite as mlu under the async checker: correct programs report nothing)"
+set +e
+CARDSIM_CHECK=async,raise .venv/bin/python -m pytest -q tests/python/device \
+  --ignore tests/python/device/test_async_check.py
+rc=$?
+set -e
+[ $rc -ne 0 ] && status=1
+
 exit $status

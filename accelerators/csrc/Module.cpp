@@ -194,6 +194,10 @@ class Graph {
     TORCH_CHECK(graph_, "replay: nothing captured");
     c10::Stream s = streamFrom(stream_id, device);
     c10::DeviceGuard guard(s.device());
+    // The replayed work is the runtime's own: Python dispatch modes (the async checker's, a
+    // user's) saw the operators when they were captured and must not see their CPU kernels.
+    c10::impl::ExcludeDispatchKeyGuard no_python(
+        c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
     throwIfFailed(shim::graphLaunch(graph_, accel::shimStream(s)), "replay");
   }
   size_t nodes() const {
@@ -441,14 +445,18 @@ PYBIND11_MODULE(_C, m) {
   // The async checker (cardsim_torch/checker.py): operands of each operator, by stream.
   m.def("_check_enable", [](bool on) { throwIfFailed(shim::checkEnable(on), "checkEnable"); });
   m.def("_check_set_site", [](uint64_t site) { shim::checkSetSite(site); });
+  m.def("_check_guard", [](bool on) { throwIfFailed(shim::checkGuardDeviceMemory(on), "checkGuardDeviceMemory"); });
+  m.def("_check_window", [](bool open) { open ? shim::checkHostWindowOpen() : shim::checkHostWindowClose(); });
   m.def("_check_tensors", [](const std::vector<at::Tensor>& tensors, bool write) {
     for (const at::Tensor& t : tensors) {
       if (!t.defined() || t.numel() == 0 || !t.has_storage() || !t.storage().data()) continue;
       int64_t span = 1;   // elements from the first to the last one the view reaches
       for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * std::abs(t.stride(d));
       const size_t bytes = static_cast<size_t>(span) * t.element_size();
-      if (t.device().type() == c10::DeviceType::PrivateUse1)
+      if (t.device().type() == c10::DeviceType::PrivateUse1) {
+        c10::DeviceGuard guard(t.device());   // a default stream (null handle) is the current device's
         (void)shim::checkDeviceAccess(kernels::currentStream(t.device().index()), t.data_ptr(), bytes, write);
+      }
       else if (t.device().is_cpu())
         (void)shim::checkHostAccess(t.data_ptr(), bytes, write);
     }

@@ -1,5 +1,7 @@
 #include "DeviceMemory.h"
 
+#include "HostAccessGuard.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -61,6 +63,7 @@ Status DeviceMemory::allocate(int device, std::size_t bytes, void** out) {
   }
   used_[d] += accounted;
   blocks_.emplace(reinterpret_cast<uintptr_t>(p), Block{bytes, mapped, device});
+  HostAccessGuard::instance().mapped(p, mapped, bytes, device);
   *out = p;
   return Status::Ok();
 }
@@ -77,6 +80,7 @@ Status DeviceMemory::release(void* ptr, int* device_out) {
   const Block b = it->second;
   blocks_.erase(it);
   used_[static_cast<size_t>(b.device)] -= (b.size + kGranularity - 1) / kGranularity * kGranularity;
+  HostAccessGuard::instance().unmapped(ptr);
   munmap(ptr, b.mapped);
   if (device_out) *device_out = b.device;
   return Status::Ok();

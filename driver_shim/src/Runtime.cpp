@@ -8,6 +8,7 @@
 
 #include "AsyncChecker.h"
 #include "Backend.h"
+#include "HostAccessGuard.h"
 #include "StatusBoard.h"
 #include "TraceBackend.h"
 
@@ -265,27 +266,35 @@ uint64_t currentCorrelationId() { return t_correlation; }
 Status timingNoteHostWrite(const void* dev_ptr, std::size_t bytes) {
   CARDSIM_FORWARD(timingNoteHostWrite(dev_ptr, bytes));
 }
-Status timingScrub(void* dev_ptr, std::size_t bytes) { CARDSIM_FORWARD(timingScrub(dev_ptr, bytes)); }
+Status timingScrub(void* dev_ptr, std::size_t bytes) {
+  HostAccessGuard::Window window;   // the runtime's own access to device memory
+  CARDSIM_FORWARD(timingScrub(dev_ptr, bytes));
+}
 Status memset(void* dev_ptr, int value, std::size_t bytes) {
+  HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD_CHECKED(memset(dev_ptr, value, bytes, nullptr, false),
                           g_checker.memsetQueued(refOf(b_, nullptr), dev_ptr, bytes, false));
 }
 Status memsetAsync(void* dev_ptr, int value, std::size_t bytes, Stream stream) {
+  HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD_CHECKED(memset(dev_ptr, value, bytes, stream, true),
                           g_checker.memsetQueued(refOf(b_, stream), dev_ptr, bytes, true));
 }
 Status memcpy(void* dst, const void* src, std::size_t bytes, MemcpyKind kind) {
+  HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD_CHECKED(memcpy(dst, src, bytes, kind, nullptr, false),
                           g_checker.copyQueued(refOf(b_, nullptr), dst, src, bytes, kind, false));
 }
 Status memcpyAsync(void* dst, const void* src, std::size_t bytes, MemcpyKind kind, Stream stream) {
+  HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD_CHECKED(memcpy(dst, src, bytes, kind, stream, true),
                           g_checker.copyQueued(refOf(b_, stream), dst, src, bytes, kind, true));
 }
 Status memcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
                        std::size_t bytes, Stream stream) {
+  HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD_CHECKED(memcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream),
-                          g_checker.commandQueued(refOf(b_, stream)));
+                          g_checker.copyQueued(refOf(b_, stream), dst, src, bytes, MemcpyKind::DeviceToDevice, true));
 }
 Status streamCreate(Stream* stream, int priority) { CARDSIM_FORWARD(streamCreate(stream, priority)); }
 Status streamDestroy(Stream stream) { CARDSIM_FORWARD(streamDestroy(stream)); }
@@ -322,6 +331,7 @@ Status eventElapsedTime(float* ms, Event start, Event end) {
 }
 Status launchKernel(Stream stream, std::string_view name, const KernelCost& cost,
                     const std::function<void()>& work) {
+  HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD_CHECKED(launchKernel(stream, name, cost, work), g_checker.commandQueued(refOf(b_, stream)));
 }
 Status launchCollective(Stream stream, std::string_view name, double seconds) {
@@ -340,6 +350,7 @@ Status fabricConnect(const std::string& address, const std::string& job, int ran
 }
 Status fabricAddress(std::string* address) { CARDSIM_FORWARD(fabricAddress(address)); }
 Status launchHostFunc(Stream stream, std::function<void()> fn) {
+  HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD(launchHostFunc(stream, std::move(fn)));
 }
 Status streamBeginCapture(Stream stream) {
@@ -359,6 +370,7 @@ Status streamIsCapturing(Stream stream, bool* capturing) {
 }
 Status graphNodeCount(Graph graph, std::size_t* count) { CARDSIM_FORWARD(graphNodeCount(graph, count)); }
 Status graphLaunch(Graph graph, Stream stream) {
+  HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD_CHECKED(graphLaunch(graph, stream), g_checker.graphLaunched(graph, refOf(b_, stream)));
 }
 Status graphDestroy(Graph graph) {
@@ -381,6 +393,12 @@ Status checkEnable(bool on) {   // does not start the runtime: CARDSIM_CHECK is 
   g_check_on.store(on);
   return Status::Ok();
 }
+Status checkGuardDeviceMemory(bool on) {
+  HostAccessGuard::instance().setEnabled(on);
+  return Status::Ok();
+}
+void checkHostWindowOpen() { HostAccessGuard::instance().open(); }
+void checkHostWindowClose() { HostAccessGuard::instance().close(); }
 bool checkEnabled() { return g_check_on.load(std::memory_order_relaxed); }
 Status checkDeviceAccess(Stream stream, const void* dev_ptr, std::size_t bytes, bool write) {
   if (!g_check_on.load(std::memory_order_relaxed) || bytes == 0) return Status::Ok();

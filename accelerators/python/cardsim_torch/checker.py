@@ -24,6 +24,7 @@ happen to leave it harmless, as it is harmless on a real card only by luck.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import threading
@@ -56,6 +57,7 @@ def parse(value: str | None) -> tuple[bool, bool]:
 # Frames of these files are the machinery, not the user's code (shown only when nothing else is).
 _INTERNAL = (os.sep + "torch" + os.sep, os.sep + "cardsim_torch" + os.sep, "<frozen ")
 _MAX_FRAMES = 24
+_SHOWN_FRAMES = 6   # innermost first; a report shows the user's frames nearest the operator
 # Operators that touch no tensor data (or whose data movement the runtime itself sees).
 _NO_ACCESS = {"aten::record_stream", "aten::set_", "aten::resize_", "aten::resize_as_",
               "aten::empty.memory_format", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
@@ -99,7 +101,7 @@ class _Sites:
         return f[0][:2] if f else ("?", 0)
 
     def stack_lines(self, site: int, indent: str) -> list[str]:
-        frames = self.user_frames(site)
+        frames = self.user_frames(site)[:_SHOWN_FRAMES]
         if not frames:
             return [f"{indent}(no Python frame: run by the runtime or the autograd engine's device thread)"]
         return [f'{indent}File "{fn}", line {ln}, in {name}' for fn, ln, name in reversed(frames)]
@@ -230,6 +232,20 @@ class _CheckMode(TorchDispatchMode):
             _tensors(v, writes if i < len(names) and names[i] in written else reads)
         for k, v in kwargs.items():
             _tensors(v, writes if k in written else reads)
+        cards = {t.device for t in reads + writes if t.device.type == c.device}
+        target = kwargs.get("device")
+        if isinstance(target, torch.device) and target.type == c.device:
+            index = target.index if target.index is not None else getattr(torch, c.device).current_device()
+            cards.add(torch.device(c.device, index))
+        if len(cards) > 1:
+            # A copy between cards: it runs on one card's stream after a two-way barrier, and
+            # the runtime checks the copy itself.
+            try:
+                out = func(*args, **kwargs)
+                c.flush()
+                return out
+            finally:
+                _C._check_set_site(0)
         try:
             if reads:
                 _C._check_tensors(reads, False)
@@ -260,6 +276,22 @@ def active() -> Checker | None:
     return _checker
 
 
+def open_window():
+    """Opens a window on guarded device memory (the runtime's own access through host views);
+    returns what close_window takes, or None when the checker is off."""
+    c = _checker
+    if c is None:
+        return None
+    c._C._check_window(True)
+    return c._C
+
+
+def close_window(window) -> None:
+    if window is not None:
+        window._check_window(False)
+    return None
+
+
 def install_from_env(_C, device: str) -> None:
     """CARDSIM_CHECK=async[,raise]: checks the whole process from the first device use."""
     global _checker, _env_on
@@ -267,31 +299,55 @@ def install_from_env(_C, device: str) -> None:
     if not on:
         return
     _C._check_enable(True)
+    if not faulthandler.is_enabled():   # the Python stack of a host access to device memory
+        faulthandler.enable()           # (first: the guard's fault handler chains to it)
+    _C._check_guard(True)
     _checker = Checker(_C, device, raise_errors)
     _env_on = True
     _CheckMode(_checker).__enter__()   # for the life of the process
 
 
+class Region:
+    """What async_check() yields: the reports shown since the region began."""
+
+    def __init__(self, checker: Checker):
+        self.checker = checker
+        self._start = len(checker.reports)
+
+    @property
+    def reports(self) -> list[str]:
+        return self.checker.reports[self._start:]
+
+
 @contextmanager
 def async_check(_C, device: str, raise_errors: bool = False):
     """Checks the enclosed region (this thread's operators, and the backward passes it runs).
-    Yields the Checker; its ``reports`` lists the blocks shown."""
+    Yields a Region; its ``reports`` lists the blocks shown within it. Under CARDSIM_CHECK the
+    whole process is checked already: the region then only scopes ``reports`` and ``raise``."""
     global _checker, _depth
     with _lock:
         if _checker is None:
             _C._check_enable(True)
+            if not faulthandler.is_enabled():
+                faulthandler.enable()
+            _C._check_guard(True)
             _checker = Checker(_C, device, raise_errors)
         checker = _checker
+        push_mode = not _env_on and _depth == 0   # one mode checks each operator once
         _depth += 1
         prev_raise = checker.raise_errors
         checker.raise_errors = raise_errors or prev_raise
     try:
-        with _CheckMode(checker):
-            yield checker
+        if push_mode:
+            with _CheckMode(checker):
+                yield Region(checker)
+        else:
+            yield Region(checker)
     finally:
         with _lock:
             checker.raise_errors = prev_raise
             _depth -= 1
             if _depth == 0 and not _env_on:
+                _C._check_guard(False)
                 _C._check_enable(False)
                 _checker = None

@@ -156,6 +156,9 @@ class _Host:
     def __init__(self, device_type: str, alias, what: str = "a collective"):
         self.device_type, self.alias, self.what = device_type, alias, what
         self.writebacks: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # Under the async checker, Gloo's threads touch device memory through the host views
+        # until finish(): the runtime's own access, like a kernel's.
+        self._window = _checker.open_window()
 
     def __call__(self, t: torch.Tensor, written: bool = False) -> torch.Tensor:
         if t.device.type != self.device_type:
@@ -173,6 +176,10 @@ class _Host:
         for dst, packed in self.writebacks:
             dst.copy_(packed)
         self.writebacks.clear()
+        self._window = _checker.close_window(self._window)
+
+    def __del__(self):
+        self._window = _checker.close_window(getattr(self, "_window", None))
 
 
 # torch.distributed's collectives as the fabric model names them; gather and scatter are

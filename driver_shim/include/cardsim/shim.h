@@ -386,6 +386,15 @@ Status checkDeviceAccess(Stream stream, const void* dev_ptr, std::size_t bytes, 
 Status checkHostAccess(const void* host_ptr, std::size_t bytes, bool write);
 Status checkBlockFreed(const void* dev_ptr, std::size_t bytes);
 std::size_t checkPendingReports();
+
+// Device memory the host cannot touch (HostAccessGuard): while on, device allocations are
+// mapped inaccessible except inside a window — the runtime's own copies, memsets, kernel
+// work and replays open one, and the framework layer opens one around its operators. A host
+// dereference of device memory outside (data_ptr() in an extension) stops the process with
+// a message naming the allocation, as the access would crash on a real card.
+Status checkGuardDeviceMemory(bool on);
+void checkHostWindowOpen();
+void checkHostWindowClose();
 Status checkDrainReports(std::vector<CheckReport>* out);
 
 }  // namespace cardsim::shim

@@ -227,6 +227,7 @@ def test_correct_training_step_with_a_side_stream_reports_nothing(dm, card):
     assert loss_host == loss_host   # a number
 
 
+@pytest.mark.skipif(bool(os.environ.get("CARDSIM_CHECK")), reason="CARDSIM_CHECK checks the whole process")
 def test_off_outside_the_context(dm, card, side, capsys):
     assert _get_current_dispatch_mode() is None
     x = torch.ones(N, device=card)

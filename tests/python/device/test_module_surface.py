@@ -924,7 +924,9 @@ def test_torch_accelerator_graph_records_and_replays(dm, card):
     it; each replay runs it once."""
     x = torch.zeros(4, device=card)
     g = torch.accelerator.Graph()
-    with dm.stream(dm.Stream()):
+    side = dm.Stream()
+    side.wait_stream(dm.current_stream())   # x was made on the default stream
+    with dm.stream(side):
         g.capture_begin()
         x.add_(1)
         g.capture_end()

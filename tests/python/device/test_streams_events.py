@@ -158,6 +158,7 @@ def test_stream_query_and_synchronize(dm, mat):
     """query() is True when idle, False with pending simulated work, True after sync."""
     s = dm.Stream()
     assert s.query() is True
+    s.wait_stream(dm.current_stream())   # mat was made on the default stream
     with dm.stream(s):
         for _ in range(4):
             y = mat @ mat
@@ -339,6 +340,7 @@ def test_event_on_other_device_stream(dm, card, mat):
     """An event recorded on a stream of device 1 is waited on by device 0."""
     s1 = dm.Stream(device=1)
     x1 = mat.to(f"{card}:1")
+    s1.wait_stream(dm.current_stream(1))   # x1 was copied on device 1's default stream
     with dm.stream(s1):
         y1 = x1 @ x1
         e = dm.Event()

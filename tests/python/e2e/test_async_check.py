@@ -109,3 +109,32 @@ def test_deepspeed_zero3_with_overlap_comm_reports_nothing(card):
         assert rc == 0, f"rank {rank}\n{o[-2000:]}\n{e[-4000:]}"
         assert "cardsim check" not in e, e
     assert "peak mem" in out[0][1]
+
+
+ROGUE = r'''
+import ctypes, sys, torch, importlib
+card = sys.argv[1]
+importlib.import_module("torch_" + card)
+x = torch.arange(64, dtype=torch.float32, device=card)
+print("sum", x.sum().item(), flush=True)            # the runtime's own access: fine
+v = ctypes.c_float.from_address(x.data_ptr() + 8).value   # ROGUE: host code dereferences device memory
+print("read", v, flush=True)
+'''
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_host_dereference_of_device_memory_stops_naming_the_allocation(card):
+    p = run_python(ROGUE, env={"CARDSIM_CHECK": "async"}, args=[card])
+    assert p.returncode in (-11, 139), (p.returncode, p.stderr)   # stopped by the fault
+    assert "sum 2016.0" in p.stdout and "read" not in p.stdout
+    m = re.search(r"cardsim check: host access to device memory: the host dereferenced device address "
+                  r"0x([0-9a-f]+) \(device 0, in the allocation at 0x([0-9a-f]+) of (\d+) bytes, offset (\d+)\)",
+                  p.stderr)
+    assert m, p.stderr
+    assert int(m.group(1), 16) - int(m.group(2), 16) == int(m.group(4)) == 8
+    assert int(m.group(3)) >= 64 * 4
+    # the Python stack of the access follows (Python's faulthandler)
+    assert f'File "<string>", line {_line(ROGUE, "ROGUE")}' in p.stderr
+    # without the checker the emulator's device memory is host memory: the same read "works"
+    p = run_python(ROGUE, args=[card])
+    assert p.returncode == 0 and "read 2.0" in p.stdout
