@@ -159,28 +159,52 @@ double convFlops(const at::Tensor& out, const at::Tensor& weight, bool transpose
   return 2.0 * per_out * static_cast<double>(transposed ? input.numel() : out.numel());
 }
 
+// The output's spatial size along one dimension (PyTorch's convolution arithmetic).
+int64_t convOutSize(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int64_t op, bool transposed) {
+  return transposed ? (in - 1) * s - 2 * p + d * (k - 1) + op + 1 : (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+int64_t at_or_last(c10::IntArrayRef v, size_t i) { return v.empty() ? 0 : v[std::min(i, v.size() - 1)]; }
+
+// Convolutions go through launch() with their results allocated first, so that they can be
+// captured into a graph (each replay recomputes them on the host views) and timed in timing mode.
 at::Tensor convolutionOverrideable(const at::Tensor& input, const at::Tensor& weight,
                                    const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                                    c10::IntArrayRef output_padding, int64_t groups) {
   c10::DeviceGuard guard(input.device());
-  HostWindow window;
   HostCall call;
   call.op_name = "aten::convolution_overrideable";
   at::Tensor in_h = call.toHost(input), w_h = call.toHost(weight);
   std::optional<at::Tensor> b_h;
-  if (bias.has_value() && bias->defined()) b_h = call.toHost(*bias);
-  TORCH_CHECK(!isCapturing(currentStream(call.device)), "convolution cannot be captured into a graph yet");
-  TORCH_CHECK(!timingMode(), "convolution cannot run in timing mode yet (CARDSIM_EXECUTION=timing)");
-  at::Tensor r = at::convolution(in_h, w_h, b_h, stride, padding, dilation, transposed, output_padding, groups);
-  at::Tensor out = call.toDevice(r);
+  at::Tensor b_dev;
+  if (bias.has_value() && bias->defined()) {
+    b_h = call.toHost(*bias);
+    b_dev = *bias;
+  }
+  const bool batched = input.dim() == weight.dim();
+  std::vector<int64_t> shape;
+  if (batched) shape.push_back(input.size(0));
+  shape.push_back(transposed ? weight.size(1) * groups : weight.size(0));
+  const int64_t spatial0 = batched ? 2 : 1;
+  for (int64_t i = 0; i + 2 < weight.dim(); ++i)
+    shape.push_back(convOutSize(input.size(spatial0 + i), weight.size(2 + i), at_or_last(stride, i),
+                                at_or_last(padding, i), at_or_last(dilation, i),
+                                transposed ? at_or_last(output_padding, i) : 0, transposed));
+  at::Tensor out = at::empty(shape, input.options());
+  at::Tensor out_h = cpuAlias(out);
+  const std::vector<int64_t> st(stride.begin(), stride.end()), pad(padding.begin(), padding.end()),
+      dil(dilation.begin(), dilation.end()), opad(output_padding.begin(), output_padding.end());
   shim::KernelCost c;
   c.kernel_class = shim::KernelClass::Gemm;
   c.dtype = costDtype(out.scalar_type(), call.device);
   c.flops = convFlops(out, weight, transposed, input) * flopScale(out.scalar_type(), call.device);
   c.bytes_read = tensorBytes(input) + tensorBytes(weight) + (b_h ? tensorBytes(*bias) : 0.0);
   c.bytes_written = tensorBytes(out);
-  throwIfFailed(shim::launchKernel(currentStream(call.device), "aten::convolution", c, nullptr), "convolution");
+  launch(call.device, "aten::convolution", c, [=]() mutable {
+    at::Tensor r = at::convolution(in_h, w_h, b_h, st, pad, dil, transposed, opad, groups);
+    out_h.copy_(r);
+  }, {&input, &weight, &b_dev, &out});
   return out;
 }
 
@@ -189,25 +213,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardOverrideable(
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
   c10::DeviceGuard guard(input.device());
-  HostWindow window;
   HostCall call;
   call.op_name = "aten::convolution_backward_overrideable";
   at::Tensor g_h = call.toHost(grad_output), in_h = call.toHost(input), w_h = call.toHost(weight);
-  TORCH_CHECK(!isCapturing(currentStream(call.device)), "convolution cannot be captured into a graph yet");
-  TORCH_CHECK(!timingMode(), "convolution cannot run in timing mode yet (CARDSIM_EXECUTION=timing)");
-  std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
-  auto [gi, gw, gb] = at::convolution_backward(g_h, in_h, w_h, at::OptionalIntArrayRef(bias_sizes), stride,
-                                               padding, dilation, transposed, output_padding, groups, output_mask);
-  at::Tensor dgi = call.toDevice(gi), dgw = call.toDevice(gw), dgb = call.toDevice(gb);
+  const std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
+  at::Tensor dgi = output_mask[0] ? at::empty(input.sizes(), input.options()) : at::Tensor();
+  at::Tensor dgw = output_mask[1] ? at::empty(weight.sizes(), weight.options()) : at::Tensor();
+  at::Tensor dgb = output_mask[2] ? at::empty(bias_sizes, grad_output.options()) : at::Tensor();
+  at::Tensor gi_h = dgi.defined() ? cpuAlias(dgi) : at::Tensor();
+  at::Tensor gw_h = dgw.defined() ? cpuAlias(dgw) : at::Tensor();
+  at::Tensor gb_h = dgb.defined() ? cpuAlias(dgb) : at::Tensor();
+  const std::vector<int64_t> st(stride.begin(), stride.end()), pad(padding.begin(), padding.end()),
+      dil(dilation.begin(), dilation.end()), opad(output_padding.begin(), output_padding.end());
   shim::KernelCost c;
   c.kernel_class = shim::KernelClass::Gemm;
   c.dtype = costDtype(grad_output.scalar_type(), call.device);
   const double fwd = convFlops(grad_output, weight, transposed, input);
   c.flops = fwd * ((output_mask[0] ? 1 : 0) + (output_mask[1] ? 1 : 0)) * flopScale(grad_output.scalar_type(), call.device);
   c.bytes_read = tensorBytes(grad_output) + tensorBytes(input) + tensorBytes(weight);
-  c.bytes_written = tensorBytes(dgi) + tensorBytes(dgw) + tensorBytes(dgb);
-  throwIfFailed(shim::launchKernel(currentStream(call.device), "aten::convolution_backward", c, nullptr),
-                "convolution_backward");
+  c.bytes_written = (dgi.defined() ? tensorBytes(dgi) : 0.0) + (dgw.defined() ? tensorBytes(dgw) : 0.0) +
+                    (dgb.defined() ? tensorBytes(dgb) : 0.0);
+  launch(call.device, "aten::convolution_backward", c, [=]() mutable {
+    auto [gi, gw, gb] = at::convolution_backward(g_h, in_h, w_h, at::OptionalIntArrayRef(bias_sizes), st, pad,
+                                                 dil, transposed, opad, groups, output_mask);
+    if (gi_h.defined()) gi_h.copy_(gi);
+    if (gw_h.defined()) gw_h.copy_(gw);
+    if (gb_h.defined()) gb_h.copy_(gb);
+  }, {&grad_output, &input, &weight, &dgi, &dgw, &dgb});
   return {dgi, dgw, dgb};
 }
 

@@ -12,17 +12,29 @@ def _model(card):
     return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8)).to(card)
 
 
+def _conv_model(card):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Conv2d(4, 2, 3, stride=2), torch.nn.Flatten(),
+                               torch.nn.Linear(2 * 5 * 5, 8)).to(card)
+
+
+MODELS = {"mlp": (_model, (16, 32)), "conv": (_conv_model, (8, 3, 12, 12))}
+
+
 @pytest.mark.parametrize("make_opt", [
     lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
     lambda p: torch.optim.Adam(p, lr=1e-2, capturable=True),
 ], ids=["sgd", "adam-capturable"])
-def test_captured_training_step_matches_eager(dm, card, make_opt):
-    eager, captured = _model(card), _model(card)
+@pytest.mark.parametrize("model", ["mlp", "conv"])
+def test_captured_training_step_matches_eager(dm, card, make_opt, model):
+    make_model, x_shape = MODELS[model]
+    eager, captured = make_model(card), make_model(card)
     opt_e, opt_c = make_opt(eager.parameters()), make_opt(captured.parameters())
     torch.manual_seed(1)
-    batches = [(torch.randn(16, 32), torch.randn(16, 8)) for _ in range(6)]
-    x = torch.zeros(16, 32, device=card)
-    t = torch.zeros(16, 8, device=card)
+    batches = [(torch.randn(*x_shape), torch.randn(x_shape[0], 8)) for _ in range(6)]
+    x = torch.zeros(*x_shape, device=card)
+    t = torch.zeros(x_shape[0], 8, device=card)
 
     def step(model, opt):
         opt.zero_grad(set_to_none=False)
