@@ -205,6 +205,16 @@ class Graph {
     if (graph_) throwIfFailed(shim::graphNodeCount(graph_, &n), "graphNodeCount");
     return n;
   }
+  py::list describe() const {
+    using namespace pybind11::literals;
+    std::vector<shim::GraphNodeInfo> nodes;
+    if (graph_) throwIfFailed(shim::graphDescribe(graph_, &nodes), "graphDescribe");
+    py::list out;
+    for (const auto& n : nodes)
+      out.append(py::dict("name"_a = n.name, "kind"_a = n.kind, "stream"_a = n.stream_id, "flops"_a = n.flops,
+                          "bytes"_a = n.bytes));
+    return out;
+  }
   void reset() {
     if (graph_) (void)shim::graphDestroy(graph_);
     graph_ = nullptr;
@@ -493,5 +503,6 @@ PYBIND11_MODULE(_C, m) {
       .def("capture_end", &Graph::captureEnd)
       .def("replay", &Graph::replay, py::call_guard<py::gil_scoped_release>())
       .def("node_count", &Graph::nodes)
+      .def("describe", &Graph::describe)
       .def("reset", &Graph::reset);
 }

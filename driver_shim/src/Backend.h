@@ -64,6 +64,7 @@ class IBackend {
   virtual Status streamEndCapture(Stream stream, Graph* graph) = 0;
   virtual Status streamIsCapturing(Stream stream, bool* capturing) = 0;
   virtual Status graphNodeCount(Graph graph, std::size_t* count) = 0;
+  virtual Status graphDescribe(Graph graph, std::vector<GraphNodeInfo>* nodes) = 0;
   virtual Status graphLaunch(Graph graph, Stream stream) = 0;
   virtual Status graphDestroy(Graph graph) = 0;
 

@@ -369,6 +369,7 @@ Status streamIsCapturing(Stream stream, bool* capturing) {
   CARDSIM_FORWARD(streamIsCapturing(stream, capturing));
 }
 Status graphNodeCount(Graph graph, std::size_t* count) { CARDSIM_FORWARD(graphNodeCount(graph, count)); }
+Status graphDescribe(Graph graph, std::vector<GraphNodeInfo>* nodes) { CARDSIM_FORWARD(graphDescribe(graph, nodes)); }
 Status graphLaunch(Graph graph, Stream stream) {
   HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD_CHECKED(graphLaunch(graph, stream), g_checker.graphLaunched(graph, refOf(b_, stream)));

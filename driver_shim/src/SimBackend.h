@@ -60,6 +60,7 @@ struct GraphNode {
   std::function<void()> work;
   model::Command cmd;
   bool host_only = false;
+  uint32_t stream_id = 0;   // the captured stream it was queued on (debug dumps)
 };
 
 struct GraphObject {
@@ -230,6 +231,7 @@ class SimBackend final : public IBackend {
   Status streamEndCapture(Stream stream, Graph* graph) override;
   Status streamIsCapturing(Stream stream, bool* is) override;
   Status graphNodeCount(Graph graph, std::size_t* count) override;
+  Status graphDescribe(Graph graph, std::vector<GraphNodeInfo>* nodes) override;
   Status graphLaunch(Graph graph, Stream stream) override;
   Status graphDestroy(Graph graph) override;
   Status launchHostFunc(Stream stream, std::function<void()> fn) override;
@@ -361,7 +363,7 @@ class SimBackend final : public IBackend {
     }
     if (!g) return Status(Code::Internal, "stream stopped capturing");
     std::lock_guard<std::mutex> lock(g->mutex);
-    g->nodes.push_back(GraphNode{std::string(name), std::move(work), std::move(cmd)});
+    g->nodes.push_back(GraphNode{std::string(name), std::move(work), std::move(cmd), false, s->id});
     return Status::Ok();
   }
   Status checkGraph(Graph g, const char* fn) {

@@ -82,6 +82,32 @@ Status SimBackend::graphNodeCount(Graph graph, std::size_t* count) {
   return Status::Ok();
 }
 
+Status SimBackend::graphDescribe(Graph graph, std::vector<GraphNodeInfo>* nodes) {
+  if (!nodes) return nullArg("graphDescribe", "nodes");
+  if (Status st = checkGraph(graph, "graphDescribe"); !st.ok()) return st;
+  nodes->clear();
+  for (const GraphNode& n : graph->nodes) {
+    GraphNodeInfo i;
+    i.name = n.name;
+    i.stream_id = n.stream_id;
+    if (n.host_only) {
+      i.kind = "host";
+    } else if (n.cmd.kind == model::CommandKind::Copy) {
+      static const char* const kCopy[] = {"memcpy HtoD", "memcpy DtoH", "memcpy DtoD", "memcpy peer", "memset"};
+      i.kind = kCopy[static_cast<int>(n.cmd.copy_kind)];
+      i.bytes = static_cast<double>(n.cmd.bytes);
+    } else if (n.cmd.kind == model::CommandKind::Kernel) {
+      i.kind = "kernel";
+      i.flops = n.cmd.kernel.flops;
+      i.bytes = n.cmd.kernel.bytes_read + n.cmd.kernel.bytes_written;
+    } else {
+      i.kind = model::commandKindName(n.cmd.kind);
+    }
+    nodes->push_back(std::move(i));
+  }
+  return Status::Ok();
+}
+
 Status SimBackend::graphLaunch(Graph graph, Stream stream) {
   if (Status st = checkGraph(graph, "graphLaunch"); !st.ok()) return st;
   StreamObject* s = nullptr;
@@ -135,6 +161,7 @@ Status SimBackend::launchHostFunc(Stream stream, std::function<void()> fn) {
     n.name = "host function";
     n.work = std::move(fn);
     n.host_only = true;
+    n.stream_id = s->id;
     std::lock_guard<std::mutex> lock(g->mutex);
     g->nodes.push_back(std::move(n));
     return Status::Ok();

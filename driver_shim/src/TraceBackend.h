@@ -106,6 +106,9 @@ class TraceBackend final : public IBackend {
     return inner_->streamIsCapturing(stream, capturing);
   }
   Status graphNodeCount(Graph graph, std::size_t* count) override { return inner_->graphNodeCount(graph, count); }
+  Status graphDescribe(Graph graph, std::vector<GraphNodeInfo>* nodes) override {
+    return inner_->graphDescribe(graph, nodes);
+  }
   Status graphLaunch(Graph graph, Stream stream) override;
   Status graphDestroy(Graph graph) override;
 

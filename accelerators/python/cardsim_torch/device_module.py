@@ -421,11 +421,18 @@ def build(p, _C) -> types.ModuleType:
             return self._g.node_count()
 
         def enable_debug_mode(self):
-            pass
+            """Keeps what debug_dump writes (as on CUDA, call it before capturing)."""
+            self._debug = True
 
         def debug_dump(self, path):
-            with open(path, "w") as f:
-                f.write(f"{type(self).__name__}: {self.node_count()} node(s)\n")
+            """Writes the captured graph as a Graphviz DOT file: one node per captured kernel,
+            copy, memset, event or host step, in replay order, with its stream and cost."""
+            if not getattr(self, "_debug", False):
+                warnings.warn(f"{type(self).__name__} debug mode is not enabled; call "
+                              f"enable_debug_mode() before capturing to dump the graph", stacklevel=2)
+                return
+            from . import graphed
+            graphed.write_dot(type(self).__name__, self._g.describe(), path)
 
     Graph.__name__ = Graph.__qualname__ = p.graph_class
 

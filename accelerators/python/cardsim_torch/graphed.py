@@ -116,3 +116,29 @@ def make_graphed_callables(dm, callables, sample_args, num_warmup_iters: int = 3
         else:
             out.append(graphed)
     return out[0] if just_one else tuple(out)
+
+
+def _amount(v: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if v >= scale:
+            return f"{v / scale:.2f} {prefix}{unit}"
+    return f"{v:.0f} {unit}"
+
+
+def write_dot(title: str, nodes: list, path) -> None:
+    """A captured graph's nodes (Graph.describe()) as Graphviz DOT, in replay order."""
+    lines = [f"digraph {title} {{", f'  label="{title}: {len(nodes)} node(s), replayed in this order";',
+             "  node [shape=box, fontname=monospace];"]
+    for i, n in enumerate(nodes):
+        cost = []
+        if n["flops"]:
+            cost.append(_amount(n["flops"], "FLOP"))
+        if n["bytes"]:
+            cost.append(_amount(n["bytes"], "B"))
+        name = n["name"].replace('"', r"\"")
+        label = f"{i}: {name}\\n{n['kind']}, stream {n['stream']}" + (f"\\n{', '.join(cost)}" if cost else "")
+        lines.append(f'  n{i} [label="{label}"];')
+    lines += [f"  n{i} -> n{i + 1};" for i in range(len(nodes) - 1)]
+    lines.append("}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")

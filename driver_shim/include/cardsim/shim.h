@@ -297,6 +297,15 @@ Status streamBeginCapture(Stream stream);
 Status streamEndCapture(Stream stream, Graph* graph);
 Status streamIsCapturing(Stream stream, bool* capturing);
 Status graphNodeCount(Graph graph, std::size_t* count);
+// What a graph holds, node by node in replay order (for debug dumps).
+struct GraphNodeInfo {
+  std::string name;          // the operator or copy
+  std::string kind;          // kernel, memcpy HtoD/DtoH/DtoD/peer, memset, event record/wait, collective, host
+  uint32_t stream_id = 0;    // the captured stream it was queued on
+  double flops = 0;
+  double bytes = 0;          // moved (copies) or read + written (kernels)
+};
+Status graphDescribe(Graph graph, std::vector<GraphNodeInfo>* nodes);
 Status graphLaunch(Graph graph, Stream stream);
 Status graphDestroy(Graph graph);
 

@@ -1,0 +1,49 @@
+"""Graph.debug_dump writes the captured graph as Graphviz DOT: every node in replay order with
+its kind, stream and cost; without enable_debug_mode it warns and writes nothing (as on CUDA)."""
+import re
+
+import pytest
+import torch
+
+
+def _graph_class(dm, card):
+    return getattr(dm, "MLUGraph" if card == "mlu" else "SUPAGraph")
+
+
+def test_debug_dump_lists_every_captured_node_in_order(dm, card, tmp_path):
+    x = torch.ones(256, 256, device=card)
+    host = torch.randn(256, 256).pin_memory()
+    s = dm.Stream()
+    s.wait_stream(dm.current_stream())
+    g = _graph_class(dm, card)()
+    g.enable_debug_mode()
+    with dm.graph(g, stream=s):
+        y = x @ x                      # kernel: 2 * 256^3 flops
+        x.copy_(host, non_blocking=True)   # host-to-device copy
+        y.zero_()                      # a memset or a fill kernel
+    path = tmp_path / "graph.dot"
+    g.debug_dump(str(path))
+    dot = path.read_text()
+    assert dot.startswith(f"digraph {_graph_class(dm, card).__name__} {{")
+    nodes = re.findall(r'^  n(\d+) \[label="(\d+): ([^\\]+)\\n([^,]+), stream (\d+)(?:\\n([^"]*))?"\];$', dot, re.M)
+    assert len(nodes) == g.node_count() >= 3
+    assert [int(n[0]) for n in nodes] == list(range(len(nodes)))
+    assert all(int(n[4]) == s.stream_id for n in nodes)
+    mm = next(n for n in nodes if n[2] == "aten::mm")
+    assert mm[3] == "kernel" and "33.55 MFLOP" in mm[5]   # 2 * 256^3
+    copy = next(n for n in nodes if n[3] == "memcpy HtoD")
+    assert "262.14 KB" in copy[5]                          # 256 * 256 * 4 bytes
+    assert dot.count(" -> ") == len(nodes) - 1
+
+
+def test_debug_dump_without_debug_mode_warns_and_writes_nothing(dm, card, tmp_path):
+    x = torch.ones(16, device=card)
+    s = dm.Stream()
+    s.wait_stream(dm.current_stream())
+    g = _graph_class(dm, card)()
+    with dm.graph(g, stream=s):
+        x.mul_(2)
+    path = tmp_path / "graph.dot"
+    with pytest.warns(UserWarning, match="enable_debug_mode"):
+        g.debug_dump(str(path))
+    assert not path.exists()
