@@ -69,8 +69,20 @@ std::string mib(double bytes) {
   return buf;
 }
 
+// The allocator's own runtime calls (allocating, freeing, querying its events) are exempt
+// from capture-mode checks, as PyTorch's CUDA allocator exempts them: a graph's memory comes
+// from here while it captures.
+struct RelaxedCaptureMode {
+  shim::CaptureMode previous = shim::CaptureMode::Relaxed;
+  RelaxedCaptureMode() { (void)shim::threadExchangeCaptureMode(&previous); }
+  ~RelaxedCaptureMode() { (void)shim::threadExchangeCaptureMode(&previous); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+};
+
 // Moves freed blocks whose recorded streams have finished (in simulated time) to the cache.
 void collectPending(DeviceState& d, bool wait) {
+  RelaxedCaptureMode relaxed;
   auto& p = d.pending;
   for (size_t i = 0; i < p.size();) {
     bool done = true;
@@ -90,6 +102,7 @@ void collectPending(DeviceState& d, bool wait) {
 
 // Returns every cached block of the device to the shim.
 void releaseCached(DeviceState& d) {
+  RelaxedCaptureMode relaxed;
   for (auto& [size, b] : d.cached) {
     memoryHistory().record("segment_free", b->device, b->ptr, b->size, b->stream, memoryHistory().gather());
     (void)shim::free(b->ptr);
@@ -182,6 +195,7 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
       break;
     }
   if (!b) {
+    RelaxedCaptureMode relaxed;
     void* ptr = nullptr;
     shim::Status st = shim::malloc(&ptr, size);
     if (st.code() == shim::Code::OutOfMemory) {

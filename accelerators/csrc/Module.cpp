@@ -172,14 +172,19 @@ py::dict flattenStats(const c10::CachingDeviceAllocator::DeviceStats& s) {
 class Graph {
  public:
   ~Graph() { reset(); }
-  void captureBegin(int64_t stream_id, int64_t device) {
+  void captureBegin(int64_t stream_id, int64_t device, const std::string& mode = "global") {
     TORCH_CHECK(!graph_ && !stream_, "this graph already holds a capture; call reset() first");
     TORCH_CHECK(stream_id != 0, "graphs cannot be captured on the default stream; use a side stream");
     c10::Stream s = streamFrom(stream_id, device);
     c10::DeviceGuard guard(s.device());
     stream_ = accel::shimStream(s);
     device_ = s.device_index();
-    throwIfFailed(shim::streamBeginCapture(stream_), "capture_begin");
+    shim::CaptureMode m = shim::CaptureMode::Global;
+    if (mode == "thread_local") m = shim::CaptureMode::ThreadLocal;
+    else if (mode == "relaxed") m = shim::CaptureMode::Relaxed;
+    else TORCH_CHECK(mode == "global" || mode == "default", "capture_error_mode must be 'global', "
+                     "'thread_local' or 'relaxed', got '", mode, "'");
+    throwIfFailed(shim::streamBeginCapture(stream_, m), "capture_begin");
   }
   void captureEnd() {
     TORCH_CHECK(stream_ && !graph_, "capture_end without capture_begin");
@@ -230,9 +235,12 @@ class Graph {
 // torch.accelerator.Graph for the device: a Graph on the current stream.
 struct AcceleratorGraph final : at::GraphImplInterface {
   explicit AcceleratorGraph(const at::GraphImplArgs&) {}
-  void capture_begin(at::MempoolId_t pool, at::GraphCaptureMode) override {
+  void capture_begin(at::MempoolId_t pool, at::GraphCaptureMode mode) override {
     const c10::Stream s = accel::currentStream(-1);
-    graph.captureBegin(s.id(), s.device_index());
+    graph.captureBegin(s.id(), s.device_index(),
+                       mode == at::GraphCaptureMode::ThreadLocal ? "thread_local"
+                       : mode == at::GraphCaptureMode::Relaxed   ? "relaxed"
+                                                                 : "global");
     pool_ = pool;
   }
   void capture_end() override { graph.captureEnd(); }
@@ -499,7 +507,8 @@ PYBIND11_MODULE(_C, m) {
   });
   py::class_<Graph>(m, "_Graph")
       .def(py::init<>())
-      .def("capture_begin", &Graph::captureBegin)
+      .def("capture_begin", &Graph::captureBegin, py::arg("stream_id"), py::arg("device"),
+           py::arg("mode") = "global")
       .def("capture_end", &Graph::captureEnd)
       .def("replay", &Graph::replay, py::call_guard<py::gil_scoped_release>())
       .def("node_count", &Graph::nodes)

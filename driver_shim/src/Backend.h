@@ -60,7 +60,7 @@ class IBackend {
   virtual Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                         std::string* algorithm) = 0;
 
-  virtual Status streamBeginCapture(Stream stream) = 0;
+  virtual Status streamBeginCapture(Stream stream, CaptureMode mode) = 0;
   virtual Status streamEndCapture(Stream stream, Graph* graph) = 0;
   virtual Status streamIsCapturing(Stream stream, bool* capturing) = 0;
   virtual Status graphNodeCount(Graph graph, std::size_t* count) = 0;
@@ -100,6 +100,9 @@ class IBackend {
     return Status(Code::NotSupported, "deviceUsage: this backend has no device model");
   }
 };
+
+// The calling thread's capture mode (threadExchangeCaptureMode), for backends' checks.
+CaptureMode threadCaptureMode();
 
 // Each returns the backend, or nullptr with `why` set.
 std::unique_ptr<IBackend> createSimBackend(const InitOptions& options, Status* why);

@@ -353,8 +353,26 @@ Status launchHostFunc(Stream stream, std::function<void()> fn) {
   HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD(launchHostFunc(stream, std::move(fn)));
 }
-Status streamBeginCapture(Stream stream) {
-  CARDSIM_FORWARD_CHECKED(streamBeginCapture(stream), g_checker.captureBegun(refOf(b_, stream)));
+Status streamBeginCapture(Stream stream) { return streamBeginCapture(stream, CaptureMode::Global); }
+Status streamBeginCapture(Stream stream, CaptureMode mode) {
+  CARDSIM_FORWARD_CHECKED(streamBeginCapture(stream, mode), g_checker.captureBegun(refOf(b_, stream)));
+}
+namespace {
+thread_local CaptureMode t_capture_mode = CaptureMode::Global;
+}  // namespace
+CaptureMode threadCaptureMode() { return t_capture_mode; }
+Status threadExchangeCaptureMode(CaptureMode* mode) {
+  if (!mode) return remember(Status(Code::InvalidValue, "threadExchangeCaptureMode: 'mode' is null"));
+  std::swap(*mode, t_capture_mode);
+  return Status::Ok();
+}
+const char* captureModeName(CaptureMode m) {
+  switch (m) {
+    case CaptureMode::Global: return "global";
+    case CaptureMode::ThreadLocal: return "thread_local";
+    case CaptureMode::Relaxed: return "relaxed";
+  }
+  return "?";
 }
 Status streamEndCapture(Stream stream, Graph* graph) {
   Status why;

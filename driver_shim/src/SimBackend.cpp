@@ -65,6 +65,7 @@ Status SimBackend::deviceSynchronize() {
       if (st->device == t_current_device && capturing(st))
         return breakCapture(st, "deviceSynchronize");
   }
+  if (Status st = checkUnsafeCall("deviceSynchronize"); !st.ok()) return st;
   return guard([&] {
     sim_.waitFor(sim_.deviceTails(dev(t_current_device)), params_.host.sync_overhead_s);
     return Status::Ok();

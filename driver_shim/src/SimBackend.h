@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "Backend.h"
@@ -70,6 +71,8 @@ struct GraphObject {
   std::vector<GraphNode> nodes;        // in capture order, which replays serialize
   std::vector<StreamObject*> joined;   // streams recording into it besides the origin
   std::string broken;                  // why a joined stream invalidated the capture
+  CaptureMode mode = CaptureMode::Global;
+  std::thread::id owner;               // the thread that began the capture
 
   void reset() {
     alive = true;
@@ -227,7 +230,7 @@ class SimBackend final : public IBackend {
   Status launchCollective(Stream stream, std::string_view cname, double seconds) override;
 
   // ---- graphs
-  Status streamBeginCapture(Stream stream) override;
+  Status streamBeginCapture(Stream stream, CaptureMode mode) override;
   Status streamEndCapture(Stream stream, Graph* graph) override;
   Status streamIsCapturing(Stream stream, bool* is) override;
   Status graphNodeCount(Graph graph, std::size_t* count) override;
@@ -324,6 +327,9 @@ class SimBackend final : public IBackend {
   static constexpr double kGraphNodeHostSeconds = 1e-9;
 
   bool capturing(StreamObject* s) { return s->capturing.load(std::memory_order_acquire); }
+  // A potentially unsafe call (shim.h, capture modes): fails, invalidating each capture under
+  // way that prohibits it on this thread.
+  Status checkUnsafeCall(const char* what);
   Status breakCapture(StreamObject* s, const std::string& what) {
     std::shared_ptr<GraphObject> g;
     {

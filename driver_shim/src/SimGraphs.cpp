@@ -3,7 +3,34 @@
 
 namespace cardsim::shim::simbackend {
 
-Status SimBackend::streamBeginCapture(Stream stream) {
+Status SimBackend::checkUnsafeCall(const char* what) {
+  const CaptureMode mine = threadCaptureMode();
+  if (mine == CaptureMode::Relaxed) return Status::Ok();
+  const std::thread::id me = std::this_thread::get_id();
+  std::vector<std::pair<StreamObject*, CaptureMode>> prohibiting;
+  {
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    for (StreamObject* st : streams_) {
+      if (!capturing(st)) continue;
+      std::lock_guard<std::mutex> sl(st->mutex);
+      if (!st->capture_origin || !st->capture) continue;
+      const CaptureMode m = st->capture->mode;
+      const bool own = st->capture->owner == me && m != CaptureMode::Relaxed;
+      const bool other = st->capture->owner != me && m == CaptureMode::Global && mine == CaptureMode::Global;
+      if (own || other) prohibiting.emplace_back(st, m);
+    }
+  }
+  if (prohibiting.empty()) return Status::Ok();
+  Status out;
+  for (const auto& [st, m] : prohibiting) {
+    Status s = breakCapture(st, std::string(what) + " (a potentially unsafe call during a capture in " +
+                                    captureModeName(m) + " mode; capture_error_mode='relaxed' permits it)");
+    if (out.ok()) out = s;
+  }
+  return out;
+}
+
+Status SimBackend::streamBeginCapture(Stream stream, CaptureMode mode) {
   if (!stream)
     return Status(Code::InvalidValue, "streamBeginCapture: the default stream cannot be captured");
   if (Status st = checkStream(stream, "streamBeginCapture"); !st.ok()) return st;
@@ -13,6 +40,8 @@ Status SimBackend::streamBeginCapture(Stream stream) {
                                           " is already capturing");
   stream->capture = std::make_shared<GraphObject>();
   stream->capture->device = stream->device;
+  stream->capture->mode = mode;
+  stream->capture->owner = std::this_thread::get_id();
   stream->capture_origin = true;
   stream->capturing = true;
   stream->capture_broken.clear();

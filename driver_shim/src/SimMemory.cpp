@@ -5,12 +5,14 @@ namespace cardsim::shim::simbackend {
 
 Status SimBackend::malloc(void** ptr, std::size_t bytes) {
   if (!ptr) return nullArg("malloc", "ptr");
+  if (Status st = checkUnsafeCall("malloc"); !st.ok()) return st;
   sim_.hostAdvance(params_.host.alloc_overhead_s);
   return memory_.allocate(t_current_device, bytes, ptr);
 }
 
 Status SimBackend::free(void* ptr) {
   if (!ptr) return Status::Ok();
+  if (Status st = checkUnsafeCall("free"); !st.ok()) return st;
   DeviceMemory::Found f;
   if (!memory_.find(ptr, &f) || !f.device_memory || f.base != ptr)
     return memory_.release(ptr, nullptr);  // produces the error message
@@ -93,6 +95,8 @@ Status SimBackend::memset(void* ptr, int value, std::size_t bytes, Stream stream
     if (!async) return breakCapture(s, what);
     return record(s, "memset", work, std::move(cmd));
   }
+  if (!async)
+    if (Status st = checkUnsafeCall(what); !st.ok()) return st;
   work();
   return submitAndMaybeWait(s, std::move(cmd), "memset", params_.host.memcpy_overhead_s, !async);
 }
@@ -180,6 +184,8 @@ Status SimBackend::memcpy(void* dst, const void* src, std::size_t bytes, MemcpyK
     if (!async) return breakCapture(s, what);
     return record(s, label, work, std::move(cmd));
   }
+  if (!async)
+    if (Status st = checkUnsafeCall(what); !st.ok()) return st;
   work();
   // Copies from or to pageable host memory are staged and block the host, as on the card.
   const bool wait = !async || pageable;

@@ -47,6 +47,7 @@ Status SimBackend::streamSynchronize(Stream stream) {
   StreamObject* s = nullptr;
   if (Status st = resolve(stream, "streamSynchronize", &s); !st.ok()) return st;
   if (capturing(s)) return breakCapture(s, "streamSynchronize");
+  if (Status st = checkUnsafeCall("streamSynchronize"); !st.ok()) return st;
   return guard([&] {
     sim_.waitFor({lastOf(s)}, params_.host.sync_overhead_s);
     return Status::Ok();
@@ -57,6 +58,7 @@ Status SimBackend::streamQuery(Stream stream) {
   StreamObject* s = nullptr;
   if (Status st = resolve(stream, "streamQuery", &s); !st.ok()) return st;
   if (capturing(s)) return breakCapture(s, "streamQuery");
+  if (Status st = checkUnsafeCall("streamQuery"); !st.ok()) return st;
   return guard([&] {
     return sim_.query({lastOf(s)}, params_.host.query_overhead_s)
                ? Status::Ok()
@@ -205,6 +207,7 @@ Status SimBackend::eventRecord(Event event, Stream stream) {
 
 Status SimBackend::eventQuery(Event event) {
   if (Status st = checkEvent(event, "eventQuery"); !st.ok()) return st;
+  if (Status st = checkUnsafeCall("eventQuery"); !st.ok()) return st;
   model::QueuePoint p;
   if (!pointOf(event, &p)) return Status::Ok();
   return guard([&] {
@@ -216,6 +219,7 @@ Status SimBackend::eventQuery(Event event) {
 
 Status SimBackend::eventSynchronize(Event event) {
   if (Status st = checkEvent(event, "eventSynchronize"); !st.ok()) return st;
+  if (Status st = checkUnsafeCall("eventSynchronize"); !st.ok()) return st;
   model::QueuePoint p;
   if (!pointOf(event, &p)) return Status::Ok();
   return guard([&] {

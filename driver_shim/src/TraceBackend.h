@@ -100,7 +100,7 @@ class TraceBackend final : public IBackend {
   Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                 std::string* algorithm) override;
 
-  Status streamBeginCapture(Stream stream) override;
+  Status streamBeginCapture(Stream stream, CaptureMode mode) override;
   Status streamEndCapture(Stream stream, Graph* graph) override;
   Status streamIsCapturing(Stream stream, bool* capturing) override {
     return inner_->streamIsCapturing(stream, capturing);

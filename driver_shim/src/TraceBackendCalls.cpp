@@ -394,10 +394,10 @@ Status TraceBackend::launchHostFunc(Stream stream, std::function<void()> fn) {
   });
 }
 
-Status TraceBackend::streamBeginCapture(Stream stream) {
-  if (!hooked()) return inner_->streamBeginCapture(stream);
+Status TraceBackend::streamBeginCapture(Stream stream, CaptureMode mode) {
+  if (!hooked()) return inner_->streamBeginCapture(stream, mode);
   const Target t = target(stream);
-  CARDSIM_TRACE_CALL(streamBeginCapture(stream), nullptr, true, [&](trace::Envelope& e) {
+  CARDSIM_TRACE_CALL(streamBeginCapture(stream, mode), nullptr, true, [&](trace::Envelope& e) {
     e.mutable_graph()->set_op(trace::GraphOp::CAPTURE_BEGIN);
     e.mutable_graph()->set_stream(t.stream);
     if (st_.ok()) capturing_[stream] = t.device;

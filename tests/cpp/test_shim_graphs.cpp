@@ -1,4 +1,6 @@
 // Stream capture and graph replay.
+#include <thread>
+
 #include "ShimTestUtil.h"
 #include "device_models/Command.h"
 
@@ -101,10 +103,59 @@ TEST(ShimGraphs, SynchronizingACapturingStreamInvalidatesTheCapture) {
   int* d = nullptr;
   ASSERT_SHIM_OK(shim::malloc(reinterpret_cast<void**>(&d), 64));
   int h[16] = {};
-  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
-  // memcpy() runs on the default stream, which is not capturing: allowed.
+  // memcpy() runs on the default stream, which is not capturing: a relaxed capture allows it,
+  // a global one does not (a potentially unsafe call) and is invalidated.
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s, shim::CaptureMode::Relaxed));
   ASSERT_SHIM_OK(shim::memcpy(h, d, 64, shim::MemcpyKind::DeviceToHost));
   ASSERT_SHIM_OK(shim::streamEndCapture(s, &g));
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  const shim::Status unsafe = shim::memcpy(h, d, 64, shim::MemcpyKind::DeviceToHost);
+  EXPECT_EQ(unsafe.code(), shim::Code::NotSupported);
+  EXPECT_NE(unsafe.message().find("global mode"), std::string::npos) << unsafe.toString();
+  EXPECT_EQ(shim::streamEndCapture(s, &g).code(), shim::Code::InvalidValue);
+}
+
+// Capture modes (shim.h): which threads' potentially unsafe calls a capture prohibits.
+TEST(ShimGraphs, CaptureModesProhibitUnsafeCallsOnTheThreadsTheyCover) {
+  startRuntime("mlu370-x8", 1);
+  shim::Stream s;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  auto mallocOnOtherThread = [] {
+    shim::Code code = shim::Code::Internal;
+    std::thread t([&] {
+      ASSERT_SHIM_OK(shim::setDevice(0));
+      void* p = nullptr;
+      code = shim::malloc(&p, 256).code();
+      if (p) (void)shim::free(p);
+    });
+    t.join();
+    return code;
+  };
+  shim::Graph g;
+  for (auto mode : {shim::CaptureMode::Global, shim::CaptureMode::ThreadLocal, shim::CaptureMode::Relaxed}) {
+    SCOPED_TRACE(shim::captureModeName(mode));
+    // Another thread: only a global capture prohibits its calls.
+    ASSERT_SHIM_OK(shim::streamBeginCapture(s, mode));
+    const bool other_prohibited = mode == shim::CaptureMode::Global;
+    EXPECT_EQ(mallocOnOtherThread(), other_prohibited ? shim::Code::NotSupported : shim::Code::Success);
+    EXPECT_EQ(shim::streamEndCapture(s, &g).code(), other_prohibited ? shim::Code::InvalidValue : shim::Code::Success);
+    // This thread: global and thread_local captures prohibit its calls, unless it is relaxed.
+    ASSERT_SHIM_OK(shim::streamBeginCapture(s, mode));
+    void* p = nullptr;
+    const bool own_prohibited = mode != shim::CaptureMode::Relaxed;
+    EXPECT_EQ(shim::malloc(&p, 256).code(), own_prohibited ? shim::Code::NotSupported : shim::Code::Success);
+    if (p) ASSERT_SHIM_OK(shim::free(p));
+    p = nullptr;
+    (void)shim::streamEndCapture(s, &g);
+    ASSERT_SHIM_OK(shim::streamBeginCapture(s, mode));
+    shim::CaptureMode mine = shim::CaptureMode::Relaxed;
+    ASSERT_SHIM_OK(shim::threadExchangeCaptureMode(&mine));
+    EXPECT_EQ(mine, shim::CaptureMode::Global);   // the default
+    ASSERT_SHIM_OK(shim::malloc(&p, 256));          // exempt
+    ASSERT_SHIM_OK(shim::free(p));
+    ASSERT_SHIM_OK(shim::threadExchangeCaptureMode(&mine));
+    ASSERT_SHIM_OK(shim::streamEndCapture(s, &g));
+  }
 }
 
 TEST(ShimGraphs, CaptureErrorsAreNamed) {
@@ -140,7 +191,12 @@ TEST(ShimGraphs, EventsInsideACaptureOrderItsWorkForkJoinAndReplay) {
   ASSERT_SHIM_OK(shim::eventRecord(fork, s));             // a marker, not a command
   ASSERT_SHIM_OK(shim::streamWaitEvent(s, fork));         // ordered by the capture itself
   ASSERT_SHIM_OK(shim::streamWaitEvent(s, outside));      // not part of the graph
-  ASSERT_SHIM_OK(shim::eventQuery(fork));                 // not recorded outside the capture
+  {
+    shim::CaptureMode relaxed = shim::CaptureMode::Relaxed;   // a query is unsafe in a global capture
+    ASSERT_SHIM_OK(shim::threadExchangeCaptureMode(&relaxed));
+    ASSERT_SHIM_OK(shim::eventQuery(fork));                   // not recorded outside the capture
+    ASSERT_SHIM_OK(shim::threadExchangeCaptureMode(&relaxed));
+  }
   // Fork: the side stream waits on the capture's event and joins it.
   ASSERT_SHIM_OK(shim::streamWaitEvent(side, fork));
   bool capturing = false;

@@ -293,7 +293,19 @@ Status launchHostFunc(Stream stream, std::function<void()> fn);
 struct GraphObject;
 using Graph = GraphObject*;
 
-Status streamBeginCapture(Stream stream);
+// Capture modes (as cudaStreamCaptureMode): while a capture is under way, potentially unsafe
+// calls — allocating or freeing device memory, synchronous copies and memsets, synchronizing
+// or querying streams, events or the device — fail and invalidate the capture: a global
+// capture prohibits them on its own thread and on every other thread whose mode is global; a
+// thread_local capture only on its own thread; a relaxed capture nowhere. A thread's own mode
+// (threadExchangeCaptureMode, global by default) set to relaxed exempts its calls (allocators
+// do this around their own bookkeeping). Synchronizing the capturing stream itself is never
+// allowed.
+enum class CaptureMode { Global, ThreadLocal, Relaxed };
+const char* captureModeName(CaptureMode m);
+Status streamBeginCapture(Stream stream);   // global
+Status streamBeginCapture(Stream stream, CaptureMode mode);
+Status threadExchangeCaptureMode(CaptureMode* mode);   // sets this thread's mode, returns the old one
 Status streamEndCapture(Stream stream, Graph* graph);
 Status streamIsCapturing(Stream stream, bool* capturing);
 Status graphNodeCount(Graph graph, std::size_t* count);
