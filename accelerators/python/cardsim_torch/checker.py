@@ -108,8 +108,9 @@ class _Sites:
 
 
 _HINTS = {
-    "stream race": "make the second stream wait for the first after its use: "
-                   "{dev}.current_stream().wait_stream(s), or an Event recorded after the use and waited on",
+    "stream race": "make {offender} wait for {producer} between the two uses: waiting_stream.wait_stream("
+                   "producing_stream), or an Event recorded on the producer's stream after its use and "
+                   "waited on (Event.wait) by the other",
     "freed block reused": "call tensor.record_stream(s) for each other stream s that used the tensor before "
                           "freeing it (or free it only after synchronizing with that stream)",
     "graph replay race": "order the access after the replay (wait on the replay stream, or do it on that "
@@ -151,7 +152,8 @@ class Checker:
             did = verb(s) if s is o else ("wrote" if s["write"] else "read")
             lines.append(f"  {label}: {self._side(s)} {did} it in {self.sites.what(s['site'])}")
             lines += self.sites.stack_lines(s["site"], "    ")
-        lines.append("  fix: " + _HINTS.get(r["kind"], "order the two uses").format(dev=f"torch.{self.device}"))
+        lines.append("  fix: " + _HINTS.get(r["kind"], "order the two uses").format(
+            dev=f"torch.{self.device}", producer=self._side(p), offender=self._side(o)))
         return "\n".join(lines)
 
     # -- reports ------------------------------------------------------------------------------
