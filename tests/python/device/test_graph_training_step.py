@@ -25,7 +25,8 @@ MODELS = {"mlp": (_model, (16, 32)), "conv": (_conv_model, (8, 3, 12, 12))}
 @pytest.mark.parametrize("make_opt", [
     lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
     lambda p: torch.optim.Adam(p, lr=1e-2, capturable=True),
-], ids=["sgd", "adam-capturable"])
+    lambda p: torch.optim.Adam(p, lr=1e-2, capturable=True, fused=True),   # torch's fused Adam kernel
+], ids=["sgd", "adam-capturable", "adam-fused-capturable"])
 @pytest.mark.parametrize("model", ["mlp", "conv"])
 def test_captured_training_step_matches_eager(dm, card, make_opt, model):
     make_model, x_shape = MODELS[model]
