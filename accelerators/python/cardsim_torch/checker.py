@@ -184,9 +184,10 @@ class Checker:
             self._C._check_set_site(0)
         self.flush()
 
-    def site_here(self, what: str) -> None:
-        """Names the caller's stack as the site of the runtime calls that follow (graph replay)."""
-        self._C._check_set_site(self.sites.here(what, depth=3))
+    def site_here(self, what: str | None) -> None:
+        """Names the caller's stack as the site of the runtime calls that follow (graph replay);
+        None: back to none."""
+        self._C._check_set_site(0 if what is None else self.sites.here(what, depth=3))
 
 
 _SCHEMAS: dict = {}

@@ -408,9 +408,14 @@ def build(p, _C) -> types.ModuleType:
 
         def replay(self):
             s = current_stream()
-            if (c := _checker.active()) is not None:
-                c.site_here(f"{type(self).__name__}.replay()")
-            self._g.replay(s.stream_id, s.device_index)
+            if (c := _checker.active()) is None:
+                self._g.replay(s.stream_id, s.device_index)
+                return
+            c.site_here(f"{type(self).__name__}.replay()")   # the replay's uses are checked at its site
+            try:
+                self._g.replay(s.stream_id, s.device_index)
+            finally:
+                c.site_here(None)
 
         def reset(self):
             self._g.reset()
