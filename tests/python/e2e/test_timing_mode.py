@@ -276,3 +276,31 @@ def test_deepspeed_fp16_loss_scaling_runs_through_in_timing_mode(root, tmp_path,
     assert "OVERFLOW" not in text and "Skipping step" not in text, text[-3000:]
     recs = json.loads(out.read_text())
     assert len(recs) == 3 and all(r["loss"] == 0.0 and r["sim_step_ms"] > 0 for r in recs), recs
+
+
+CONV = r"""
+import json, sys, importlib, torch
+card = sys.argv[1]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                        torch.nn.Conv2d(16, 8, 3, stride=2), torch.nn.Flatten()).to(card)
+x = torch.randn(8, 3, 32, 32).to(card)
+dm.synchronize()
+s, e = dm.Event(enable_timing=True), dm.Event(enable_timing=True)
+s.record()
+out = m(x)
+out.square().mean().backward()
+e.record(); e.synchronize()
+print("RESULT " + json.dumps(dict(ms=s.elapsed_time(e), shape=list(out.shape),
+                                  grad_shape=list(m[0].weight.grad.shape))))
+"""
+
+
+def test_convolutions_run_in_timing_mode_with_the_full_mode_times(py):
+    full = _result(py(CONV, args=("mlu",)))
+    timing = _result(py(CONV, args=("mlu",), env={"CARDSIM_EXECUTION": "timing"}))
+    assert timing["shape"] == full["shape"] == [8, 8 * 15 * 15]
+    assert timing["grad_shape"] == full["grad_shape"] == [16, 3, 3, 3]
+    assert timing["ms"] == full["ms"] > 0
