@@ -217,7 +217,7 @@ class Graph {
     py::list out;
     for (const auto& n : nodes)
       out.append(py::dict("name"_a = n.name, "kind"_a = n.kind, "stream"_a = n.stream_id, "flops"_a = n.flops,
-                          "bytes"_a = n.bytes));
+                          "bytes"_a = n.bytes, "event"_a = n.event));
     return out;
   }
   void reset() {

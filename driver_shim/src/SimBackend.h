@@ -61,7 +61,12 @@ struct GraphNode {
   std::function<void()> work;
   model::Command cmd;
   bool host_only = false;
-  uint32_t stream_id = 0;   // the captured stream it was queued on (debug dumps)
+  uint32_t stream_id = 0;   // the captured stream it was queued on: its lane at replay
+  // An event recorded (or waited on) inside the capture: not a command of its own but a
+  // dependency between lanes at replay. The index is the graph's own numbering of events.
+  int record_marker = -1;
+  int wait_marker = -1;
+  bool marker() const { return record_marker >= 0 || wait_marker >= 0; }
 };
 
 struct GraphObject {
@@ -73,6 +78,9 @@ struct GraphObject {
   std::string broken;                  // why a joined stream invalidated the capture
   CaptureMode mode = CaptureMode::Global;
   std::thread::id owner;               // the thread that began the capture
+  uint32_t origin_stream = 0;          // replays on the launch stream; other streams on lanes
+  int markers = 0;                     // events recorded inside the capture
+  std::vector<StreamObject*> lanes;    // replay streams of the forked branches (kept across replays)
 
   void reset() {
     alive = true;
@@ -80,6 +88,9 @@ struct GraphObject {
     nodes.clear();
     joined.clear();
     broken.clear();
+    origin_stream = 0;
+    markers = 0;
+    lanes.clear();
   }
 };
 
@@ -95,6 +106,7 @@ struct EventObject {
   std::weak_ptr<GraphObject> captured_in;
   StreamObject* captured_stream = nullptr;
   uint32_t captured_on = 0;
+  int captured_marker = -1;   // its number in that capture's graph
 
   void reset() {
     flags = 0;
@@ -103,6 +115,7 @@ struct EventObject {
     captured_in.reset();
     captured_stream = nullptr;
     captured_on = 0;
+    captured_marker = -1;
     device = -1;
     point = model::QueuePoint{};
     slot.reset();
@@ -330,6 +343,11 @@ class SimBackend final : public IBackend {
   // A potentially unsafe call (shim.h, capture modes): fails, invalidating each capture under
   // way that prohibits it on this thread.
   Status checkUnsafeCall(const char* what);
+  // A stream of the runtime's own (graph replay lanes), on `device`.
+  StreamObject* newStream(int device, int priority, bool internal = false);
+  static constexpr uint32_t kFirstInternalStreamId = 1u << 30;
+  // Appends an event marker node to the capture `g` (record: returns the new number).
+  int appendMarker(GraphObject& g, uint32_t stream_id, bool record, int wait_for);
   Status breakCapture(StreamObject* s, const std::string& what) {
     std::shared_ptr<GraphObject> g;
     {
@@ -464,6 +482,9 @@ class SimBackend final : public IBackend {
   HandlePool<GraphObject> graph_pool_;
   std::vector<uint32_t> next_queue_;
   uint32_t next_stream_id_ = 1;
+  // The runtime's own streams (graph replay lanes) are numbered apart, so that the ids of the
+  // streams a program creates do not depend on how many graphs it replayed.
+  uint32_t next_internal_stream_id_ = kFirstInternalStreamId;
 };
 
 }  // namespace simbackend

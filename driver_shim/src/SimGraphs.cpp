@@ -40,6 +40,7 @@ Status SimBackend::streamBeginCapture(Stream stream, CaptureMode mode) {
                                           " is already capturing");
   stream->capture = std::make_shared<GraphObject>();
   stream->capture->device = stream->device;
+  stream->capture->origin_stream = stream->id;
   stream->capture->mode = mode;
   stream->capture->owner = std::this_thread::get_id();
   stream->capture_origin = true;
@@ -91,6 +92,9 @@ Status SimBackend::streamEndCapture(Stream stream, Graph* graph) {
   {
     std::lock_guard<std::mutex> lock(g->mutex);
     out->nodes = std::move(g->nodes);
+    out->origin_stream = g->origin_stream;
+    out->markers = g->markers;
+    out->mode = g->mode;
   }
   *graph = out;
   return Status::Ok();
@@ -107,7 +111,8 @@ Status SimBackend::streamIsCapturing(Stream stream, bool* is) {
 Status SimBackend::graphNodeCount(Graph graph, std::size_t* count) {
   if (!count) return nullArg("graphNodeCount", "count");
   if (Status st = checkGraph(graph, "graphNodeCount"); !st.ok()) return st;
-  *count = graph->nodes.size();
+  *count = static_cast<std::size_t>(std::count_if(graph->nodes.begin(), graph->nodes.end(),
+                                                  [](const GraphNode& n) { return !n.marker(); }));
   return Status::Ok();
 }
 
@@ -119,7 +124,13 @@ Status SimBackend::graphDescribe(Graph graph, std::vector<GraphNodeInfo>* nodes)
     GraphNodeInfo i;
     i.name = n.name;
     i.stream_id = n.stream_id;
-    if (n.host_only) {
+    if (n.record_marker >= 0) {
+      i.kind = "event record";
+      i.event = n.record_marker;
+    } else if (n.wait_marker >= 0) {
+      i.kind = "event wait";
+      i.event = n.wait_marker;
+    } else if (n.host_only) {
       i.kind = "host";
     } else if (n.cmd.kind == model::CommandKind::Copy) {
       static const char* const kCopy[] = {"memcpy HtoD", "memcpy DtoH", "memcpy DtoD", "memcpy peer", "memset"};
@@ -146,6 +157,22 @@ Status SimBackend::graphLaunch(Graph graph, Stream stream) {
                                           std::to_string(graph->device) + ", stream is on device " +
                                           std::to_string(s->device));
   if (capturing(s)) return breakCapture(s, "graphLaunch (nested graphs are not supported)");
+  // The origin's work replays on `s`; each stream that forked from it inside the capture on a
+  // lane of its own, ordered by the events recorded and waited inside the capture, so that
+  // branches that overlapped when captured overlap when replayed. The host work of the nodes
+  // runs in capture order (a legal order of the dependencies).
+  std::vector<std::pair<uint32_t, StreamObject*>> lane{{graph->origin_stream, s}};
+  std::size_t next_lane = 0;
+  auto laneOf = [&](uint32_t stream_id) {
+    for (const auto& [id, l] : lane)
+      if (id == stream_id) return l;
+    if (next_lane == graph->lanes.size()) graph->lanes.push_back(newStream(graph->device, s->priority, true));
+    StreamObject* l = graph->lanes[next_lane++];
+    lane.emplace_back(stream_id, l);
+    return l;
+  };
+  std::vector<model::QueuePoint> recorded(static_cast<std::size_t>(graph->markers));
+  std::vector<bool> have(recorded.size(), false);
   double overhead = params_.host.launch_overhead_s;  // one launch for the whole graph
   for (GraphNode& n : graph->nodes) {
     if (n.work) {
@@ -156,12 +183,41 @@ Status SimBackend::graphLaunch(Graph graph, Stream stream) {
       }
     }
     if (n.host_only) continue;
-    model::Command cmd = n.cmd;
-    cmd.in_graph = true;
-    if (Status st = submit(s, std::move(cmd), n.name, overhead, nullptr); !st.ok()) return st;
+    StreamObject* l = laneOf(n.stream_id);
+    model::Command cmd;
+    const char* name = n.name.c_str();
+    if (n.record_marker >= 0) {
+      cmd.kind = CommandKind::EventRecord;
+      cmd.event = std::make_shared<model::EventSlot>();
+      const auto m = static_cast<std::size_t>(n.record_marker);
+      if (Status st = submit(l, std::move(cmd), name, overhead, &recorded[m]); !st.ok()) return st;
+      have[m] = true;
+    } else if (n.wait_marker >= 0) {
+      const auto m = static_cast<std::size_t>(n.wait_marker);
+      if (!have[m]) continue;
+      cmd.kind = CommandKind::EventWait;
+      cmd.wait_for = recorded[m];
+      if (Status st = submit(l, std::move(cmd), name, overhead, nullptr); !st.ok()) return st;
+    } else {
+      cmd = n.cmd;
+      cmd.in_graph = true;
+      if (Status st = submit(l, std::move(cmd), name, overhead, nullptr); !st.ok()) return st;
+    }
     overhead = kGraphNodeHostSeconds;
   }
   return Status::Ok();
+}
+
+int SimBackend::appendMarker(GraphObject& g, uint32_t stream_id, bool record, int wait_for) {
+  GraphNode n;
+  n.name = record ? "event record" : "event wait";
+  n.stream_id = stream_id;
+  std::lock_guard<std::mutex> lock(g.mutex);
+  if (record) n.record_marker = g.markers++;
+  else n.wait_marker = wait_for;
+  const int marker = record ? n.record_marker : wait_for;
+  g.nodes.push_back(std::move(n));
+  return marker;
 }
 
 Status SimBackend::graphDestroy(Graph graph) {
@@ -170,6 +226,8 @@ Status SimBackend::graphDestroy(Graph graph) {
   // The nodes' closures may hold memory (tensors a replay writes): release it now.
   std::vector<GraphNode> nodes;
   nodes.swap(graph->nodes);
+  for (StreamObject* l : graph->lanes) (void)streamDestroy(l);
+  graph->lanes.clear();
   graph_pool_.release(graph);
   nodes.clear();
   return Status::Ok();

@@ -5,22 +5,25 @@ namespace cardsim::shim::simbackend {
 
 Status SimBackend::streamCreate(Stream* out, int priority) {
   if (!out) return nullArg("streamCreate", "stream");
-  const int d = t_current_device;
+  *out = newStream(t_current_device, priority);
+  return Status::Ok();
+}
+
+StreamObject* SimBackend::newStream(int d, int priority, bool internal) {
   StreamObject* s = stream_pool_.acquire();
   s->device = d;
   s->priority = clampPriority(priority);
   s->rank = rankOf(s->priority);
   {
     std::lock_guard<std::mutex> lock(streams_mutex_);
-    s->id = next_stream_id_++;
+    s->id = internal ? next_internal_stream_id_++ : next_stream_id_++;
     // Queue 0 is the default stream's; created streams take the others in turn.
     const uint32_t q = params_.queues.hardware_queues;
     s->queue = QueueId{q == 1 ? 0 : 1 + (next_queue_[static_cast<size_t>(d)]++ % (q - 1))};
     s->last = {dev(d), s->queue, 0};   // nothing queued yet: synchronizing returns at once
-    *out = s;
     streams_.push_back(s);
   }
-  return Status::Ok();
+  return s;
 }
 
 Status SimBackend::streamDestroy(Stream stream) {
@@ -96,10 +99,12 @@ Status SimBackend::streamWaitEvent(Stream stream, Event event) {
   if (Status st = checkEvent(event, "streamWaitEvent"); !st.ok()) return st;
   std::shared_ptr<GraphObject> captured;
   StreamObject* recorder = nullptr;
+  int marker = -1;
   {
     std::lock_guard<std::mutex> lock(event->mutex);
     captured = event->captured_in.lock();
     recorder = event->captured_stream;
+    marker = event->captured_marker;
   }
   if (capturing(s)) {
     // The captured work replays in capture order on one stream, so a wait on an event of
@@ -114,6 +119,7 @@ Status SimBackend::streamWaitEvent(Stream stream, Event event) {
       mine = s->capture;
     }
     if (origin && captured && captured == mine && recorder && recorder != s) leaveCapture(recorder);
+    if (captured && captured == mine && marker >= 0) appendMarker(*mine, s->id, false, marker);
     return Status::Ok();
   }
   if (captured) {
@@ -128,8 +134,11 @@ Status SimBackend::streamWaitEvent(Stream stream, Event event) {
       s->capture_origin = false;
       s->capturing = true;
     }
-    std::lock_guard<std::mutex> lock(captured->mutex);
-    captured->joined.push_back(s);
+    {
+      std::lock_guard<std::mutex> lock(captured->mutex);
+      captured->joined.push_back(s);
+    }
+    if (marker >= 0) appendMarker(*captured, s->id, false, marker);   // the branch starts after it
     return Status::Ok();
   }
   model::QueuePoint point;
@@ -178,14 +187,20 @@ Status SimBackend::eventRecord(Event event, Stream stream) {
     // A marker in the graph, not a command: waits on it inside the capture are ordered by the
     // capture itself (another stream waiting on it joins the capture); queries outside the
     // capture see it as not recorded.
-    std::lock_guard<std::mutex> slock(s->mutex);
-    if (!s->capture) return Status(Code::Internal, "stream stopped capturing");
+    std::shared_ptr<GraphObject> g;
+    {
+      std::lock_guard<std::mutex> slock(s->mutex);
+      g = s->capture;
+    }
+    if (!g) return Status(Code::Internal, "stream stopped capturing");
+    const int marker = appendMarker(*g, s->id, true, -1);
     std::lock_guard<std::mutex> lock(event->mutex);
     event->recorded = false;
     event->slot.reset();
-    event->captured_in = s->capture;
+    event->captured_in = g;
     event->captured_stream = s;
     event->captured_on = s->id;
+    event->captured_marker = marker;
     return Status::Ok();
   }
   auto slot = std::make_shared<model::EventSlot>();

@@ -234,6 +234,59 @@ TEST(ShimGraphs, EventsInsideACaptureOrderItsWorkForkJoinAndReplay) {
   EXPECT_FALSE(capturing);
 }
 
+// Branches forked inside a capture overlap at replay as they did when queued eagerly: the
+// side stream's work replays on a lane of its own, after the fork and before the join.
+TEST(ShimGraphs, ForkedBranchesReplayConcurrentlyBetweenForkAndJoin) {
+  startRuntime("mlu370-x8", 1);
+  shim::Stream s, side;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  ASSERT_SHIM_OK(shim::streamCreate(&side));
+  shim::Event fork, join;
+  ASSERT_SHIM_OK(shim::eventCreate(&fork));
+  ASSERT_SHIM_OK(shim::eventCreate(&join));
+  // Compute-bound kernels of a few tiles each: two fit on the card side by side.
+  shim::KernelCost k;
+  k.kernel_class = shim::KernelClass::Gemm;
+  k.flops = 2e9;
+  k.tiles = 2;
+  auto queue = [&](const char* suffix) {
+    ASSERT_SHIM_OK(shim::launchKernel(s, std::string("first") + suffix, k, nullptr));
+    ASSERT_SHIM_OK(shim::eventRecord(fork, s));
+    ASSERT_SHIM_OK(shim::streamWaitEvent(side, fork));
+    ASSERT_SHIM_OK(shim::launchKernel(side, std::string("branch") + suffix, k, nullptr));
+    ASSERT_SHIM_OK(shim::launchKernel(s, std::string("main") + suffix, k, nullptr));
+    ASSERT_SHIM_OK(shim::eventRecord(join, side));
+    ASSERT_SHIM_OK(shim::streamWaitEvent(s, join));
+    ASSERT_SHIM_OK(shim::launchKernel(s, std::string("last") + suffix, k, nullptr));
+  };
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  queue(" eager");
+  ASSERT_SHIM_OK(shim::streamSynchronize(s));
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  queue(" graph");
+  shim::Graph g;
+  ASSERT_SHIM_OK(shim::streamEndCapture(s, &g));
+  std::size_t nodes = 0;
+  ASSERT_SHIM_OK(shim::graphNodeCount(g, &nodes));
+  EXPECT_EQ(nodes, 4u);   // the kernels; the events are edges
+  ASSERT_SHIM_OK(shim::graphLaunch(g, s));
+  ASSERT_SHIM_OK(shim::streamSynchronize(s));
+  const auto acts = drain();
+  for (const char* suffix : {" eager", " graph"}) {
+    SCOPED_TRACE(suffix);
+    auto one = [&](const char* name) {
+      const auto v = named(acts, std::string(name) + suffix);
+      EXPECT_EQ(v.size(), 1u);
+      return v.empty() ? shim::ActivityRecord{} : v[0];
+    };
+    const auto first = one("first"), branch = one("branch"), main = one("main"), last = one("last");
+    EXPECT_GE(branch.start_ps, first.end_ps);                     // after the fork
+    EXPECT_LT(branch.start_ps, main.end_ps);                      // the two branches overlap
+    EXPECT_LT(main.start_ps, branch.end_ps);
+    EXPECT_GE(last.start_ps, std::max(branch.end_ps, main.end_ps));   // after the join
+  }
+}
+
 TEST(ShimGraphs, AForkedStreamNotJoinedBackInvalidatesTheCapture) {
   startRuntime("mlu370-x8", 1);
   shim::Stream s, side;

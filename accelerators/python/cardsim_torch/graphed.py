@@ -126,10 +126,26 @@ def _amount(v: float, unit: str) -> str:
 
 
 def write_dot(title: str, nodes: list, path) -> None:
-    """A captured graph's nodes (Graph.describe()) as Graphviz DOT, in replay order."""
-    lines = [f"digraph {title} {{", f'  label="{title}: {len(nodes)} node(s), replayed in this order";',
+    """A captured graph (Graph.describe()) as Graphviz DOT: its work nodes, each after the one
+    before it on the same stream, and after the work an event recorded inside the capture
+    followed on another stream (the fork/join edges a replay keeps)."""
+    work = [n for n in nodes if n["kind"] not in ("event record", "event wait")]
+    lines = [f"digraph {title} {{", f'  label="{title}: {len(work)} node(s)";',
              "  node [shape=box, fontname=monospace];"]
-    for i, n in enumerate(nodes):
+    edges: list[tuple[int, int]] = []
+    last: dict = {}          # stream -> its latest work node
+    waits: dict = {}         # stream -> nodes it waits for before its next work node
+    at_record: dict = {}     # event -> the recording stream's latest work node then
+    i = 0
+    for n in nodes:
+        if n["kind"] == "event record":
+            if n["stream"] in last:
+                at_record[n["event"]] = last[n["stream"]]
+            continue
+        if n["kind"] == "event wait":
+            if n["event"] in at_record:
+                waits.setdefault(n["stream"], []).append(at_record[n["event"]])
+            continue
         cost = []
         if n["flops"]:
             cost.append(_amount(n["flops"], "FLOP"))
@@ -138,7 +154,12 @@ def write_dot(title: str, nodes: list, path) -> None:
         name = n["name"].replace('"', r"\"")
         label = f"{i}: {name}\\n{n['kind']}, stream {n['stream']}" + (f"\\n{', '.join(cost)}" if cost else "")
         lines.append(f'  n{i} [label="{label}"];')
-    lines += [f"  n{i} -> n{i + 1};" for i in range(len(nodes) - 1)]
+        before = [last[n["stream"]]] if n["stream"] in last else []
+        before += [w for w in waits.pop(n["stream"], []) if w not in before]
+        edges += [(b, i) for b in before]
+        last[n["stream"]] = i
+        i += 1
+    lines += [f"  n{a} -> n{b};" for a, b in edges]
     lines.append("}")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -287,9 +287,13 @@ Status launchHostFunc(Stream stream, std::function<void()> fn);
 
 // While a stream captures, kernels, memsets and asynchronous copies queued on it are
 // recorded instead of run; synchronizing calls on it fail and invalidate the capture, as
-// on the card. A launched graph runs its recorded work in order and queues it with the
-// card's lower per-kernel graph dispatch cost, for one host launch overhead (plus 1 ns per
-// node). Events inside a capture are not supported yet. The default stream cannot capture.
+// on the card. Another stream that waits on an event recorded in the capture joins it
+// (fork) until the capturing stream waits on an event it recorded (join). A launched graph
+// queues the origin's work on the launch stream and each joined stream's on a lane of its
+// own, ordered by the events recorded and waited inside the capture (so captured branches
+// overlap at replay as they did when queued), with the card's lower per-kernel graph
+// dispatch cost, for one host launch overhead (plus 1 ns per node); the nodes' host work
+// runs in capture order. The default stream cannot capture.
 struct GraphObject;
 using Graph = GraphObject*;
 
@@ -316,6 +320,7 @@ struct GraphNodeInfo {
   uint32_t stream_id = 0;    // the captured stream it was queued on
   double flops = 0;
   double bytes = 0;          // moved (copies) or read + written (kernels)
+  int event = -1;            // event record/wait inside the capture: the graph's number of the event
 };
 Status graphDescribe(Graph graph, std::vector<GraphNodeInfo>* nodes);
 Status graphLaunch(Graph graph, Stream stream);

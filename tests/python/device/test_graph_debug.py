@@ -47,3 +47,26 @@ def test_debug_dump_without_debug_mode_warns_and_writes_nothing(dm, card, tmp_pa
     with pytest.warns(UserWarning, match="enable_debug_mode"):
         g.debug_dump(str(path))
     assert not path.exists()
+
+
+def test_debug_dump_draws_fork_and_join_edges(dm, card, tmp_path):
+    x = torch.ones(64, 64, device=card)
+    s, side = dm.Stream(), dm.Stream()
+    s.wait_stream(dm.current_stream())
+    g = _graph_class(dm, card)()
+    g.enable_debug_mode()
+    with dm.graph(g, stream=s):
+        a = x * 2                          # 0: on the capture stream
+        side.wait_stream(s)                # fork
+        with dm.stream(side):
+            b = a + 1                      # 1: on the side stream
+        c = a - 1                          # 2: on the capture stream, concurrent with 1
+        s.wait_stream(side)                # join
+        d = b * c                          # 3: after both
+    g.debug_dump(str(tmp_path / "g.dot"))
+    dot = (tmp_path / "g.dot").read_text()
+    edges = set(re.findall(r"n(\d+) -> n(\d+);", dot))
+    assert edges == {("0", "1"), ("0", "2"), ("1", "3"), ("2", "3")}, dot
+    g.replay()
+    dm.synchronize()
+    assert torch.equal(d.cpu(), torch.full((64, 64), 3.0))
