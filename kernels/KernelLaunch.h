@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/record_function.h>
 #include <c10/core/Device.h>
 #include <c10/util/ArrayRef.h>
 
@@ -61,8 +62,10 @@ std::vector<HostReadSite> hostReads();   // in first-seen order
 // (tensor.resize_ and storage.resize_ both come here).
 void resizeStorage(const c10::Storage& storage, size_t nbytes);
 
-// The async checker's device-memory guard (shim checkGuardDeviceMemory): kernels touch
-// their host views of device memory only inside one of these.
+// A kernel's host execution: inside, the async checker's device-memory guard (shim
+// checkGuardDeviceMemory) lets the host views of device memory be touched, and the CPU
+// operators that emulate the kernel are not recorded by profilers (the device operator
+// that launched them is, with the device time).
 class HostWindow {
  public:
   HostWindow() : on_(shim::checkEnabled()) {
@@ -76,6 +79,7 @@ class HostWindow {
 
  private:
   bool on_;
+  at::DisableRecordFunctionGuard not_profiled_;
 };
 
 // Runs `work` now (exceptions propagate unchanged) and queues `cost` on the current
