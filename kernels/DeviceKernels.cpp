@@ -164,7 +164,7 @@ int64_t convOutSize(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int6
   return transposed ? (in - 1) * s - 2 * p + d * (k - 1) + op + 1 : (in + 2 * p - d * (k - 1) - 1) / s + 1;
 }
 
-int64_t at_or_last(c10::IntArrayRef v, size_t i) { return v.empty() ? 0 : v[std::min(i, v.size() - 1)]; }
+int64_t atOrLast(c10::IntArrayRef v, size_t i) { return v.empty() ? 0 : v[std::min(i, v.size() - 1)]; }
 
 // Convolutions go through launch() with their results allocated first, so that they can be
 // captured into a graph (each replay recomputes them on the host views) and timed in timing mode.
@@ -188,9 +188,9 @@ at::Tensor convolutionOverrideable(const at::Tensor& input, const at::Tensor& we
   shape.push_back(transposed ? weight.size(1) * groups : weight.size(0));
   const int64_t spatial0 = batched ? 2 : 1;
   for (int64_t i = 0; i + 2 < weight.dim(); ++i)
-    shape.push_back(convOutSize(input.size(spatial0 + i), weight.size(2 + i), at_or_last(stride, i),
-                                at_or_last(padding, i), at_or_last(dilation, i),
-                                transposed ? at_or_last(output_padding, i) : 0, transposed));
+    shape.push_back(convOutSize(input.size(spatial0 + i), weight.size(2 + i), atOrLast(stride, i),
+                                atOrLast(padding, i), atOrLast(dilation, i),
+                                transposed ? atOrLast(output_padding, i) : 0, transposed));
   at::Tensor out = at::empty(shape, input.options());
   at::Tensor out_h = cpuAlias(out);
   const std::vector<int64_t> st(stride.begin(), stride.end()), pad(padding.begin(), padding.end()),

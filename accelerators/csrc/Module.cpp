@@ -474,9 +474,9 @@ PYBIND11_MODULE(_C, m) {
       if (t.device().type() == c10::DeviceType::PrivateUse1) {
         c10::DeviceGuard guard(t.device());   // a default stream (null handle) is the current device's
         (void)shim::checkDeviceAccess(kernels::currentStream(t.device().index()), t.data_ptr(), bytes, write);
-      }
-      else if (t.device().is_cpu())
+      } else if (t.device().is_cpu()) {
         (void)shim::checkHostAccess(t.data_ptr(), bytes, write);
+      }
     }
   });
   m.def("_check_pending", [] { return shim::checkPendingReports(); });

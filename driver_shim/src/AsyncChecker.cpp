@@ -255,11 +255,6 @@ void AsyncChecker::memsetQueued(const StreamRef& s, void* ptr, std::size_t bytes
   if (!async) host_.join(streams_[s.key].clock);
 }
 
-void AsyncChecker::commandQueued(const StreamRef& s) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!stream(s).capture) (void)submit(s, false, 0);
-}
-
 void AsyncChecker::eventRecorded(Event e, const StreamRef& s) {
   std::lock_guard<std::mutex> lock(mutex_);
   StreamState& st = stream(s);
@@ -359,11 +354,6 @@ std::vector<CheckReport> AsyncChecker::drain() {
 std::size_t AsyncChecker::pendingReports() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return reports_.size();
-}
-
-std::size_t AsyncChecker::segmentsHeld() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return device_.size() + host_memory_.size();
 }
 
 void AsyncChecker::reset() {

@@ -57,7 +57,6 @@ class AsyncChecker {
   void copyQueued(const StreamRef& s, void* dst, const void* src, std::size_t bytes, MemcpyKind kind,
                   bool async);
   void memsetQueued(const StreamRef& s, void* ptr, std::size_t bytes, bool async);
-  void commandQueued(const StreamRef& s);
   void eventRecorded(Event e, const StreamRef& s);
   void streamWaited(const StreamRef& s, Event e);
   void hostWaitedEvent(Event e);
@@ -77,7 +76,6 @@ class AsyncChecker {
 
   std::vector<CheckReport> drain();
   std::size_t pendingReports() const;
-  std::size_t segmentsHeld() const;   // shadow size, for tests of pruning
   void reset();
 
  private:

@@ -40,10 +40,11 @@ class HostAccessGuard {
   bool tryFind(uintptr_t addr, Range* out);
   bool windowOpen() const { return depth_.load(std::memory_order_relaxed) > 0; }
 
-  // Opens a window for its scope when the guard is on; nothing otherwise.
+  // Opens a window for its scope when the guard is on and the call touches device memory
+  // (`needed`); nothing otherwise.
   class Window {
    public:
-    Window() : on_(instance().enabled()) {
+    explicit Window(bool needed = true) : on_(needed && instance().enabled()) {
       if (on_) instance().open();
     }
     ~Window() {

@@ -279,20 +279,28 @@ def active() -> Checker | None:
     return _checker
 
 
-def open_window():
+def open_window() -> Checker | None:
     """Opens a window on guarded device memory (the runtime's own access through host views);
-    returns what close_window takes, or None when the checker is off."""
+    returns the checker that close_window takes, or None when the checker is off."""
     c = _checker
-    if c is None:
-        return None
-    c._C._check_window(True)
-    return c._C
+    if c is not None:
+        c._C._check_window(True)
+    return c
 
 
-def close_window(window) -> None:
-    if window is not None:
-        window._check_window(False)
-    return None
+def close_window(opened: Checker | None) -> None:
+    """Closes what open_window opened (None: nothing); returns None for the caller to keep."""
+    if opened is not None:
+        opened._C._check_window(False)
+
+
+def _start(_C, device: str, raise_errors: bool) -> Checker:
+    """Turns the runtime's checker and device-memory guard on."""
+    _C._check_enable(True)
+    if not faulthandler.is_enabled():   # the Python stack of a host access to device memory
+        faulthandler.enable()           # (first: the guard's fault handler chains to it)
+    _C._check_guard(True)
+    return Checker(_C, device, raise_errors)
 
 
 def install_from_env(_C, device: str) -> None:
@@ -301,11 +309,7 @@ def install_from_env(_C, device: str) -> None:
     on, raise_errors = parse(os.environ.get(ENV))
     if not on:
         return
-    _C._check_enable(True)
-    if not faulthandler.is_enabled():   # the Python stack of a host access to device memory
-        faulthandler.enable()           # (first: the guard's fault handler chains to it)
-    _C._check_guard(True)
-    _checker = Checker(_C, device, raise_errors)
+    _checker = _start(_C, device, raise_errors)
     _env_on = True
     _CheckMode(_checker).__enter__()   # for the life of the process
 
@@ -330,11 +334,7 @@ def async_check(_C, device: str, raise_errors: bool = False):
     global _checker, _depth
     with _lock:
         if _checker is None:
-            _C._check_enable(True)
-            if not faulthandler.is_enabled():
-                faulthandler.enable()
-            _C._check_guard(True)
-            _checker = Checker(_C, device, raise_errors)
+            _checker = _start(_C, device, raise_errors)
         checker = _checker
         push_mode = not _env_on and _depth == 0   # one mode checks each operator once
         _depth += 1

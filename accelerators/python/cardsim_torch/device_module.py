@@ -400,8 +400,7 @@ def build(p, _C) -> types.ModuleType:
                                  f"got {capture_error_mode!r}")
             s = current_stream()
             self._pool = pool if pool is not None else graph_pool_handle()
-            self._g.capture_begin(s.stream_id, s.device_index,
-                                  "global" if capture_error_mode == "default" else capture_error_mode)
+            self._g.capture_begin(s.stream_id, s.device_index, capture_error_mode)
 
         def capture_end(self):
             self._g.capture_end()
