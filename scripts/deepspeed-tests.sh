@@ -3,13 +3,18 @@
 #
 #   scripts/deepspeed-tests.sh [--card mlu|supa] [--out DIR] [--test-timeout S]
 #                              [--path-timeout S] [--sample N] [--no-setup]
+#                              [--deepspeed installed|checkout]
 #                              DEEPSPEED-SOURCE-DIR [TEST-PATHS...] [-- PYTEST-ARGS...]
 #
 # TEST-PATHS are relative to DEEPSPEED-SOURCE-DIR/tests (e.g. unit/v1/accelerator, or
 # unit/comm/test_dist.py::TestDistAllReduce); without any, a default list runs. Each path is
 # one pytest session run from DEEPSPEED-SOURCE-DIR/tests (DeepSpeed's pytest.ini and
-# conftest.py apply, so the deepspeed package of that checkout is the one tested) with
-# DS_ACCELERATOR=mlu|supa. PYTEST-ARGS go to every session (e.g. -- -k "not fp16" -x).
+# conftest.py apply) with DS_ACCELERATOR=mlu|supa. --deepspeed installed (the default) tests
+# the deepspeed package installed in cardsim's .venv with the checkout's tests (DeepSpeed's
+# conftest would put the checkout's package first: the tests run from a link to the tests
+# directory instead, so it finds none); --deepspeed checkout tests the checkout's package,
+# which must then be pip-installed (an uninstalled checkout reports version 0.0.0 and an
+# incomplete version table, and some tests fail on that). PYTEST-ARGS go to every session (e.g. -- -k "not fp16" -x).
 # --sample N keeps one in N parametrizations of each test function (every function still
 # runs; for paths that take hours on a small machine). scripts/setup.sh runs first unless
 # --no-setup is given (for a CI job that ran it already).
@@ -47,6 +52,7 @@ path_timeout="${CARDSIM_DS_PATH_TIMEOUT:-3600}"
 src=""
 setup=1
 sample="${CARDSIM_DS_SAMPLE:-1}"
+against=installed
 paths=()
 pytest_args=()
 while [ $# -gt 0 ]; do
@@ -62,6 +68,8 @@ while [ $# -gt 0 ]; do
     --sample) [ $# -ge 2 ] || usage; sample="$2"; shift 2 ;;
     --sample=*) sample="${1#--sample=}"; shift ;;
     --no-setup) setup=0; shift ;;
+    --deepspeed) [ $# -ge 2 ] || usage; against="$2"; shift 2 ;;
+    --deepspeed=*) against="${1#--deepspeed=}"; shift ;;
     -h|--help) usage 0 ;;
     --) shift; pytest_args=("$@"); break ;;
     -*) echo "deepspeed-tests.sh: unknown option '$1'" >&2; usage ;;
@@ -69,6 +77,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$card" in mlu|supa) ;; *) echo "deepspeed-tests.sh: --card must be mlu or supa, got '$card'" >&2; exit 2 ;; esac
+case "$against" in installed|checkout) ;; *) echo "deepspeed-tests.sh: --deepspeed must be installed or checkout, got '$against'" >&2; exit 2 ;; esac
 [ -n "$src" ] || { echo "deepspeed-tests.sh: DEEPSPEED-SOURCE-DIR is missing" >&2; usage; }
 for n in "$test_timeout" "$path_timeout"; do
   [[ "$n" =~ ^[0-9]+$ ]] || { echo "deepspeed-tests.sh: time limits are whole seconds, got '$n'" >&2; exit 2; }
@@ -94,6 +103,29 @@ fi
 
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
+src_version="$(cat "$src/version.txt" 2>/dev/null || echo '?')"
+if [ "$against" = installed ]; then
+  # DeepSpeed's tests/conftest.py puts the directory above itself first on sys.path; seen
+  # through this link that directory has no deepspeed package, so the installed one is used.
+  # pytest runs from the link's directory (a physical one: a cwd inside the link would
+  # resolve to the checkout) and is given the paths through the link.
+  run_dir="$out/.deepspeed-tree"
+  mkdir -p "$run_dir"
+  ln -sfn "$src/tests" "$run_dir/tests"
+  arg_prefix="tests/"
+  ds_version="$(cd "$out" && "$root/.venv/bin/python" -c 'import deepspeed.git_version_info as v; print(v.version)' 2>/dev/null)" || {
+    echo "deepspeed-tests.sh: no deepspeed package installed in $root/.venv (run scripts/setup.sh, or use --deepspeed checkout)" >&2
+    exit 2
+  }
+  ds_what="DeepSpeed $ds_version (installed) with the tests of $src ($src_version)"
+  if [ "${ds_version%%+*}" != "$src_version" ]; then
+    echo "deepspeed-tests.sh: note: the tests come from DeepSpeed $src_version, the package tested is $ds_version" >&2
+  fi
+else
+  run_dir="$src/tests"
+  arg_prefix=""
+  ds_what="DeepSpeed $src_version from $src"
+fi
 manifest="$out/manifest.tsv"
 : > "$manifest"
 
@@ -115,9 +147,9 @@ for p in "${paths[@]}"; do
   echo "== $p ($card)"
   start=$(date +%s.%N)
   set +e
-  (cd "$src/tests" && timeout -s INT -k 120 "$path_timeout" \
+  (cd "$run_dir" && timeout -s INT -k 120 "$path_timeout" \
      "$root/.venv/bin/python" -m pytest -p cardsim_deepspeed_plugin -p no:cacheprovider -rfEsx --continue-on-collection-errors \
-       --junitxml="$xml" "$p" ${pytest_args[@]+"${pytest_args[@]}"}) 2>&1 | tee "$log"
+       --junitxml="$xml" "$arg_prefix$p" ${pytest_args[@]+"${pytest_args[@]}"}) 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   set -e
   end=$(date +%s.%N)
@@ -130,7 +162,7 @@ done
 echo
 rev="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 [ -z "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] || rev="$rev+changes"
-echo "== DeepSpeed tests on emulated $card cards (cardsim $rev; DeepSpeed $(cat "$src/version.txt" 2>/dev/null || echo '?') from $src)"
+echo "== DeepSpeed tests on emulated $card cards (cardsim $rev; $ds_what)"
 set +e
 "$root/.venv/bin/python" "$root/scripts/deepspeed_tests/junit_table.py" "$manifest" | tee "$out/table.txt"
 status=${PIPESTATUS[0]}
