@@ -105,6 +105,18 @@ def fake_src(tmp_path_factory):
     (unit / "test_fake.py").write_text(textwrap.dedent(_FAKE_TESTS))
     (unit / "more" / "test_more.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
     (src / "version.txt").write_text("0.0.0-fake\n")
+    # As DeepSpeed's tests/conftest.py does: the checkout's directory goes first on sys.path.
+    (src / "tests" / "conftest.py").write_text(
+        "import sys, os\nsys.path.insert(1, os.path.abspath(os.path.dirname(os.path.dirname(__file__))))\n")
+    (src / "tests" / "unit" / "which" ).mkdir()
+    (src / "tests" / "unit" / "which" / "test_which_deepspeed.py").write_text(textwrap.dedent('''
+        import os
+        import deepspeed
+
+        def test_package():
+            from_checkout = os.path.dirname(deepspeed.__file__).startswith(os.environ["FAKE_SRC"])
+            assert from_checkout == (os.environ["EXPECT_DEEPSPEED"] == "checkout"), deepspeed.__file__
+        '''))
     return src
 
 
@@ -134,13 +146,31 @@ def test_table_counts_and_exit_status(fake_src, tmp_path):
     assert _table(r.stdout)["TOTAL"]["passed"] == 2
 
 
+@pytest.mark.parametrize("against", ["installed", "checkout", None])
+def test_which_deepspeed_package_is_tested(fake_src, tmp_path, against):
+    # By default the installed package runs the checkout's tests, although the checkout's
+    # conftest puts the checkout first on sys.path; --deepspeed checkout tests the checkout's.
+    args = ["--out", tmp_path] + (["--deepspeed", against] if against else []) + [fake_src, "unit/which"]
+    r = _run(args, env_extra={"FAKE_SRC": str(fake_src), "EXPECT_DEEPSPEED": against or "installed"},
+             timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert _table(r.stdout)["unit/which"]["passed"] == 1
+    header = [ln for ln in r.stdout.splitlines() if ln.startswith("== DeepSpeed tests on")][-1]
+    if against == "checkout":
+        assert f"DeepSpeed 0.0.0-fake from {fake_src}" in header, header
+    else:
+        import deepspeed
+        assert f"DeepSpeed {deepspeed.__version__} (installed) with the tests of {fake_src} (0.0.0-fake)" in header
+        assert "the tests come from DeepSpeed 0.0.0-fake" in r.stderr
+
+
 def test_wall_limit_and_usage_errors(fake_src, tmp_path):
     r = _run(["--out", tmp_path, "--test-timeout", "0", "--path-timeout", "3", fake_src,
               "unit/test_fake.py::test_hang"], timeout=300)
     assert r.returncode == 1
     row = _table(r.stdout)["unit/test_fake.py::test_hang"]
     assert "wall limit 3 s hit" in row["note"]
-    for args in (["--card", "cuda", fake_src], [tmp_path], [fake_src, "unit/no_such_dir"], []):
+    for args in (["--card", "cuda", fake_src], ["--deepspeed", "pip", fake_src], [tmp_path], [fake_src, "unit/no_such_dir"], []):
         r = _run(args, timeout=60)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
 
