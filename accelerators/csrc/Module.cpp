@@ -300,6 +300,7 @@ PYBIND11_MODULE(_C, m) {
     out["name"] = p.name;
     out["vendor"] = p.vendor;
     out["preset"] = p.preset;
+    out["backend"] = p.backend;
     out["total_memory"] = p.total_memory_bytes;
     out["cluster_count"] = p.cluster_count;
     out["cores_per_cluster"] = p.cores_per_cluster;

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -20,10 +21,21 @@ struct BackendEntry {
   std::unique_ptr<IBackend> (*create)(const InitOptions&, Status*);
 };
 
+// auto: the vendor runtime when it loads, has every symbol and reports a device; otherwise
+// the emulator, saying why on stderr (once per process).
+std::unique_ptr<IBackend> createAutoBackend(const InitOptions& options, Status* why) {
+  Status native_why;
+  if (auto b = createNativeBackend(options, &native_why)) return b;
+  std::fprintf(stderr, "cardsim: CARDSIM_BACKEND=auto: %s; using the emulator (sim)\n",
+               native_why.message().c_str());
+  return createSimBackend(options, why);
+}
+
 // The registry of backends, keyed by CARDSIM_BACKEND.
 const BackendEntry kBackends[] = {
     {"sim", &createSimBackend},
     {"native", &createNativeBackend},
+    {"auto", &createAutoBackend},
 };
 
 std::mutex g_mutex;

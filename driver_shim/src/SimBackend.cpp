@@ -30,6 +30,7 @@ Status SimBackend::getDeviceProperties(DeviceProperties* p, int device) {
   p->name = params_.name;
   p->vendor = params_.vendor;
   p->preset = params_.preset;
+  p->backend = "sim";
   p->total_memory_bytes = params_.memory.capacity_bytes;
   p->cluster_count = c.clusters;
   p->cores_per_cluster = c.cores_per_cluster;

@@ -8,6 +8,7 @@
 namespace cardsim::cli {
 
 int runCollbench(const std::vector<std::string>& args);
+int runDevices(const std::vector<std::string>& argv);
 int runExport(const std::vector<std::string>& argv);
 int runFabricd(const std::vector<std::string>& args);
 int runReplay(const std::vector<std::string>& argv);

@@ -22,6 +22,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"collbench", "time collectives over a preset's fabric (nccl-tests style table or CSV)",
      &cardsim::cli::runCollbench},
+    {"devices", "the devices a process would see and the backend serving them (emulator or vendor runtime)",
+     &cardsim::cli::runDevices},
     {"export", "a recorded run as a timeline: --perfetto OUT.json for ui.perfetto.dev", &cardsim::cli::runExport},
     {"fabricd", "serve one collective fabric to the ranks of jobs (CARDSIM_FABRIC=host:port)",
      &cardsim::cli::runFabricd},

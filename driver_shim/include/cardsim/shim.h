@@ -69,7 +69,9 @@ enum class ExecutionMode { Full, Timing };
 const char* executionModeName(ExecutionMode m);
 
 struct InitOptions {
-  std::string backend;        // "sim" or "native"; empty: CARDSIM_BACKEND, else "sim"
+  std::string backend;        // "sim", "native" or "auto" (native when a vendor runtime loads,
+                              // has every symbol and reports a device; else sim, said on
+                              // stderr); empty: CARDSIM_BACKEND, else "sim"
   std::string execution;      // "full" or "timing"; empty: CARDSIM_EXECUTION, else "full"
   std::string preset;         // empty: CARDSIM_PRESET, else "mlu370-x8"
   uint32_t devices = 0;       // 0: CARDSIM_DEVICES, else 8
@@ -92,6 +94,7 @@ struct DeviceProperties {
   std::string name;                 // "MLU370-X8"
   std::string vendor;
   std::string preset;               // where the numbers came from
+  std::string backend;              // "sim", or "native (CNRT 6.14.1, /usr/local/neuware/lib64/libcnrt.so)"
   uint64_t total_memory_bytes = 0;
   uint32_t cluster_count = 0;
   uint32_t cores_per_cluster = 0;

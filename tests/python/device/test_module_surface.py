@@ -128,6 +128,7 @@ def test_get_device_properties(dm, card):
     p = dm.get_device_properties()
     assert p.name == exp["name"]
     assert p.preset == exp["preset"]
+    assert p.backend == "sim"
     assert p.total_memory == exp["total_memory"]
     assert p.total_memory == dm.mem_get_info()[1]
     assert (p.major, p.minor) == dm.get_device_capability() == exp["capability"]
