@@ -116,6 +116,10 @@ def fake_src(tmp_path_factory):
         def test_package():
             from_checkout = os.path.dirname(deepspeed.__file__).startswith(os.environ["FAKE_SRC"])
             assert from_checkout == (os.environ["EXPECT_DEEPSPEED"] == "checkout"), deepspeed.__file__
+            if not from_checkout:
+                # The checkout's top-level accelerator package: the installed one stands in.
+                import accelerator.real_accelerator as ra
+                assert os.path.realpath(ra.__file__).startswith(os.path.realpath(os.path.dirname(deepspeed.__file__)))
         '''))
     return src
 
