@@ -112,14 +112,13 @@ if [ "$against" = installed ]; then
   run_dir="$out/.deepspeed-tree"
   mkdir -p "$run_dir"
   ln -sfn "$src/tests" "$run_dir/tests"
-  # Some tests import the checkout's top-level accelerator/ and op_builder/ packages (what
-  # setup.py installs as deepspeed.accelerator and deepspeed.ops.op_builder): the installed
-  # ones stand in for them.
+  # Some tests import the checkout's top-level accelerator/ package (what setup.py installs
+  # as deepspeed.accelerator): the installed one stands in. No top-level op_builder/: with
+  # none, the accelerators load deepspeed.ops.op_builder, whose sources are the installed
+  # package's (a top-level one would look for csrc/ beside it).
   ds_pkg="$(cd "$out" && "$root/.venv/bin/python" -c 'import os, deepspeed; print(os.path.dirname(deepspeed.__file__))' 2>/dev/null)" || ds_pkg=""
-  if [ -n "$ds_pkg" ]; then
-    ln -sfn "$ds_pkg/accelerator" "$run_dir/accelerator"
-    ln -sfn "$ds_pkg/ops/op_builder" "$run_dir/op_builder"
-  fi
+  rm -f "$run_dir/op_builder"
+  [ -z "$ds_pkg" ] || ln -sfn "$ds_pkg/accelerator" "$run_dir/accelerator"
   arg_prefix="tests/"
   ds_version="$(cd "$out" && "$root/.venv/bin/python" -c 'import deepspeed.git_version_info as v; print(v.version)' 2>/dev/null)" || {
     echo "deepspeed-tests.sh: no deepspeed package installed in $root/.venv (run scripts/setup.sh, or use --deepspeed checkout)" >&2

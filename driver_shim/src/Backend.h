@@ -12,6 +12,11 @@ namespace cardsim::shim {
 class IBackend {
  public:
   virtual ~IBackend() = default;
+  Status noComm(const char* what) const {
+    return Status(Code::NotSupported, std::string(what) + ": the " + name() +
+                                          " backend has no vendor collective library (the emulator's "
+                                          "collectives run in the torch layer)");
+  }
   virtual const char* name() const = 0;
 
   virtual Status getDeviceCount(int* count) = 0;
@@ -87,6 +92,13 @@ class IBackend {
     if (address) address->clear();
     return Status::Ok();
   }
+
+  // The vendor's collective library (shim.h, Communicators); only the native backend has one.
+  virtual Status commGetUniqueId(std::string*) { return noComm("commGetUniqueId"); }
+  virtual Status commInitRank(Comm*, int, const std::string&, int) { return noComm("commInitRank"); }
+  virtual Status commDestroy(Comm) { return noComm("commDestroy"); }
+  virtual Status commLaunch(const CommCall&, Comm, Stream) { return noComm("commLaunch"); }
+  virtual Status commGroup(bool /*start*/) { return noComm("commGroupStart/End"); }
 
   // Timing mode's carried host data (shim.h); a backend without timing mode has none.
   virtual Status timingNoteHostWrite(const void* /*ptr*/, std::size_t /*bytes*/) { return Status::Ok(); }

@@ -360,6 +360,16 @@ Status fabricConnect(const std::string& address, const std::string& job, int ran
   CARDSIM_FORWARD(fabricConnect(address, job, rank, world_size));
 }
 Status fabricAddress(std::string* address) { CARDSIM_FORWARD(fabricAddress(address)); }
+Status commGetUniqueId(std::string* id) { CARDSIM_FORWARD(commGetUniqueId(id)); }
+Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank) {
+  CARDSIM_FORWARD(commInitRank(comm, nranks, id, rank));
+}
+Status commDestroy(Comm comm) { CARDSIM_FORWARD(commDestroy(comm)); }
+Status commLaunch(const CommCall& call, Comm comm, Stream stream) {
+  CARDSIM_FORWARD(commLaunch(call, comm, stream));
+}
+Status commGroupStart() { CARDSIM_FORWARD(commGroup(true)); }
+Status commGroupEnd() { CARDSIM_FORWARD(commGroup(false)); }
 Status launchHostFunc(Stream stream, std::function<void()> fn) {
   HostAccessGuard::Window window;   // the runtime's own access to device memory
   CARDSIM_FORWARD(launchHostFunc(stream, std::move(fn)));

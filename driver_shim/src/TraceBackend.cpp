@@ -110,6 +110,20 @@ trace::Header TraceBackend::header(const char* started_by) {
     for (const std::string& ov : o.overrides) h.add_overrides(ov);
     h.set_overrides_file(o.overrides_file);
     h.set_config_text(resolvedConfig(o));
+  } else {
+    // No model (a vendor runtime): the preset the run stands for and the real devices, so
+    // that a what-if can start from a real card's trace.
+    int n = 0;
+    DeviceProperties p;
+    if (inner_->getDeviceCount(&n).ok() && n > 0 && inner_->getDeviceProperties(&p, 0).ok()) {
+      h.set_devices(static_cast<uint32_t>(n));
+      h.set_device_name(p.name);
+      h.set_preset(p.preset);
+      sim::SimOptions o;
+      o.preset = p.preset;
+      o.devices = static_cast<uint32_t>(n);
+      h.set_config_text(resolvedConfig(o));
+    }
   }
   h.set_rank(envInt("RANK", 0));
   h.set_world_size(envInt("WORLD_SIZE", 1));

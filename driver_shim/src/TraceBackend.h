@@ -127,6 +127,16 @@ class TraceBackend final : public IBackend {
     return inner_->fabricConnect(address, job, rank, world_size);
   }
   Status fabricAddress(std::string* address) override { return inner_->fabricAddress(address); }
+  // The vendor's collectives (native backend): passed through, not recorded.
+  Status commGetUniqueId(std::string* id) override { return inner_->commGetUniqueId(id); }
+  Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank) override {
+    return inner_->commInitRank(comm, nranks, id, rank);
+  }
+  Status commDestroy(Comm comm) override { return inner_->commDestroy(comm); }
+  Status commLaunch(const CommCall& call, Comm comm, Stream stream) override {
+    return inner_->commLaunch(call, comm, stream);
+  }
+  Status commGroup(bool start) override { return inner_->commGroup(start); }
 
   Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override {
     return inner_->deviceUsage(device, used, total, busy_cluster_s);

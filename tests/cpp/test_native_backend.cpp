@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cardsim/shim.h>
@@ -337,4 +338,174 @@ TEST(NativeSupa, CudaShapedCallsInTheirOrder) {
   EXPECT_TRUE(contains(oom.message(), "supaMalloc failed: supaErrorMemoryAllocation (2): out of memory")) << oom.message();
   stub.script("supaEventQuery", 600, 1);
   EXPECT_EQ(shim::eventQuery(e).code(), shim::Code::NotReady);
+}
+
+// ---- Collectives: CNCL and BCCL on the stubs, one thread per rank -------------------------
+
+namespace {
+
+// Runs `body(rank)` on `n` threads at once, each on its own device; the first failure wins.
+template <typename Body>
+std::string onRanks(int n, Body body) {
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      if (shim::Status s = shim::setDevice(r); !s.ok()) {
+        errors[r] = s.toString();
+        return;
+      }
+      errors[r] = body(r);
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors)
+    if (!e.empty()) return e;
+  return "";
+}
+
+template <typename T>
+std::string runOn(shim::Comm comm, shim::Stream s, shim::CommCall call, const std::vector<T>& in, std::vector<T>* out) {
+  void* send = nullptr;
+  void* recv = nullptr;
+  const std::size_t in_bytes = in.size() * sizeof(T), out_bytes = out->size() * sizeof(T);
+  if (shim::Status st = shim::malloc(&send, in_bytes); !st.ok()) return st.toString();
+  if (shim::Status st = shim::malloc(&recv, out_bytes); !st.ok()) return st.toString();
+  if (shim::Status st = shim::memcpy(send, in.data(), in_bytes, shim::MemcpyKind::HostToDevice); !st.ok()) return st.toString();
+  call.send = send;
+  call.recv = recv;
+  if (shim::Status st = shim::commLaunch(call, comm, s); !st.ok()) return st.toString();
+  if (shim::Status st = shim::streamSynchronize(s); !st.ok()) return st.toString();
+  if (shim::Status st = shim::memcpy(out->data(), recv, out_bytes, shim::MemcpyKind::DeviceToHost); !st.ok()) return st.toString();
+  (void)shim::free(send);
+  (void)shim::free(recv);
+  return "";
+}
+
+void collectivesMatchTheCpu(const std::string& lib_name) {
+  constexpr int kRanks = 3;
+  std::string id;
+  ASSERT_SHIM_OK(shim::commGetUniqueId(&id));
+  const std::string err = onRanks(kRanks, [&](int r) -> std::string {
+    shim::Comm comm = nullptr;
+    shim::Stream s = nullptr;
+    if (shim::Status st = shim::commInitRank(&comm, kRanks, id, r); !st.ok()) return st.toString();
+    if (shim::Status st = shim::streamCreate(&s, 0); !st.ok()) return st.toString();
+    // all_reduce (sum, float32): 1+2+3 times the index
+    std::vector<float> in(5), out(5);
+    for (int i = 0; i < 5; ++i) in[i] = float((r + 1) * i);
+    shim::CommCall c;
+    c.op = shim::CommOp::AllReduce;
+    c.count = 5;
+    if (auto e = runOn(comm, s, c, in, &out); !e.empty()) return e;
+    for (int i = 0; i < 5; ++i)
+      if (out[i] != float(6 * i)) return "all_reduce[" + std::to_string(i) + "] = " + std::to_string(out[i]);
+    // all_gather (int64): each rank's two values, in rank order
+    std::vector<int64_t> gin = {10 * r, 10 * r + 1}, gout(2 * kRanks);
+    c = shim::CommCall{};
+    c.op = shim::CommOp::AllGather;
+    c.count = 2;
+    c.dtype = shim::CommDataType::Int64;
+    if (auto e = runOn(comm, s, c, gin, &gout); !e.empty()) return e;
+    for (int k = 0; k < 2 * kRanks; ++k)
+      if (gout[k] != 10 * (k / 2) + k % 2) return "all_gather[" + std::to_string(k) + "] = " + std::to_string(gout[k]);
+    // reduce_scatter (max, float32): rank k of the result is the max over ranks of part k
+    std::vector<float> rin(2 * kRanks), rout(2);
+    for (int k = 0; k < 2 * kRanks; ++k) rin[k] = float(r == k / 2 ? 100 + k : k);
+    c = shim::CommCall{};
+    c.op = shim::CommOp::ReduceScatter;
+    c.count = 2;
+    c.reduce = shim::CommReduceOp::Max;
+    if (auto e = runOn(comm, s, c, rin, &rout); !e.empty()) return e;
+    if (rout[0] != float(100 + 2 * r) || rout[1] != float(101 + 2 * r)) return "reduce_scatter wrong on rank " + std::to_string(r);
+    // broadcast from rank 1 (int32)
+    std::vector<int32_t> bin = {r * 7, r * 7 + 1}, bout(2);
+    c = shim::CommCall{};
+    c.op = shim::CommOp::Broadcast;
+    c.count = 2;
+    c.dtype = shim::CommDataType::Int32;
+    c.root = 1;
+    if (auto e = runOn(comm, s, c, bin, &bout); !e.empty()) return e;
+    if (bout[0] != 7 || bout[1] != 8) return "broadcast wrong on rank " + std::to_string(r);
+    // a peer out of range is refused before the library is called
+    c.root = kRanks;
+    const shim::Status bad = shim::commLaunch(c, comm, s);
+    if (bad.code() != shim::Code::InvalidValue) return "root out of range accepted: " + bad.toString();
+    return shim::commDestroy(comm).ok() ? "" : "commDestroy failed";
+  });
+  EXPECT_EQ(err, "");
+  Stub lib(lib_name);
+  ASSERT_NE(lib.log, nullptr) << lib_name;
+  EXPECT_TRUE(contains(lib.calls(), "AllReduce(5,dt=")) << lib.calls();
+}
+
+}  // namespace
+
+TEST(NativeCnrt, CnclCollectivesMatchTheCpu) {
+  setenv("CARDSIM_STUB_DEVICES", "3", 1);
+  Stub rt = startCnrt();
+  collectivesMatchTheCpu(kStubs + "/neuware/lib64/libcncl.so");
+  Stub cncl(kStubs + "/neuware/lib64/libcncl.so");
+  const std::string log = cncl.calls();
+  EXPECT_TRUE(contains(log, "cnclInitComms(1,dev=2,rank=2,3)")) << log;   // one comm per call, on its device
+  EXPECT_TRUE(contains(log, "cnclAllReduce(5,dt=18,op=0)")) << log;        // cnclFloat32, cnclSum
+  EXPECT_TRUE(contains(log, "cnclAllGather(2,dt=35)")) << log;             // cnclInt64, per-rank count
+  EXPECT_TRUE(contains(log, "cnclReduceScatter(2,dt=18,op=2)")) << log;    // cnclMax
+  EXPECT_TRUE(contains(log, "cnclBroadcast(2,dt=34,root=1)")) << log;      // cnclInt32
+}
+
+TEST(NativeCnrt, CnclErrorsAndLimits) {
+  Stub rt = startCnrt();
+  std::string id;
+  ASSERT_SHIM_OK(shim::commGetUniqueId(&id));
+  EXPECT_EQ(id.size(), 136u);   // cnclCliqueId: 128 bytes and a hash
+  shim::Comm comm = nullptr;
+  ASSERT_SHIM_OK(shim::commInitRank(&comm, 1, id, 0));
+  shim::CommCall c;
+  c.count = 4;
+  c.dtype = shim::CommDataType::Float64;
+  std::vector<double> buf(4);
+  const shim::Status f64 = shim::commLaunch(c, comm, nullptr);
+  EXPECT_EQ(f64.code(), shim::Code::NotSupported);
+  EXPECT_TRUE(contains(f64.message(), "float64")) << f64.message();
+  Stub cncl(kStubs + "/neuware/lib64/libcncl.so");
+  ASSERT_NE(cncl.script, nullptr);
+  cncl.script("cnclAllReduce", 0x02, 1);
+  c.dtype = shim::CommDataType::Float32;
+  const shim::Status failed = shim::commLaunch(c, comm, nullptr);
+  EXPECT_EQ(failed.code(), shim::Code::CommFailed);
+  EXPECT_TRUE(contains(failed.message(), "cnclAllReduce failed: cnclResult_t (2): ranks disagree")) << failed.message();
+  EXPECT_EQ(shim::commInitRank(&comm, 2, "short", 0).code(), shim::Code::InvalidValue);
+}
+
+TEST(NativeCnrt, AMissingCollectiveLibraryIsNamed) {
+  // A runtime without its collective library: everything but the collectives works.
+  const std::string home = ::testing::TempDir() + "/neuware-no-cncl";
+  ASSERT_EQ(system(("mkdir -p " + home + "/lib64 && ln -sf " + kStubs + "/neuware/lib64/libcnrt.so " + home +
+                    "/lib64/libcnrt.so").c_str()), 0);
+  Stub rt = startCnrt(home);
+  void* p = nullptr;
+  ASSERT_SHIM_OK(shim::malloc(&p, 64));
+  std::string id;
+  const shim::Status s = shim::commGetUniqueId(&id);
+  EXPECT_EQ(s.code(), shim::Code::InitFailed);
+  EXPECT_TRUE(contains(s.message(), home + "/lib64/libcncl.so")) << s.message();
+}
+
+TEST(NativeSupa, BcclCollectivesMatchTheCpu) {
+  setenv("CARDSIM_STUB_DEVICES", "3", 1);
+  Stub rt = startSupa();
+  collectivesMatchTheCpu(kStubs + "/biren/bccl/libbccl.so");
+  Stub bccl(kStubs + "/biren/bccl/libbccl.so");
+  const std::string log = bccl.calls();
+  EXPECT_TRUE(contains(log, "bcclCommInitRank(3,stub-bccl-1,")) << log;   // the id passed by value
+  EXPECT_TRUE(contains(log, "bcclAllReduce(5,dt=7,op=0)")) << log;       // ncclFloat32-shaped
+  EXPECT_TRUE(contains(log, "bcclAllGather(2,dt=4)")) << log;            // int64
+}
+
+TEST(NativeSim, TheEmulatorHasNoVendorCollectives) {
+  cardsim::testing::startRuntime("mlu370-x8", 1);
+  std::string id;
+  const shim::Status s = shim::commGetUniqueId(&id);
+  EXPECT_EQ(s.code(), shim::Code::NotSupported);
+  EXPECT_TRUE(contains(s.message(), "torch layer")) << s.message();
 }

@@ -22,6 +22,7 @@ using N = void*;
 }  // namespace
 
 STUB_CONTROL_FUNCTIONS
+STUB_QUEUE_CHECK
 
 API const char* cnrtGetErrorStr(int r) {
   switch (r) {

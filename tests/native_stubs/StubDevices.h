@@ -90,3 +90,10 @@ inline std::string hexPtr(const void* p) {
     std::lock_guard<std::mutex> lock(stub::State::get().mutex);                             \
     stub::State::get().scripted[call] = {code, times};                                      \
   }
+
+// The runtime stubs' queue check, which their collective libraries call.
+#define STUB_QUEUE_CHECK                                                                    \
+  extern "C" __attribute__((visibility("default"))) int cardsimStubValidQueue(void* q) {   \
+    std::lock_guard<std::mutex> lock(stub::State::get().mutex);                             \
+    return stub::State::get().validQueue(q);                                                \
+  }

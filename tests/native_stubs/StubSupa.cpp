@@ -19,6 +19,7 @@ using E_ = void*;
 }  // namespace
 
 STUB_CONTROL_FUNCTIONS
+STUB_QUEUE_CHECK
 
 API const char* supaGetErrorString(int r) {
   switch (r) {

@@ -286,6 +286,35 @@ Status fabricAddress(std::string* address);
 // whatever `fn` holds (staging buffers, the tensors it writes).
 Status launchHostFunc(Stream stream, std::function<void()> fn);
 
+// ---- Communicators: the vendor's collective library (native backend) ---------------------
+// CNCL (libcncl.so beside libcnrt.so) for MLU presets, BCCL ($BIREN_HOME/bccl/libbccl.so)
+// for BR presets. One rank per communicator: rank 0 makes the clique id, the job shares it
+// (through its store), every rank calls commInitRank on its current device. The emulator
+// has no vendor library: its collectives run in the torch layer (c10d over Gloo), and these
+// calls return NotSupported there.
+
+struct CommObject;
+using Comm = CommObject*;
+enum class CommDataType : uint8_t { Float16, BFloat16, Float32, Float64, Int8, UInt8, Int32, Int64 };
+enum class CommReduceOp : uint8_t { Sum, Prod, Max, Min };
+enum class CommOp : uint8_t { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, Send, Recv };
+struct CommCall {
+  CommOp op = CommOp::AllReduce;
+  const void* send = nullptr;   // Send's buffer; Recv has none
+  void* recv = nullptr;         // Recv's buffer; Send has none
+  std::size_t count = 0;        // elements: per rank (AllGather: sent; ReduceScatter: received)
+  CommDataType dtype = CommDataType::Float32;
+  CommReduceOp reduce = CommReduceOp::Sum;
+  int root = 0;                 // Broadcast/Reduce: the root; Send/Recv: the peer
+};
+
+Status commGetUniqueId(std::string* id);   // opaque bytes
+Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank);
+Status commDestroy(Comm comm);
+Status commLaunch(const CommCall& call, Comm comm, Stream stream);   // queued on `stream`
+Status commGroupStart();
+Status commGroupEnd();
+
 // ---- Graphs (stream capture) -------------------------------------------------------------
 
 // While a stream captures, kernels, memsets and asynchronous copies queued on it are

@@ -7,12 +7,6 @@
 
 namespace cardsim::shim::native {
 
-// The shim's handle types are the sim backend's structs; this backend's objects travel in
-// them as opaque pointers and are never read as the sim's.
-NativeStream* nat(Stream s) { return reinterpret_cast<NativeStream*>(s); }
-Stream handle(NativeStream* s) { return reinterpret_cast<Stream>(s); }
-NativeEvent* nat(Event e) { return reinterpret_cast<NativeEvent*>(e); }
-Event handle(NativeEvent* e) { return reinterpret_cast<Event>(e); }
 
 // The shim's capture: operations re-issued on the replaying stream's vendor queue.
 struct NativeGraph {
@@ -32,10 +26,6 @@ model::DeviceParams presetParams(const std::string& preset) {
   o.preset = preset;
   o.devices = 1;
   return sim::loadDeviceParams(o);
-}
-
-Status nullArg(const char* what, const char* arg) {
-  return Status(Code::InvalidValue, std::string(what) + ": " + arg + " is null");
 }
 
 }  // namespace

@@ -5,10 +5,11 @@
 // kernel is bound, so a kernel runs the emulator's host path: the backend waits for the
 // kernel's queue, then runs the kernel's host callable on the device pointers, which needs
 // device memory the host can address (true of the test stubs; on a real card it would need
-// staging, which this backend does not do). Host functions run the same way. Collectives
-// move their data through the torch layer's Gloo path and are not timed. Stream capture is
+// staging, which this backend does not do). Host functions run the same way. The torch
+// layer's c10d collectives still move their data through Gloo on host views, untimed. Stream capture is
 // the shim's own: the captured operations are kept and re-issued on the vendor's queue at
-// each replay (capture on one stream; a fork to other streams is refused). There is no
+// each replay (capture on one stream; a fork to other streams is refused). The shim's
+// communicators are the vendor's (CNCL, BCCL), opened on first use. There is no
 // device model: no simulated time, no profiler activities, no fabric.
 #pragma once
 
@@ -38,6 +39,17 @@ struct NativeEvent {
   unsigned flags = 0;
   uint32_t captured_in = 0;   // recorded inside a capture: the capturing stream's id
 };
+
+// The shim's handle types are the sim backend's structs; this backend's objects travel in
+// them as opaque pointers and are never read as the sim's.
+inline NativeStream* nat(Stream s) { return reinterpret_cast<NativeStream*>(s); }
+inline Stream handle(NativeStream* s) { return reinterpret_cast<Stream>(s); }
+inline NativeEvent* nat(Event e) { return reinterpret_cast<NativeEvent*>(e); }
+inline Event handle(NativeEvent* e) { return reinterpret_cast<Event>(e); }
+
+inline Status nullArg(const char* what, const char* arg) {
+  return Status(Code::InvalidValue, std::string(what) + ": " + arg + " is null");
+}
 
 class NativeBackend final : public IBackend {
  public:
@@ -106,6 +118,12 @@ class NativeBackend final : public IBackend {
   Status drainActivities(std::vector<ActivityRecord>* out) override;
   Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override;
 
+  Status commGetUniqueId(std::string* id) override;
+  Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank) override;
+  Status commDestroy(Comm comm) override;
+  Status commLaunch(const CommCall& call, Comm comm, Stream stream) override;
+  Status commGroup(bool start) override;
+
   IVendorRuntime& runtime() { return *rt_; }
 
  private:
@@ -123,8 +141,11 @@ class NativeBackend final : public IBackend {
   Status refuseWhileCapturing(const char* what);
   Status runOnHost(NativeStream* s, const char* what, const std::function<void()>& work);
   bool findAllocation(const void* ptr, const void** base, Allocation* a);
+  // The vendor's collective library, opened on first use.
+  Status collectives(IVendorCollectives** out);
 
   std::unique_ptr<IVendorRuntime> rt_;
+  std::unique_ptr<IVendorCollectives> coll_;
   std::string preset_;
   int devices_ = 0;
   std::mutex mutex_;

@@ -67,6 +67,24 @@ class IVendorRuntime {
   virtual Status notifierElapsedMs(float* ms, VendorNotifier start, VendorNotifier end) = 0;
 };
 
+// The vendor's collective library (CNCL, BCCL), in the same neutral terms. Communicators
+// are the vendor's handles.
+using VendorComm = void*;
+
+class IVendorCollectives {
+ public:
+  virtual ~IVendorCollectives() = default;
+  virtual std::string libraryPath() const = 0;
+  virtual Status uniqueId(std::string* id) = 0;
+  virtual Status initRank(VendorComm* comm, int nranks, const std::string& id, int rank, int device) = 0;
+  virtual Status destroy(VendorComm comm) = 0;
+  virtual Status launch(const CommCall& call, VendorComm comm, VendorQueue queue) = 0;
+  virtual Status group(bool start) = 0;
+};
+
+std::unique_ptr<IVendorCollectives> openCncl(Status* why);
+std::unique_ptr<IVendorCollectives> openBccl(Status* why);
+
 // Each opens its vendor's library from the standard places (or the one the environment
 // names) and resolves every symbol; nullptr with `why` naming the library and, when one is
 // missing, the symbol.

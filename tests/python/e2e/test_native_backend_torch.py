@@ -82,8 +82,8 @@ def _run(card, env_extra):
 
 
 @pytest.mark.parametrize("card", ["mlu", "supa"])
-def test_training_step_on_the_stub_vendor_runtime(card):
-    env = {"CARDSIM_BACKEND": "native", "CARDSIM_STUB_DEVICES": "2"}
+def test_training_step_on_the_stub_vendor_runtime(card, tmp_path):
+    env = {"CARDSIM_BACKEND": "native", "CARDSIM_STUB_DEVICES": "2", "CARDSIM_TRACE": str(tmp_path / "trace")}
     if card == "mlu":
         env["NEUWARE_HOME"] = str(STUBS / "neuware")
     else:
@@ -105,6 +105,18 @@ def test_training_step_on_the_stub_vendor_runtime(card):
                  ["supaMalloc(", "supaMemcpyAsync(", "supaStreamCreateWithPriority(", "supaEventRecord(",
                   "supaEventElapsedTime("]):
         assert call in log, f"{call} never reached the {prefix} stub:\n{log[-2000:]}"
+    # The run was recorded, and the trace says which backend ran it.
+    r = subprocess.run([str(ROOT / ".venv" / "bin" / "cardsim"), "info", str(tmp_path / "trace"), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["backend"] == "native", info
+    assert info["preset"] == ("mlu370-x8" if card == "mlu" else "br100") and info["devices"] == 2, info
+    assert info["records"]["alloc"] > 0 and info["records"]["kernel_launch"] > 10, info
+    # ... and replays on the preset it stands for (a what-if from a real card's run).
+    r = subprocess.run([str(ROOT / ".venv" / "bin" / "cardsim"), "replay", str(tmp_path / "trace")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
 
 
 def test_auto_backend_falls_back_to_the_emulator_with_a_message():
