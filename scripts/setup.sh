@@ -66,6 +66,32 @@ sys.exit(main())"
   fi
 done
 
+# ---- Sanitizer build (CARDSIM_SANITIZE=address,undefined or thread) -------------------------
+# Its own tree (build-asan/, build-tsan/) over SystemC built from Debian's source with the
+# pthread back end (scripts/build-systemc.sh); the C++ libraries, tools and GoogleTest
+# suites, without the torch extension (see README, Sanitizers).
+if [ -n "${CARDSIM_SANITIZE:-}" ]; then
+  case "$CARDSIM_SANITIZE" in
+    address|undefined|address,undefined|undefined,address) tree=build-asan; systemc="$root/.deps/systemc-pthreads"; systemc_san="" ;;
+    thread) tree=build-tsan; systemc="$root/.deps/systemc-tsan"; systemc_san=thread ;;
+    *) echo "setup.sh: CARDSIM_SANITIZE must be address, undefined, address,undefined or thread, got '$CARDSIM_SANITIZE'" >&2; exit 2 ;;
+  esac
+  scripts/build-systemc.sh "$systemc" $systemc_san
+  if [ ! -f "$tree/build.ninja" ] || ! grep -q "^CARDSIM_SANITIZE:STRING=$CARDSIM_SANITIZE$" "$tree/CMakeCache.txt"; then
+    log "configuring $tree/ (-fsanitize=$CARDSIM_SANITIZE)"
+    cmake -S . -B "$tree" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCARDSIM_SANITIZE="$CARDSIM_SANITIZE" \
+      -DCARDSIM_SYSTEMC_PREFIX="$systemc" -DCARDSIM_BUILD_TORCH=OFF -DCARDSIM_BUILD_BENCHMARKS=OFF >/dev/null
+  fi
+  log "building $tree/"
+  if ! cmake --build "$tree" -- -j"$(nproc)" > "$tree/last-build.log" 2>&1; then
+    cat "$tree/last-build.log"
+    log "build failed"
+    exit 1
+  fi
+  log "ready ($tree/)"
+  exit 0
+fi
+
 # ---- Build -----------------------------------------------------------------------------
 if [ ! -f build/build.ninja ] || ! grep -q "^CARDSIM_PYTHON:FILEPATH=$root/.venv/bin/python$" build/CMakeCache.txt; then
   log "configuring build/"

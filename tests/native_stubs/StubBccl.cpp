@@ -16,7 +16,12 @@ constexpr int kSuccess = 0, kInvalidArgument = 4, kSystem = 2;
 struct UniqueId {
   char internal[128];
 };
-std::set<stubcomm::Comm*> g_comms;
+// Communicators; those a process never destroyed go with it.
+struct Comms : std::set<stubcomm::Comm*> {
+  ~Comms() {
+    for (stubcomm::Comm* c : *this) delete c;
+  }
+} g_comms;
 
 stubcomm::Elem elem(int dt) {
   switch (dt) {

@@ -18,7 +18,12 @@ struct CliqueId {
   char data[128];
   uint64_t hash;
 };
-std::set<stubcomm::Comm*> g_comms;
+// Communicators; those a process never destroyed go with it.
+struct Comms : std::set<stubcomm::Comm*> {
+  ~Comms() {
+    for (stubcomm::Comm* c : *this) delete c;
+  }
+} g_comms;
 
 stubcomm::Elem elem(int dt) {
   switch (dt) {

@@ -34,6 +34,13 @@ struct State {
   State() {
     if (const char* n = std::getenv("CARDSIM_STUB_DEVICES")) devices = std::atoi(n);
   }
+  // A real runtime reclaims what a process leaves behind when it tears its context down.
+  ~State() {
+    for (auto& [p, a] : device_allocs) std::free(p);
+    for (void* p : host_allocs) std::free(p);
+    for (Queue* q : queues) delete q;
+    for (Notifier* n : notifiers) delete n;
+  }
   static State& get() { static State s; return s; }
 
   // The scripted result for `call`, consumed once; 0 if none.

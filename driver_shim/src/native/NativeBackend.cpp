@@ -41,6 +41,12 @@ NativeBackend::NativeBackend(std::unique_ptr<IVendorRuntime> runtime, std::strin
   used_bytes_.assign(static_cast<size_t>(devices_), 0);
 }
 
+NativeBackend::~NativeBackend() {
+  for (NativeStream* s : streams_) delete s;
+  for (NativeEvent* e : events_) delete e;
+  deleteComms();
+}
+
 Status NativeBackend::currentDevice(int* device) {
   Status st = rt_->getDevice(device);
   if (st.ok() && (*device < 0 || *device >= devices_))
@@ -315,12 +321,17 @@ Status NativeBackend::streamCreate(Stream* out, int priority) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   s->id = next_stream_id_[static_cast<size_t>(d)]++;
+  streams_.insert(s.get());
   *out = handle(s.release());
   return Status::Ok();
 }
 
 Status NativeBackend::streamDestroy(Stream stream) {
   if (!stream) return Status(Code::InvalidHandle, "streamDestroy: the default stream cannot be destroyed");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!streams_.erase(nat(stream))) return Status(Code::InvalidHandle, "streamDestroy: not a live stream");
+  }
   std::unique_ptr<NativeStream> s(nat(stream));
   return rt_->queueDestroy(s->queue);
 }
@@ -376,12 +387,18 @@ Status NativeBackend::eventCreate(Event* out, unsigned flags) {
   auto e = std::make_unique<NativeEvent>();
   e->flags = flags;
   if (Status st = rt_->notifierCreate(&e->notifier, flags); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.insert(e.get());
   *out = handle(e.release());
   return Status::Ok();
 }
 
 Status NativeBackend::eventDestroy(Event event) {
   if (!event) return Status(Code::InvalidHandle, "eventDestroy: null event");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!events_.erase(nat(event))) return Status(Code::InvalidHandle, "eventDestroy: not a live event");
+  }
   std::unique_ptr<NativeEvent> e(nat(event));
   return rt_->notifierDestroy(e->notifier);
 }

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -54,6 +55,9 @@ inline Status nullArg(const char* what, const char* arg) {
 class NativeBackend final : public IBackend {
  public:
   NativeBackend(std::unique_ptr<IVendorRuntime> runtime, std::string preset, int devices);
+  // The shim's own wrappers of what the program never destroyed go with the backend; the
+  // vendor's objects are left to the runtime's teardown (the library may be gone first).
+  ~NativeBackend() override;
   const char* name() const override { return "native"; }
 
   Status getDeviceCount(int* count) override;
@@ -141,6 +145,7 @@ class NativeBackend final : public IBackend {
   Status refuseWhileCapturing(const char* what);
   Status runOnHost(NativeStream* s, const char* what, const std::function<void()>& work);
   bool findAllocation(const void* ptr, const void** base, Allocation* a);
+  void deleteComms();
   // The vendor's collective library, opened on first use.
   Status collectives(IVendorCollectives** out);
 
@@ -152,6 +157,9 @@ class NativeBackend final : public IBackend {
   std::map<const void*, Allocation> allocations_;   // by base address
   std::map<const void*, std::size_t> registered_;   // host ranges registered with the runtime
   std::vector<std::unique_ptr<NativeStream>> default_streams_;   // one per device
+  std::set<NativeStream*> streams_;                               // created, not destroyed
+  std::set<NativeEvent*> events_;
+  std::set<void*> comms_;                                         // NativeComm*
   std::vector<uint32_t> next_stream_id_;                          // per device
   std::vector<uint64_t> used_bytes_;                              // per device
   int capturing_ = 0;   // streams capturing now

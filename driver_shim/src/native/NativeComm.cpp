@@ -12,6 +12,11 @@ struct NativeComm {
 };
 NativeComm* nat(Comm c) { return reinterpret_cast<NativeComm*>(c); }
 
+void NativeBackend::deleteComms() {
+  for (void* c : comms_) delete static_cast<NativeComm*>(c);
+  comms_.clear();
+}
+
 Status NativeBackend::collectives(IVendorCollectives** out) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!coll_) {
@@ -41,6 +46,8 @@ Status NativeBackend::commInitRank(Comm* comm, int nranks, const std::string& id
   if (Status st = c->initRank(&n->comm, nranks, id, rank, n->device); !st.ok()) return st;
   n->rank = rank;
   n->nranks = nranks;
+  std::lock_guard<std::mutex> lock(mutex_);
+  comms_.insert(n.get());
   *comm = reinterpret_cast<Comm>(n.release());
   return Status::Ok();
 }
@@ -49,6 +56,10 @@ Status NativeBackend::commDestroy(Comm comm) {
   if (!comm) return Status(Code::InvalidHandle, "commDestroy: null communicator");
   IVendorCollectives* c = nullptr;
   if (Status st = collectives(&c); !st.ok()) return st;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!comms_.erase(nat(comm))) return Status(Code::InvalidHandle, "commDestroy: not a live communicator");
+  }
   std::unique_ptr<NativeComm> n(nat(comm));
   return c->destroy(n->comm);
 }
