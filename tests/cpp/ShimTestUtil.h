@@ -16,9 +16,9 @@
 
 namespace cardsim::testing {
 
-// AddressSanitizer keeps freed memory in quarantine and maps shadow memory: resident-set
-// checks mean nothing under it (they run in the regular build).
-#if defined(__SANITIZE_ADDRESS__)
+// AddressSanitizer (freed memory in quarantine) and ThreadSanitizer (its own allocator and
+// shadow memory) make resident-set checks meaningless: they run in the regular build.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kResidentSetMeaningful = false;
 #else
 constexpr bool kResidentSetMeaningful = true;
