@@ -68,19 +68,43 @@ done
 
 # ---- Sanitizer build (CARDSIM_SANITIZE=address,undefined or thread) -------------------------
 # Its own tree (build-asan/, build-tsan/) over SystemC built from Debian's source with the
-# pthread back end (scripts/build-systemc.sh); the C++ libraries, tools and GoogleTest
-# suites, without the torch extension (see README, Sanitizers).
+# pthread back end (scripts/build-systemc.sh): the C++ libraries, tools and GoogleTest suites.
+# With CARDSIM_SANITIZE_TORCH=1 (address/undefined only) also the torch extension, built into
+# a shadow of the Python packages, $tree/python, whose cardsim_torch links every source file
+# but holds its own _C (PYTHONPATH=$tree/python puts it first; see scripts/test.sh).
 if [ -n "${CARDSIM_SANITIZE:-}" ]; then
   case "$CARDSIM_SANITIZE" in
     address|undefined|address,undefined|undefined,address) tree=build-asan; systemc="$root/.deps/systemc-pthreads"; systemc_san="" ;;
     thread) tree=build-tsan; systemc="$root/.deps/systemc-tsan"; systemc_san=thread ;;
     *) echo "setup.sh: CARDSIM_SANITIZE must be address, undefined, address,undefined or thread, got '$CARDSIM_SANITIZE'" >&2; exit 2 ;;
   esac
+  with_torch=OFF
+  if [ "${CARDSIM_SANITIZE_TORCH:-0}" = 1 ]; then
+    [ "$tree" = build-asan ] || { echo "setup.sh: CARDSIM_SANITIZE_TORCH=1 needs CARDSIM_SANITIZE=address and/or undefined (ThreadSanitizer cannot see inside the uninstrumented Python and torch)" >&2; exit 2; }
+    with_torch=ON
+  elif grep -q "^CARDSIM_BUILD_TORCH:BOOL=ON$" "$tree/CMakeCache.txt" 2>/dev/null; then
+    with_torch=ON   # built once with torch: keep it rather than reconfigure
+  fi
   scripts/build-systemc.sh "$systemc" $systemc_san
-  if [ ! -f "$tree/build.ninja" ] || ! grep -q "^CARDSIM_SANITIZE:STRING=$CARDSIM_SANITIZE$" "$tree/CMakeCache.txt"; then
-    log "configuring $tree/ (-fsanitize=$CARDSIM_SANITIZE)"
+  if [ "$with_torch" = ON ]; then
+    shadow="$root/$tree/python"
+    mkdir -p "$shadow/cardsim_torch"
+    for pkg in accelerators/python/*/; do
+      pkg="$(basename "$pkg")"
+      [ "$pkg" = cardsim_torch ] || ln -sfn "$root/accelerators/python/$pkg" "$shadow/$pkg"
+    done
+    find "$shadow" -xtype l -delete   # links to files removed since
+    for f in accelerators/python/cardsim_torch/*; do
+      case "$(basename "$f")" in _C.*|__pycache__) continue ;; esac
+      ln -sfn "$root/$f" "$shadow/cardsim_torch/$(basename "$f")"
+    done
+  fi
+  if [ ! -f "$tree/build.ninja" ] || ! grep -q "^CARDSIM_SANITIZE:STRING=$CARDSIM_SANITIZE$" "$tree/CMakeCache.txt" ||
+     ! grep -q "^CARDSIM_BUILD_TORCH:BOOL=$with_torch$" "$tree/CMakeCache.txt"; then
+    log "configuring $tree/ (-fsanitize=$CARDSIM_SANITIZE, torch extension $with_torch)"
     cmake -S . -B "$tree" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCARDSIM_SANITIZE="$CARDSIM_SANITIZE" \
-      -DCARDSIM_SYSTEMC_PREFIX="$systemc" -DCARDSIM_BUILD_TORCH=OFF -DCARDSIM_BUILD_BENCHMARKS=OFF >/dev/null
+      -DCARDSIM_SYSTEMC_PREFIX="$systemc" -DCARDSIM_BUILD_TORCH="$with_torch" -DCARDSIM_BUILD_BENCHMARKS=OFF \
+      -DCARDSIM_PYTHON="$root/.venv/bin/python" -DCARDSIM_TORCH_PACKAGE_DIR="$root/$tree/python/cardsim_torch" >/dev/null
   fi
   log "building $tree/"
   if ! cmake --build "$tree" -- -j"$(nproc)" > "$tree/last-build.log" 2>&1; then

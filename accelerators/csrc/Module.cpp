@@ -9,6 +9,7 @@
 #include <torch/csrc/profiler/combined_traceback.h>
 
 #include "DeviceAllocator.h"
+#include "cardsim/process.h"
 #include "DeviceRuntime.h"
 #include "HostExecution.h"
 #include "KernelLaunch.h"
@@ -271,6 +272,10 @@ PYBIND11_MODULE(_C, m) {
     accel::activate({device, visible_env, default_preset});
     accel::registerHooks();
   });
+  // Python's atexit: an uncaught KeyboardInterrupt ends Python by SIGINT after finalizing,
+  // skipping C's atexit, where the trace and the status file would otherwise be completed.
+  m.def("_run_exit_cleanups", [](const std::string& reason) { cardsim::shim::runExitCleanups(reason); },
+        py::call_guard<py::gil_scoped_release>());
   m.def("_register_fused_adam", &kernels::registerFusedAdam);
   // After the rename: the registry is keyed by the device type's (new) name.
   m.def("_register_graph_impl", [] {

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "Backend.h"
+#include "ProcessExit.h"
 
 namespace cardsim::shim {
 namespace {
@@ -122,47 +123,14 @@ std::string StatusBoard::defaultDirectory() {
   return "/tmp/cardsim-status-" + std::to_string(getuid());
 }
 
-namespace {
-
-// A process ended by SIGTERM or SIGHUP (a launcher stopping its ranks, a closed terminal)
-// runs no atexit handlers: a handler removes the status file first, then lets the signal do
-// what it would have done. Installed only where the signal still has its default action,
-// so a program's own handlers are left alone. Paths are copied into fixed buffers: the
-// handler may only call async-signal-safe functions (unlink, sigaction, raise).
-char g_term_paths[2][512];
-
-void onTerminate(int sig) {
-  for (const char* p : g_term_paths)
-    if (p[0]) ::unlink(p);
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  ::sigaction(sig, &dfl, nullptr);
-  ::raise(sig);
-}
-
-void removeOnTermination(const std::string& path, const std::string& tmp_path) {
-  if (path.size() >= sizeof g_term_paths[0] || tmp_path.size() >= sizeof g_term_paths[1]) return;
-  std::memcpy(g_term_paths[0], path.c_str(), path.size() + 1);
-  std::memcpy(g_term_paths[1], tmp_path.c_str(), tmp_path.size() + 1);
-  for (int sig : {SIGTERM, SIGHUP}) {
-    struct sigaction old {};
-    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
-    struct sigaction act {};
-    act.sa_handler = onTerminate;
-    sigemptyset(&act.sa_mask);
-    ::sigaction(sig, &act, nullptr);
-  }
-}
-
-}  // namespace
-
 void StatusBoard::startForProcess(IBackend* backend) {
   static std::once_flag once;
   std::call_once(once, [backend] {
-    // The handlers go in before the file can appear (its writer starts in the constructor):
-    // a signal in between would leave the file behind.
+    // The signal handlers go in before the file can appear (its writer starts in the
+    // constructor): a signal in between would leave the file behind (ProcessExit.h).
     const std::string dir = defaultDirectory(), pid = std::to_string(getpid());
-    removeOnTermination(dir + "/" + pid + ".json", dir + "/." + pid + ".json.tmp");
+    process_exit::unlinkOnSignal(dir + "/" + pid + ".json");
+    process_exit::unlinkOnSignal(dir + "/." + pid + ".json.tmp");
     StatusBoard* board = nullptr;
     try {
       board = new StatusBoard(backend, dir);
@@ -171,15 +139,12 @@ void StatusBoard::startForProcess(IBackend* backend) {
     }
     if (!board || !board->active()) {
       delete board;
-      for (char* p : g_term_paths) p[0] = '\0';   // the handler then only re-raises
       return;
     }
     g_board = board;
-    // Never deleted (a late malloc on another thread may still reach it): at exit the
-    // writer stops and the file goes. A forked child has neither thread nor file of its own.
-    static const pid_t owner = getpid();
-    std::atexit([] {
-      if (getpid() != owner) return;
+    // Never deleted (a late malloc on another thread may still reach it): when the process
+    // ends, the writer stops and the file goes.
+    process_exit::onExit([](const std::string&) {
       if (StatusBoard* b = g_board.load()) b->stop();
     });
   });

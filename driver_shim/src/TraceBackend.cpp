@@ -14,6 +14,7 @@
 
 #include <google/protobuf/text_format.h>
 
+#include "ProcessExit.h"
 #include "TraceRecorder.h"
 #include "cardsim/trace.h"
 #include "simulator/Config.h"
@@ -167,16 +168,14 @@ Status TraceBackend::openLocked(const std::string& directory, const char* starte
   calls_since_drain_ = 0;
   owner_pid_ = ::getpid();
   hooked_ = true;
-  // The end of the process completes the file. Registered after the simulator started, so
-  // this runs before it stops; a forked child inherits the handler but not the trace.
+  // The end of the process completes the file, however it ends (ProcessExit.h). Registered
+  // after the simulator started, so at exit this runs before it stops.
   static std::once_flag at_exit;
   static TraceBackend* self = nullptr;
-  static pid_t owner = 0;
   self = this;
-  owner = ::getpid();
   std::call_once(at_exit, [] {
-    std::atexit([] {
-      if (self && ::getpid() == owner && self->active(nullptr)) (void)self->stop("exit");
+    process_exit::onExit([](const std::string& reason) {
+      if (self && self->active(nullptr)) (void)self->stop(reason);
     });
   });
   return Status::Ok();

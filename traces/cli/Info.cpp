@@ -37,6 +37,7 @@ struct RankSummary {
   uint64_t last_host_ps = 0;
   uint64_t last_device_ps = 0;
   bool any_device = false;
+  std::string ended;   // the End record's reason: "exit", "api", "signal SIGTERM", ...
 };
 
 std::string lower(std::string s) {
@@ -88,6 +89,7 @@ RankSummary summarize(const std::string& path, bool print) {
       s.last_host_ps = std::max(s.last_host_ps, e.host_end_ps());
     }
   }
+  s.ended = reader.end().reason();
   return s;
 }
 
@@ -143,9 +145,10 @@ int run(const std::string& path, bool as_json, bool print) {
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const RankSummary& r = ranks[i];
       std::printf("%s{\"rank\": %d, \"file\": %s, \"host_calls\": %llu, \"device_commands\": %llu, "
-                  "\"last_device_end_ps\": %llu}",
+                  "\"last_device_end_ps\": %llu, \"ended\": %s}",
                   i ? ", " : "", r.header.rank(), jsonString(r.file).c_str(), static_cast<unsigned long long>(r.calls),
-                  static_cast<unsigned long long>(r.commands), static_cast<unsigned long long>(r.last_device_ps));
+                  static_cast<unsigned long long>(r.commands), static_cast<unsigned long long>(r.last_device_ps),
+                  jsonString(r.ended).c_str());
     }
     std::printf("]}\n");
     return 0;
@@ -163,6 +166,15 @@ int run(const std::string& path, bool as_json, bool print) {
   std::printf("host calls: %llu, device commands: %llu (%llu not tied to a recorded call)\n",
               static_cast<unsigned long long>(calls), static_cast<unsigned long long>(commands),
               static_cast<unsigned long long>(uncorrelated));
+  // How each rank's recording ended: "exit", or "signal SIGTERM (rank 1); exit (ranks 0 2 3)".
+  std::map<std::string, std::string> ended;
+  for (const RankSummary& r : ranks) ended[r.ended] += (ended[r.ended].empty() ? "" : " ") + std::to_string(r.header.rank());
+  std::string how;
+  for (const auto& [reason, which] : ended) {
+    how += (how.empty() ? "" : "; ") + (reason.empty() ? std::string("(not recorded)") : reason);
+    if (ended.size() > 1) how += (which.find(' ') == std::string::npos ? " (rank " : " (ranks ") + which + ")";
+  }
+  std::printf("ended: %s\n", how.c_str());
   std::printf("recorded_total_us: %.3f\n", total_us);
   return 0;
 }

@@ -33,6 +33,7 @@ TraceWriter::TraceWriter(const std::string& path, Header header) : path_(path), 
   Envelope first;
   *first.mutable_header() = std::move(header);
   append(first);
+  flush();   // a file is never empty: killed before its first flush, it still reads as incomplete
 }
 
 TraceWriter::~TraceWriter() {

@@ -106,6 +106,10 @@ def activate(p: Personality):
     from . import checker
     checker.install_from_env(_C, p.device)   # CARDSIM_CHECK
     _active = p
+    # Registered first, so it runs after the reports (atexit is last in, first out). Python
+    # ends an uncaught KeyboardInterrupt (Ctrl-C) by SIGINT after finalizing, skipping C's
+    # atexit: the trace and the status file are completed from here instead.
+    atexit.register(_C._run_exit_cleanups, "exit")
     atexit.register(_report_fallbacks)
     return module
 

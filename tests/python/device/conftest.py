@@ -10,6 +10,21 @@ CARD = os.environ.get("CARDSIM_TEST_CARD", "mlu")
 importlib.import_module(f"torch_{CARD}")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--cardsim-expect-extension", default=None, metavar="DIR",
+                     help="fail unless cardsim_torch._C was loaded from DIR (the sanitizer run "
+                          "checks that it tests its own build of the extension)")
+
+
+def pytest_configure(config):
+    want = config.getoption("--cardsim-expect-extension")
+    if want:
+        from cardsim_torch import _C
+        got = os.path.dirname(os.path.realpath(_C.__file__))
+        if got != os.path.realpath(want):
+            raise pytest.UsageError(f"cardsim_torch._C was loaded from {got}, not from {want}")
+
+
 @pytest.fixture(scope="session")
 def card() -> str:
     """The device type name: 'mlu' or 'supa'."""
