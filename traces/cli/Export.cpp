@@ -1,10 +1,12 @@
-// cardsim export PATH --perfetto OUT.json: a recorded run in another tool's format. PATH is
+// cardsim export PATH [--perfetto OUT.json] [--chakra PREFIX]: a recorded run in other tools'
+// formats (at least one). PATH is
 // a trace directory (every rank<N>.cstrace in it, which must be ranks 0..world_size-1) or
 // one rank file, checked as `cardsim info` checks it: a truncated, corrupt, foreign or
 // newer-major file, or a missing rank file, is an error naming it (exit status 2), and
 // nothing is written. Formats: --perfetto (Chrome Trace Event JSON for ui.perfetto.dev and
-// chrome://tracing, traces/export/PerfettoWriter). Each format is a writer of its own over
-// the run read once (traces/export/RunTimeline); a second format is a second flag here.
+// chrome://tracing, traces/export/PerfettoWriter), --chakra (MLCommons Chakra execution
+// traces for ASTRA-sim, PREFIX.<rank>.et and PREFIX.comm_groups.json, ChakraWriter). Each
+// format is a writer of its own over the run read once (traces/export/RunTimeline).
 
 #include <cerrno>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
 #include "traces/cli/TraceFiles.h"
+#include "traces/export/ChakraWriter.h"
 #include "traces/export/PerfettoWriter.h"
 #include "traces/export/RunTimeline.h"
 #include "traces/lib/TraceError.h"
@@ -25,6 +28,9 @@ namespace {
 
 const std::vector<FlagSpec> kFlags = {
     {"perfetto", true, false, "write Chrome Trace Event JSON to FILE (open it in ui.perfetto.dev or chrome://tracing)"},
+    {"chakra", true, false,
+     "write MLCommons Chakra execution traces PREFIX.<rank>.et and PREFIX.comm_groups.json (ASTRA-sim's "
+     "--comm-group-configuration)"},
     {"help", false, false, "this help"},
 };
 
@@ -56,19 +62,41 @@ void writeFile(const std::string& out, Write&& write) {
 int runExport(const std::vector<std::string>& argv) {
   Args a("export", kFlags, argv);
   if (a.has("help")) {
-    std::fputs(("usage: cardsim export PATH --perfetto OUT.json   (PATH: a trace directory or one rank file)\n" +
-                Args::usage("export", kFlags)).c_str(), stdout);
+    std::fputs(("usage: cardsim export PATH [--perfetto OUT.json] [--chakra PREFIX]   (PATH: a trace directory or "
+                "one rank file)\n" + Args::usage("export", kFlags)).c_str(), stdout);
     return 0;
   }
   if (a.positional().size() != 1)
     throw UsageError("cardsim export: expected one PATH (a trace directory or a rank" +
                      std::string(trace::kFileExtension) + " file), got " + std::to_string(a.positional().size()));
-  if (!a.has("perfetto"))
-    throw UsageError("cardsim export: --perfetto OUT.json is required (the one export format so far)");
-  const std::string path = a.positional()[0], out = a.get("perfetto");
-  if (out.empty()) throw UsageError("cardsim export: --perfetto needs a file name");
+  if (!a.has("perfetto") && !a.has("chakra"))
+    throw UsageError("cardsim export: say what to write: --perfetto OUT.json and/or --chakra PREFIX");
+  const std::string path = a.positional()[0];
+  const std::string out = a.has("perfetto") ? a.get("perfetto") : "", prefix = a.has("chakra") ? a.get("chakra") : "";
+  if (a.has("perfetto") && out.empty()) throw UsageError("cardsim export: --perfetto needs a file name");
+  if (a.has("chakra") && prefix.empty()) throw UsageError("cardsim export: --chakra needs a file name prefix");
   try {
     const timeline::RunTimeline run(traceRankFiles(path));
+    if (a.has("chakra")) {
+      timeline::ChakraWriter::Summary c;
+      try {
+        c = timeline::ChakraWriter(run).write(prefix);
+      } catch (const std::runtime_error& e) {
+        throw UsageError(std::string("cardsim export: ") + e.what());
+      }
+      std::printf("wrote %s ... %s: %llu nodes (%llu compute, %llu collective, %llu send/recv, %llu event markers), "
+                  "%llu dependencies, %llu process groups\n",
+                  c.files.front().c_str(), c.files.back().c_str(), static_cast<unsigned long long>(c.nodes),
+                  static_cast<unsigned long long>(c.compute_nodes), static_cast<unsigned long long>(c.collective_nodes),
+                  static_cast<unsigned long long>(c.point_to_point_nodes),
+                  static_cast<unsigned long long>(c.marker_nodes), static_cast<unsigned long long>(c.dependencies),
+                  static_cast<unsigned long long>(c.groups));
+      if (c.pretimed_steps)
+        std::printf("note: %llu communication step(s) timed by their caller, of no Chakra collective type, are "
+                    "COMP_NODEs of their recorded duration\n",
+                    static_cast<unsigned long long>(c.pretimed_steps));
+      if (!a.has("perfetto")) return 0;
+    }
     timeline::PerfettoWriter::Summary s;
     writeFile(out, [&](std::ostream& f) { s = timeline::PerfettoWriter(run).write(f); });
     std::printf("wrote %s: %llu device commands and %llu host calls on %llu tracks, %llu flows, %llu memory samples\n",

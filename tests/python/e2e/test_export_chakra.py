@@ -1,0 +1,218 @@
+"""`cardsim export PATH --chakra PREFIX`: a recorded run as MLCommons Chakra execution traces
+(what ASTRA-sim reads). The files are read back here with a decoder of their own, written
+from Chakra's published schema (field numbers and types of et_def.proto), not from the
+project's generated code: GlobalMetadata first, then one node per recorded device command
+with its recorded time, collectives as COMM_COLL_NODEs with Chakra's comm_type, comm_size
+and a pg_name the groups file resolves to the ranks, and data_deps that keep stream order,
+event waits and host synchronizations, with no cycle."""
+import json
+import struct
+import subprocess
+
+from test_export_perfetto import DP, TWO_STREAMS, cardsim, info_json, record, recorded
+
+# ---- a protobuf wire decoder, for Chakra's schema -------------------------------------------
+
+def _varint(buf, i):
+    v, shift = 0, 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return v, i
+        shift += 7
+
+
+def _fields(buf):
+    """(field number, wire type, value) of one message; value: int or bytes."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(buf, i)
+        elif wt == 1:
+            v, i = buf[i:i + 8], i + 8
+        elif wt == 2:
+            n, i = _varint(buf, i)
+            v, i = buf[i:i + n], i + n
+        elif wt == 5:
+            v, i = buf[i:i + 4], i + 4
+        else:
+            raise AssertionError(f"wire type {wt}")
+        yield num, wt, v
+
+
+def _signed(v):
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _attr(buf):
+    """AttributeProto: name = 1; double_val 3, int32_val 7, int64_val 9, uint64_val 13,
+    bool_val 27, string_val 29."""
+    name, value = None, None
+    for num, wt, v in _fields(buf):
+        if num == 1:
+            name = v.decode()
+        elif num == 3:
+            value = ("double", struct.unpack("<d", v)[0])
+        elif num in (7, 9):
+            value = ({7: "int32", 9: "int64"}[num], _signed(v))
+        elif num == 13:
+            value = ("uint64", v)
+        elif num == 27:
+            value = ("bool", bool(v))
+        elif num == 29:
+            value = ("string", v.decode())
+    return name, value
+
+
+def _node(buf):
+    """Node: id 1, name 2, type 3, ctrl_deps 4, data_deps 5 (packed), start_time_micros 6,
+    duration_micros 7, attr 10."""
+    n = {"id": 0, "name": "", "type": 0, "data_deps": [], "ctrl_deps": [], "start": 0, "duration": 0, "attr": {}}
+    for num, wt, v in _fields(buf):
+        if num == 1:
+            n["id"] = v
+        elif num == 2:
+            n["name"] = v.decode()
+        elif num == 3:
+            n["type"] = v
+        elif num in (4, 5):
+            key = "ctrl_deps" if num == 4 else "data_deps"
+            if wt == 2:   # packed
+                j = 0
+                while j < len(v):
+                    d, j = _varint(v, j)
+                    n[key].append(d)
+            else:
+                n[key].append(v)
+        elif num == 6:
+            n["start"] = v
+        elif num == 7:
+            n["duration"] = v
+        elif num == 10:
+            name, value = _attr(v)
+            n["attr"][name] = value
+    return n
+
+
+def read_et(path):
+    """(metadata, nodes) of a length-delimited Chakra file."""
+    buf = path.read_bytes()
+    msgs, i = [], 0
+    while i < len(buf):
+        n, i = _varint(buf, i)
+        msgs.append(buf[i:i + n])
+        i += n
+    assert i == len(buf), "a message runs past the end of the file"
+    meta = {"version": None, "attr": {}}
+    for num, _, v in _fields(msgs[0]):
+        if num == 1:
+            meta["version"] = v.decode()
+        elif num == 2:
+            name, value = _attr(v)
+            meta["attr"][name] = value
+    return meta, [_node(m) for m in msgs[1:]]
+
+
+COMP, SEND, RECV, COLL = 4, 5, 6, 7
+ALL_REDUCE = 0
+
+
+def export_chakra(trace, prefix):
+    res = cardsim("export", trace, "--chakra", prefix)
+    assert res.returncode == 0, res.stderr
+    assert f"{prefix}.0.et" in res.stdout and f"{prefix}.comm_groups.json" in res.stdout, res.stdout
+    return res.stdout
+
+
+def check_graph(nodes):
+    ids = [n["id"] for n in nodes]
+    assert ids == list(range(len(nodes)))
+    for n in nodes:
+        assert all(d < n["id"] for d in n["data_deps"]), n   # numbered in completion order: no cycle
+        assert n["attr"]["is_cpu_op"] == ("bool", False)
+
+
+def test_two_streams_with_an_event_wait(tmp_path):
+    trace = record(tmp_path, "streams", TWO_STREAMS)
+    out = export_chakra(trace, tmp_path / "streams")
+    meta, nodes = read_et(tmp_path / "streams.0.et")
+    assert meta["version"] == "0.0.4"
+    assert meta["attr"]["preset"] == ("string", "mlu370-x8") and meta["attr"]["rank"] == ("int64", 0)
+    check_graph(nodes)
+    commands, _ = recorded(trace)
+    assert len(nodes) == len(commands) and f"{len(nodes)} nodes" in out
+    # every node is its recorded command: exact picoseconds ride along, Chakra's µs rounded
+    assert sorted((n["attr"]["cardsim_start_ps"][1], n["attr"]["cardsim_kind"][1]) for n in nodes) == \
+        sorted((c[1], c[3]) for c in commands)
+    for n in nodes:
+        dur = n["attr"]["cardsim_duration_ps"][1]
+        if n["attr"]["cardsim_kind"][1] not in ("EVENT_RECORD", "EVENT_WAIT"):
+            assert n["duration"] == (dur + 500_000) // 1_000_000
+    mm = [n for n in nodes if n["name"] == "aten::mm"]
+    assert len(mm) == 2 and all(n["type"] == COMP for n in mm)
+    assert all(n["attr"]["num_ops"] == ("int64", 2 * 256 ** 3) for n in mm)
+    assert all(n["attr"]["tensor_size"][1] > 0 for n in mm)
+
+    by_id = {n["id"]: n for n in nodes}
+
+    def key(n):
+        return n["attr"]["cardsim_device"][1], n["attr"]["cardsim_stream"][1]
+
+    # stream order: each node depends on the previous one on its stream
+    streams = {}
+    for n in sorted(nodes, key=lambda n: n["attr"]["cardsim_start_ps"][1]):
+        streams.setdefault(key(n), []).append(n)
+    for seq in streams.values():
+        for a, b in zip(seq, seq[1:]):
+            assert a["id"] in b["data_deps"], (a["name"], b["name"])
+    # each event wait depends on the record on the side stream
+    waits = [n for n in nodes if n["attr"]["cardsim_kind"][1] == "EVENT_WAIT"]
+    assert len(waits) == 2
+    for w in waits:
+        recs = [by_id[d] for d in w["data_deps"] if by_id[d]["attr"]["cardsim_kind"][1] == "EVENT_RECORD"]
+        assert len(recs) == 1 and key(recs[0]) != key(w) and w["duration"] == 0
+    assert (tmp_path / "streams.comm_groups.json").read_text() == "{}\n"
+
+    # the same trace, the same bytes
+    export_chakra(trace, tmp_path / "again")
+    assert (tmp_path / "again.0.et").read_bytes() == (tmp_path / "streams.0.et").read_bytes()
+
+
+def test_collectives_of_two_ranks(tmp_path):
+    trace = record(tmp_path, "dp", DP, world=2)
+    export_chakra(trace, tmp_path / "dp")
+    groups = json.loads((tmp_path / "dp.comm_groups.json").read_text())
+    assert list(groups.values()) == [[0, 1]]
+    per_rank = {}
+    for r in range(2):
+        meta, nodes = read_et(tmp_path / f"dp.{r}.et")
+        assert meta["attr"]["rank"] == ("int64", r) and meta["attr"]["world_size"] == ("int64", 2)
+        check_graph(nodes)
+        colls = [n for n in nodes if n["type"] == COLL]
+        assert len(colls) == 2, [n["name"] for n in nodes]
+        for c in colls:
+            assert c["attr"]["comm_type"] == ("int64", ALL_REDUCE)
+            assert c["attr"]["comm_size"] == ("int64", 256 * 4)   # the float32 gradient of 256
+            assert c["attr"]["pg_name"][0] == "string" and c["attr"]["pg_name"][1] in groups
+            # the all_reduce waits for the matmul and sum that produced its gradient
+            assert c["data_deps"], c
+        per_rank[r] = nodes
+    # the host synchronization before the end: nothing after it, but every stream's last
+    # node is done by then; and both ranks have the same collectives in the same order
+    assert [n["attr"]["comm_size"] for n in per_rank[0] if n["type"] == COLL] == \
+        [n["attr"]["comm_size"] for n in per_rank[1] if n["type"] == COLL]
+
+
+def test_bad_input_and_usage(tmp_path):
+    res = cardsim("export", tmp_path / "missing", "--chakra", tmp_path / "x")
+    assert res.returncode == 2 and "missing" in res.stderr and res.stdout == ""
+    assert not list(tmp_path.glob("x*"))
+    res = cardsim("export", tmp_path)
+    assert res.returncode == 2 and "--perfetto OUT.json and/or --chakra PREFIX" in res.stderr
+    trace = record(tmp_path, "streams", TWO_STREAMS)
+    res = cardsim("export", trace, "--chakra", tmp_path / "no" / "such" / "dir" / "p")
+    assert res.returncode == 2 and "cannot write" in res.stderr and str(tmp_path / "no") in res.stderr

@@ -1,0 +1,337 @@
+#include "traces/export/ChakraWriter.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "traces/export/proto/chakra_et.pb.h"
+
+namespace cardsim::timeline {
+
+namespace {
+
+namespace chakra = ChakraProtoMsg;
+
+// The version of the Chakra schema these files follow (GlobalMetadata.version).
+constexpr const char* kChakraVersion = "0.0.4";
+
+void attrBool(chakra::Node* n, const char* name, bool v) {
+  auto* a = n->add_attr();
+  a->set_name(name);
+  a->set_bool_val(v);
+}
+void attrInt64(chakra::Node* n, const char* name, int64_t v) {
+  auto* a = n->add_attr();
+  a->set_name(name);
+  a->set_int64_val(v);
+}
+void attrInt32(chakra::Node* n, const char* name, int32_t v) {
+  auto* a = n->add_attr();
+  a->set_name(name);
+  a->set_int32_val(v);
+}
+void attrUint64(chakra::Node* n, const char* name, uint64_t v) {
+  auto* a = n->add_attr();
+  a->set_name(name);
+  a->set_uint64_val(v);
+}
+void attrString(chakra::Node* n, const char* name, const std::string& v) {
+  auto* a = n->add_attr();
+  a->set_name(name);
+  a->set_string_val(v);
+}
+
+// Chakra's type for a collective op; false for ops it has none for (pre-timed steps).
+bool commType(const std::string& op, chakra::CollectiveCommType* t) {
+  static const std::map<std::string, chakra::CollectiveCommType> kTypes = {
+      {"all_reduce", chakra::ALL_REDUCE}, {"reduce", chakra::REDUCE},
+      {"all_gather", chakra::ALL_GATHER}, {"gather", chakra::GATHER},
+      {"scatter", chakra::SCATTER},       {"broadcast", chakra::BROADCAST},
+      {"all_to_all", chakra::ALL_TO_ALL}, {"reduce_scatter", chakra::REDUCE_SCATTER},
+      {"barrier", chakra::BARRIER},
+  };
+  auto it = kTypes.find(op);
+  if (it == kTypes.end()) return false;
+  *t = it->second;
+  return true;
+}
+
+uint64_t micros(uint64_t ps) { return (ps + 500'000) / 1'000'000; }   // to the nearest µs
+
+void putVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+void appendDelimited(const google::protobuf::MessageLite& m, std::string* out) {
+  const std::string bytes = m.SerializeAsString();
+  putVarint(bytes.size(), out);
+  out->append(bytes);
+}
+
+// Through a temporary renamed into place: a failed write leaves no partial file.
+void writeFile(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (f) f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (f) f.flush();
+    if (!f) {
+      const int err = errno;
+      std::remove(tmp.c_str());
+      throw std::runtime_error(path + ": cannot write: " + std::strerror(err));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw std::runtime_error(path + ": cannot write: " + std::strerror(err));
+  }
+}
+
+// Host calls after which the host had waited for device work.
+bool synchronizes(const trace::Envelope& c) {
+  switch (c.record_case()) {
+    case trace::Envelope::kApi: return c.api().api() == trace::ApiCall::DEVICE_SYNCHRONIZE;
+    case trace::Envelope::kStream: return c.stream().op() == trace::StreamOp::SYNCHRONIZE;
+    case trace::Envelope::kEvent: return c.event().op() == trace::EventOp::SYNCHRONIZE;
+    case trace::Envelope::kMemcpy: return !c.memcpy().async();
+    case trace::Envelope::kMemset: return !c.memset().async();
+    default: return false;
+  }
+}
+
+}  // namespace
+
+ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
+  Summary s;
+  const auto& commands = run_.commands();
+  const auto& calls = run_.calls();
+
+  // Process groups, numbered from 1 in the order of their keys (the same run gives the
+  // same numbers), with their global ranks from the collective calls.
+  std::map<std::string, std::vector<int>> group_ranks;
+  for (const auto& c : commands) {
+    if (c.command.kind() != trace::DeviceCommand::COLLECTIVE || c.call == RunTimeline::kNone) continue;
+    const trace::Collective& coll = calls[c.call].record.collective();
+    std::vector<int>& ranks = group_ranks[c.group];
+    if (ranks.empty()) ranks.assign(coll.ranks().begin(), coll.ranks().end());
+  }
+  std::map<std::string, int> group_id;
+  for (const auto& [key, ranks] : group_ranks) group_id.emplace(key, static_cast<int>(group_id.size()) + 1);
+  s.groups = group_id.size();
+
+  uint64_t first_ps = UINT64_MAX;
+  for (const auto& c : calls) first_ps = std::min(first_ps, c.record.host_begin_ps());
+  for (const auto& c : commands) first_ps = std::min(first_ps, c.command.start_ps());
+  if (first_ps == UINT64_MAX) first_ps = 0;
+
+  std::map<std::size_t, std::vector<std::size_t>> waits_on;   // wait command -> record commands
+  for (const auto& d : run_.dependencies())
+    if (d.kind == RunTimeline::DependencyKind::kEventWait) waits_on[d.to].push_back(d.from);
+
+  for (std::size_t r = 0; r < run_.ranks().size(); ++r) {
+    const RunTimeline::Rank& rank = run_.ranks()[r];
+    // The rank's commands in completion order (a dependency never completes after its
+    // dependent), which numbers the nodes.
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < commands.size(); ++i)
+      if (commands[i].rank == r) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      const auto &ca = commands[a].command, &cb = commands[b].command;
+      if (ca.end_ps() != cb.end_ps()) return ca.end_ps() < cb.end_ps();
+      return ca.start_ps() < cb.start_ps();
+    });
+
+    // Host synchronizations of this rank, in host order: each waited for what had
+    // completed by its return on every stream.
+    std::vector<uint64_t> sync_ends;
+    for (const auto& c : calls)
+      if (c.rank == r && c.record.status() == 0 && synchronizes(c.record)) sync_ends.push_back(c.record.host_end_ps());
+    std::sort(sync_ends.begin(), sync_ends.end());
+
+    // In submission order: stream predecessors and the latest synchronization before each.
+    std::vector<std::size_t> submitted = order;
+    std::stable_sort(submitted.begin(), submitted.end(), [&](std::size_t a, std::size_t b) {
+      return commands[a].command.ready_ps() < commands[b].command.ready_ps();
+    });
+    std::map<std::pair<int, uint32_t>, std::size_t> last_on_stream;   // (device, stream) -> command
+    std::map<std::pair<int, uint32_t>, std::size_t> absorbed;         // syncs already depended on
+    std::map<std::size_t, std::set<std::size_t>> deps;                // command -> commands
+    // For each synchronization, the frontier: per stream, the last command done by then.
+    // One sweep in completion order (a command is handed over before it ends).
+    std::vector<std::vector<std::size_t>> frontier(sync_ends.size());
+    {
+      std::map<std::pair<int, uint32_t>, std::size_t> last;
+      std::size_t next = 0;
+      for (std::size_t k = 0; k < sync_ends.size(); ++k) {
+        for (; next < order.size() && commands[order[next]].command.end_ps() <= sync_ends[k]; ++next) {
+          const auto& d = commands[order[next]].command;
+          last[{d.device(), d.stream()}] = order[next];
+        }
+        for (const auto& [stream, i] : last) frontier[k].push_back(i);
+      }
+    }
+    for (std::size_t i : submitted) {
+      const auto& d = commands[i].command;
+      const std::pair<int, uint32_t> stream{d.device(), d.stream()};
+      std::set<uint64_t>& mine = deps[i];
+      auto prev = last_on_stream.find(stream);
+      if (prev != last_on_stream.end()) mine.insert(prev->second);
+      last_on_stream[stream] = i;
+      for (std::size_t rec : waits_on[i])
+        if (commands[rec].rank == r) mine.insert(rec);
+      // The latest synchronization that returned before this command was submitted.
+      const std::size_t k = static_cast<std::size_t>(
+          std::upper_bound(sync_ends.begin(), sync_ends.end(), d.ready_ps()) - sync_ends.begin());
+      if (k > 0 && absorbed[stream] < k) {
+        absorbed[stream] = k;
+        for (std::size_t f : frontier[k - 1])
+          if (f != i) mine.insert(f);
+      }
+      mine.erase(i);
+    }
+
+    // Node numbers: a topological order, completion order where the dependencies leave a
+    // choice (a wait of no duration can end at the very picosecond its record does).
+    std::map<std::size_t, uint64_t> node_of;
+    {
+      std::map<std::size_t, std::size_t> position, missing;
+      std::map<std::size_t, std::vector<std::size_t>> dependents;
+      for (std::size_t p = 0; p < order.size(); ++p) position[order[p]] = p;
+      for (const auto& [i, ds] : deps) {
+        missing[i] = ds.size();
+        for (std::size_t d : ds) dependents[d].push_back(i);
+      }
+      std::set<std::size_t> ready;   // by position in completion order
+      for (std::size_t i : order)
+        if (missing[i] == 0) ready.insert(position[i]);
+      std::vector<std::size_t> numbered;
+      while (!ready.empty()) {
+        const std::size_t i = order[*ready.begin()];
+        ready.erase(ready.begin());
+        node_of[i] = numbered.size();
+        numbered.push_back(i);
+        for (std::size_t j : dependents[i])
+          if (--missing[j] == 0) ready.insert(position[j]);
+      }
+      if (numbered.size() != order.size())   // cannot happen: every edge points back in submission order
+        throw std::runtime_error("rank " + std::to_string(rank.rank) + ": the commands' dependencies form a cycle");
+      order = std::move(numbered);
+    }
+
+    std::string out;
+    chakra::GlobalMetadata meta;
+    meta.set_version(kChakraVersion);
+    auto metaAttr = [&](const char* name, const std::string& v) {
+      auto* a = meta.add_attr();
+      a->set_name(name);
+      a->set_string_val(v);
+    };
+    metaAttr("producer", "cardsim " + rank.header.cardsim_version());
+    metaAttr("preset", rank.header.preset());
+    metaAttr("device_name", rank.header.device_name());
+    metaAttr("source", rank.file);
+    {
+      auto* a = meta.add_attr();
+      a->set_name("rank");
+      a->set_int64_val(rank.rank);
+      a = meta.add_attr();
+      a->set_name("world_size");
+      a->set_int64_val(rank.header.world_size());
+    }
+    appendDelimited(meta, &out);
+
+    for (std::size_t idx = 0; idx < order.size(); ++idx) {
+      const RunTimeline::Command& c = commands[order[idx]];
+      const trace::DeviceCommand& d = c.command;
+      chakra::Node n;
+      n.set_id(idx);
+      n.set_name(c.name);
+      n.set_start_time_micros(micros(d.start_ps() - std::min(first_ps, d.start_ps())));
+      n.set_duration_micros(micros(d.end_ps() - std::min(d.end_ps(), d.start_ps())));
+      std::vector<uint64_t> ids;
+      for (std::size_t dep : deps[order[idx]]) ids.push_back(node_of[dep]);
+      std::sort(ids.begin(), ids.end());
+      for (uint64_t dep : ids) n.add_data_deps(dep);
+      s.dependencies += static_cast<uint64_t>(n.data_deps_size());
+      attrBool(&n, "is_cpu_op", false);
+      switch (d.kind()) {
+        case trace::DeviceCommand::COLLECTIVE: {
+          const trace::Collective* coll = c.call != RunTimeline::kNone ? &calls[c.call].record.collective() : nullptr;
+          chakra::CollectiveCommType type{};
+          if (coll && coll->op() == "send_recv" && coll->ranks_size() >= 2) {
+            const int src = coll->ranks(std::clamp(coll->root(), 0, coll->ranks_size() - 1));
+            const int dst = coll->ranks(std::clamp(coll->peer(), 0, coll->ranks_size() - 1));
+            n.set_type(rank.rank == src ? chakra::COMM_SEND_NODE : chakra::COMM_RECV_NODE);
+            attrInt32(&n, "comm_src", src);
+            attrInt32(&n, "comm_dst", dst);
+            attrInt32(&n, "comm_tag", static_cast<int32_t>(c.group_seq));
+            attrInt64(&n, "comm_size", static_cast<int64_t>(coll->bytes()));
+            ++s.point_to_point_nodes;
+          } else if (coll && commType(coll->op(), &type)) {
+            n.set_type(chakra::COMM_COLL_NODE);
+            attrInt64(&n, "comm_type", type);
+            attrInt64(&n, "comm_size", static_cast<int64_t>(coll->bytes()));
+            attrString(&n, "pg_name", std::to_string(group_id[c.group]));
+            ++s.collective_nodes;
+          } else {   // a step the caller timed itself: its duration is all there is
+            n.set_type(chakra::COMP_NODE);
+            ++s.pretimed_steps;
+            ++s.compute_nodes;
+          }
+          break;
+        }
+        case trace::DeviceCommand::EVENT_RECORD:
+        case trace::DeviceCommand::EVENT_WAIT:
+          n.set_type(chakra::COMP_NODE);
+          n.set_duration_micros(0);   // waiting is not work
+          ++s.marker_nodes;
+          break;
+        default:
+          n.set_type(chakra::COMP_NODE);
+          attrInt64(&n, "num_ops", static_cast<int64_t>(d.flops()));
+          attrUint64(&n, "tensor_size", d.bytes());
+          ++s.compute_nodes;
+          break;
+      }
+      attrString(&n, "cardsim_kind", trace::DeviceCommand::Kind_Name(d.kind()));
+      attrInt64(&n, "cardsim_device", d.device());
+      attrInt64(&n, "cardsim_stream", d.stream());
+      attrUint64(&n, "cardsim_start_ps", d.start_ps());
+      attrUint64(&n, "cardsim_duration_ps",
+                 d.kind() == trace::DeviceCommand::EVENT_RECORD || d.kind() == trace::DeviceCommand::EVENT_WAIT
+                     ? 0
+                     : d.end_ps() - std::min(d.end_ps(), d.start_ps()));
+      appendDelimited(n, &out);
+      ++s.nodes;
+    }
+    const std::string path = prefix + "." + std::to_string(rank.rank) + ".et";
+    writeFile(path, out);
+    s.files.push_back(path);
+  }
+
+  // ASTRA-sim's --comm-group-configuration: {"<pg_name>": [global ranks], ...}.
+  std::string json = "{";
+  for (const auto& [key, id] : group_id) {
+    json += (json.size() > 1 ? ", \"" : "\"") + std::to_string(id) + "\": [";
+    const std::vector<int>& ranks = group_ranks[key];
+    for (std::size_t i = 0; i < ranks.size(); ++i) json += (i ? ", " : "") + std::to_string(ranks[i]);
+    json += "]";
+  }
+  json += "}\n";
+  const std::string groups = prefix + ".comm_groups.json";
+  writeFile(groups, json);
+  s.files.push_back(groups);
+  return s;
+}
+
+}  // namespace cardsim::timeline

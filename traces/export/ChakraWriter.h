@@ -1,0 +1,55 @@
+// Writes a recorded run as MLCommons Chakra execution traces, the workload format ASTRA-sim
+// reads: PREFIX.<rank>.et per rank (length-delimited protobuf, a GlobalMetadata first,
+// then the nodes; schema in traces/export/proto/chakra_et.proto) and
+// PREFIX.comm_groups.json, the process groups as ASTRA-sim's --comm-group-configuration
+// takes them ({"1": [0, 1], ...}; a collective's pg_name is its group's key there).
+//
+// Nodes, one per device command, numbered from 0 per rank in completion order:
+//   - kernels, copies and memsets: COMP_NODE, duration_micros the recorded device time,
+//     num_ops the kernel's flops, tensor_size its bytes (a copy's or memset's bytes);
+//   - collectives: COMM_COLL_NODE with comm_type, comm_size (nccl-tests' size, as the
+//     collective call gave it) and pg_name; send and recv: COMM_SEND_NODE / COMM_RECV_NODE
+//     with comm_src, comm_dst and comm_tag (the pair's number, the same on both ranks);
+//   - event records and waits: COMP_NODEs of no duration and no work (ASTRA-sim passes
+//     them straight to their dependents), so that the graph keeps the program's structure.
+// Every node has is_cpu_op false. data_deps: the previous command on the same stream, an
+// event wait's record, and after a host synchronization (device, stream or event
+// synchronize, a blocking copy) the commands it waited for, from the next command on each
+// stream. Chakra keeps whole microseconds; the exact recorded picoseconds ride along as
+// cardsim_start_ps and cardsim_duration_ps. Host time between calls is not in the graph:
+// a Chakra simulator runs each rank as fast as the dependencies allow.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "traces/export/RunTimeline.h"
+
+namespace cardsim::timeline {
+
+class ChakraWriter {
+ public:
+  struct Summary {
+    std::vector<std::string> files;   // the .et files, then the groups file
+    uint64_t nodes = 0;
+    uint64_t compute_nodes = 0;       // kernels, copies, memsets
+    uint64_t marker_nodes = 0;        // event records and waits
+    uint64_t collective_nodes = 0;
+    uint64_t point_to_point_nodes = 0;
+    uint64_t dependencies = 0;
+    uint64_t groups = 0;
+    uint64_t pretimed_steps = 0;      // collectives of an op Chakra has no type for: COMP_NODEs
+  };
+
+  explicit ChakraWriter(const RunTimeline& run) : run_(run) {}
+
+  // Writes every file through a temporary renamed into place; throws std::runtime_error
+  // naming the file that could not be written (files already written stay).
+  Summary write(const std::string& prefix) const;
+
+ private:
+  const RunTimeline& run_;
+};
+
+}  // namespace cardsim::timeline
