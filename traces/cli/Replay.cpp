@@ -3,6 +3,8 @@
 // in a process of its own, as the ranks ran, joined by a fabric server; with --ranks N a
 // data-parallel rank stands for N. Prints the makespan (total_us), where the time went and
 // the top kernels; --json FILE writes the same as JSON, --keep DIR the replayed traces.
+// PATH may also be Chakra execution traces (PREFIX of PREFIX.<rank>.et, or one .et file):
+// converted first (traces/replay/ChakraImport), then replayed the same way.
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +29,7 @@
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceFormat.h"
 #include "traces/lib/TraceReader.h"
+#include "traces/replay/ChakraImport.h"
 #include "traces/replay/RankReplayer.h"
 #include "traces/replay/ReplayReport.h"
 
@@ -208,7 +211,21 @@ int runReplay(const std::vector<std::string>& argv) {
   }
   if (a.positional().size() != 1) throw UsageError("cardsim replay: expected one PATH (a trace directory or rank file)");
   const std::string path = a.positional()[0];
-  const std::map<int, std::string> files = traceRankFiles(path);   // validated: complete and consistent
+  const std::string tmp = makeTempDir();
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { removeTree(dir); }
+  } cleanup{tmp};
+  // Chakra execution traces become cardsim traces first (ChakraImport.h).
+  const bool chakra = replay::isChakraPath(path);
+  replay::ChakraImport imported;
+  if (chakra) {
+    ::mkdir((tmp + "/chakra").c_str(), 0777);
+    imported = replay::importChakra(path, tmp + "/chakra");
+    if (!a.has("preset") && imported.preset.empty())
+      throw UsageError("cardsim replay: " + path + " is a Chakra trace that names no preset: give --preset P");
+  }
+  const std::map<int, std::string> files = chakra ? imported.files : traceRankFiles(path);   // validated
   trace::Header h0;
   {
     trace::TraceReader r(files.begin()->second);
@@ -223,13 +240,10 @@ int runReplay(const std::vector<std::string>& argv) {
   if (!a.has("ranks") && files.size() != static_cast<std::size_t>(world))
     throw trace::TraceError(path + ": holds " + std::to_string(files.size()) + " of the job's " + std::to_string(world) +
                             " rank files; replay the directory, or one file with --ranks N");
-  const std::string tmp = makeTempDir();
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { removeTree(dir); }
-  } cleanup{tmp};
   if (a.has("preset")) {
     job.preset = a.get("preset");
+  } else if (chakra) {
+    job.preset = imported.preset;   // cardsim's own export names the recording's preset
   } else {
     job.preset = tmp + "/recorded.textproto";
     std::ofstream(job.preset) << h0.config_text();

@@ -40,6 +40,11 @@ void attrUint64(chakra::Node* n, const char* name, uint64_t v) {
   a->set_name(name);
   a->set_uint64_val(v);
 }
+void attrDouble(chakra::Node* n, const char* name, double v) {
+  auto* a = n->add_attr();
+  a->set_name(name);
+  a->set_double_val(v);
+}
 void attrString(chakra::Node* n, const char* name, const std::string& v) {
   auto* a = n->add_attr();
   a->set_name(name);
@@ -282,6 +287,8 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
             attrInt64(&n, "comm_type", type);
             attrInt64(&n, "comm_size", static_cast<int64_t>(coll->bytes()));
             attrString(&n, "pg_name", std::to_string(group_id[c.group]));
+            if (!coll->algorithm().empty()) attrString(&n, "cardsim_algorithm", coll->algorithm());
+            if (!coll->dtype().empty()) attrString(&n, "cardsim_dtype_name", coll->dtype());
             ++s.collective_nodes;
           } else {   // a step the caller timed itself: its duration is all there is
             n.set_type(chakra::COMP_NODE);
@@ -296,12 +303,26 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
           n.set_duration_micros(0);   // waiting is not work
           ++s.marker_nodes;
           break;
-        default:
+        default: {
           n.set_type(chakra::COMP_NODE);
           attrInt64(&n, "num_ops", static_cast<int64_t>(d.flops()));
           attrUint64(&n, "tensor_size", d.bytes());
           ++s.compute_nodes;
+          // What cardsim replay needs to re-time the command as the model did.
+          const trace::Envelope* call = c.call != RunTimeline::kNone ? &calls[c.call].record : nullptr;
+          if (call && call->record_case() == trace::Envelope::kKernel) {
+            const trace::KernelLaunch& k = call->kernel();
+            attrInt64(&n, "cardsim_kernel_class", k.kernel_class());
+            attrInt64(&n, "cardsim_dtype", k.dtype());
+            attrDouble(&n, "cardsim_bytes_read", k.bytes_read());
+            attrDouble(&n, "cardsim_bytes_written", k.bytes_written());
+            attrInt64(&n, "cardsim_tiles", k.tiles());
+          } else if (call && call->record_case() == trace::Envelope::kMemcpy) {
+            attrInt64(&n, "cardsim_src_device", call->memcpy().src_device());
+            attrInt64(&n, "cardsim_dst_device", call->memcpy().dst_device());
+          }
           break;
+        }
       }
       attrString(&n, "cardsim_kind", trace::DeviceCommand::Kind_Name(d.kind()));
       attrInt64(&n, "cardsim_device", d.device());

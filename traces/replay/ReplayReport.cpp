@@ -384,6 +384,11 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
           busy_dma[c.device].emplace_back(c.start, c.end);
           break;
         case trace::DeviceCommand::COLLECTIVE:
+          if (c.name.rfind(kComputeStepPrefix, 0) == 0) {
+            cat = kCompute;   // computation known only by its duration (a Chakra node)
+            busy_compute[c.device].emplace_back(c.start, c.end);
+            break;
+          }
           cat = kComm;
           busy_fabric[c.device].emplace_back(c.start, c.end);
           {

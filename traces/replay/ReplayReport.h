@@ -12,6 +12,10 @@
 
 namespace cardsim::replay {
 
+// A device step of computation known only by its duration (a Chakra node without work) is
+// replayed as a pre-timed step named with this prefix, and reported as compute.
+inline constexpr char kComputeStepPrefix[] = "compute: ";
+
 struct Breakdown {
   double total_us = 0;
   double compute_us = 0;

@@ -1,5 +1,6 @@
 """`cardsim export PATH --chakra PREFIX`: a recorded run as MLCommons Chakra execution traces
-(what ASTRA-sim reads). The files are read back here with a decoder of their own, written
+(what ASTRA-sim reads), and `cardsim replay PREFIX` of Chakra files (cardsim's own, which
+come back as the same graph, and foreign ones, timed by the model). The files are read back here with a decoder of their own, written
 from Chakra's published schema (field numbers and types of et_def.proto), not from the
 project's generated code: GlobalMetadata first, then one node per recorded device command
 with its recorded time, collectives as COMM_COLL_NODEs with Chakra's comm_type, comm_size
@@ -9,7 +10,8 @@ import json
 import struct
 import subprocess
 
-from test_export_perfetto import DP, TWO_STREAMS, cardsim, info_json, record, recorded
+from test_export_perfetto import CARDSIM as CARDSIM_BIN
+from test_export_perfetto import DP, TWO_STREAMS, cardsim, record, recorded
 
 # ---- a protobuf wire decoder, for Chakra's schema -------------------------------------------
 
@@ -216,3 +218,165 @@ def test_bad_input_and_usage(tmp_path):
     trace = record(tmp_path, "streams", TWO_STREAMS)
     res = cardsim("export", trace, "--chakra", tmp_path / "no" / "such" / "dir" / "p")
     assert res.returncode == 2 and "cannot write" in res.stderr and str(tmp_path / "no") in res.stderr
+
+
+# ---- cardsim replay of Chakra files ----------------------------------------------------------
+
+def canonical(nodes):
+    """A graph independent of node numbering (completion order changes with timing): each
+    node by its card, its stream's sequence of names and its place in it."""
+    streams = {}
+    for n in sorted(nodes, key=lambda n: n["attr"]["cardsim_start_ps"][1]):
+        streams.setdefault((n["attr"]["cardsim_device"][1], n["attr"]["cardsim_stream"][1]), []).append(n)
+    label = {}
+    for (dev, _), seq in streams.items():
+        sig = tuple(n["name"] for n in seq)
+        for i, n in enumerate(seq):
+            label[n["id"]] = (dev, sig, i)
+    return {label[n["id"]]: (n["name"], n["type"], n["attr"].get("num_ops"), n["attr"].get("tensor_size"),
+                             n["attr"].get("comm_type"), n["attr"].get("comm_size"),
+                             sorted(label[d] for d in n["data_deps"]))
+            for n in nodes}
+
+
+def replay(path, *extra):
+    res = cardsim("replay", path, *extra)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def test_an_export_replays_to_the_same_graph(tmp_path):
+    """record -> export --chakra -> replay the Chakra files -> export the replayed run: the
+    same nodes with the same work and dependencies, on one rank and on two."""
+    for name, code, world in (("streams", TWO_STREAMS, 1), ("dp", DP, 2)):
+        trace = record(tmp_path, name, code, world=world)
+        export_chakra(trace, tmp_path / name)
+        out = replay(tmp_path / name, "--keep", tmp_path / f"{name}-kept")
+        assert "(as recorded)" in out.stdout and f"{world} rank(s)" in out.stdout, out.stdout
+        export_chakra(tmp_path / f"{name}-kept", tmp_path / f"{name}-again")
+        for r in range(world):
+            first = canonical(read_et(tmp_path / f"{name}.{r}.et")[1])
+            again = canonical(read_et(tmp_path / f"{name}-again.{r}.et")[1])
+            assert again == first
+        assert (tmp_path / f"{name}-again.comm_groups.json").read_text() == \
+            (tmp_path / f"{name}.comm_groups.json").read_text()
+
+
+# A Chakra writer of our own, for graphs no cardsim run made (ASTRA-sim's style: no cardsim
+# attributes, no preset in the metadata).
+
+def _key(num, wt):
+    return _enc_varint(num << 3 | wt)
+
+
+def _enc_varint(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _len_field(num, payload):
+    return _key(num, 2) + _enc_varint(len(payload)) + payload
+
+
+def _enc_attr(name, kind, value):
+    body = _len_field(1, name.encode())
+    if kind == "int64":
+        body += _key(9, 0) + _enc_varint(value)
+    elif kind == "uint64":
+        body += _key(13, 0) + _enc_varint(value)
+    elif kind == "int32":
+        body += _key(7, 0) + _enc_varint(value)
+    elif kind == "bool":
+        body += _key(27, 0) + _enc_varint(int(value))
+    else:
+        body += _len_field(29, value.encode())
+    return _len_field(10, body)
+
+
+def _enc_node(id, name, type, deps=(), duration=0, attrs=()):
+    body = _key(1, 0) + _enc_varint(id) + _len_field(2, name.encode()) + _key(3, 0) + _enc_varint(type)
+    if deps:
+        body += _len_field(5, b"".join(_enc_varint(d) for d in deps))
+    if duration:
+        body += _key(7, 0) + _enc_varint(duration)
+    body += _enc_attr("is_cpu_op", "bool", False)
+    for a in attrs:
+        body += _enc_attr(*a)
+    return body
+
+
+def write_et(path, nodes):
+    meta = _len_field(1, b"0.0.4")
+    with open(path, "wb") as f:
+        for m in [meta] + nodes:
+            f.write(_enc_varint(len(m)) + m)
+
+
+def foreign_job(prefix, step_us, world=2, size=64 << 20):
+    """Each rank: a GEMM-sized compute node, then an all-reduce of its gradient over group
+    "1" that waits for it, then a step of step_us that waits for the all-reduce."""
+    for r in range(world):
+        write_et(f"{prefix}.{r}.et", [
+            _enc_node(0, "gemm", COMP, attrs=[("num_ops", "int64", 10 ** 11), ("tensor_size", "uint64", 1 << 26)]),
+            _enc_node(1, "grad_allreduce", COLL, deps=[0],
+                      attrs=[("comm_type", "int64", ALL_REDUCE), ("comm_size", "int64", size), ("pg_name", "string", "1")]),
+            _enc_node(2, "optimizer", COMP, deps=[1], duration=step_us),
+        ])
+    with open(f"{prefix}.comm_groups.json", "w") as f:
+        json.dump({"1": list(range(world))}, f)
+
+
+def replay_json(path, *extra, tmp):
+    out = tmp / "report.json"
+    replay(path, "--json", out, *extra)
+    return json.loads(out.read_text())
+
+
+def test_a_foreign_chakra_job_replays_on_a_preset(tmp_path):
+    foreign_job(tmp_path / "a", 100)
+    foreign_job(tmp_path / "b", 300)
+    res = cardsim("replay", tmp_path / "a")
+    assert res.returncode == 2 and "names no preset: give --preset P" in res.stderr, res.stderr
+    a = replay_json(tmp_path / "a", "--preset", "h100-sxm", tmp=tmp_path)
+    b = replay_json(tmp_path / "b", "--preset", "h100-sxm", tmp=tmp_path)
+    # the step waits for the all-reduce, which waits for the compute: 200 us more, exactly
+    assert abs((b["total_us"] - a["total_us"]) - 200.0) < 1e-3, (a["total_us"], b["total_us"])
+    # the all-reduce takes the fabric model's time for 2 ranks and 64 MiB on each preset: the
+    # what-if of another machine
+    totals = {}
+    for preset in ("h100-sxm", "a100-sxm"):
+        rep = a if preset == "h100-sxm" else replay_json(tmp_path / "a", "--preset", preset, tmp=tmp_path)
+        cb = subprocess.run([str(CARDSIM_BIN), "collbench", "--model-only", "--preset", preset, "--ranks", "2",
+                             "--min-bytes", "64M", "--max-bytes", "64M", "--csv"], capture_output=True, text=True)
+        assert cb.returncode == 0, cb.stderr
+        model_us = float(cb.stdout.splitlines()[1].split(",")[4])
+        comm = [r["breakdown"]["communication_us"] for r in rep["ranks"]]
+        assert all(abs(c - model_us) <= 1e-3 * model_us + 1e-3 for c in comm), (preset, comm, model_us)
+        # the optimizer step counts as compute, not communication
+        assert all(r["breakdown"]["compute_us"] >= 100 for r in rep["ranks"]), rep["ranks"]
+        totals[preset] = rep["total_us"]
+    assert totals["a100-sxm"] > totals["h100-sxm"], totals
+
+
+def test_bad_chakra_files_are_named(tmp_path):
+    write_et(tmp_path / "x.0.et", [_enc_node(0, "a", COMP, deps=[7], duration=5)])
+    res = cardsim("replay", tmp_path / "x", "--preset", "h100-sxm")
+    assert res.returncode == 2 and "x.0.et: node 0 ('a'): depends on node 7, which is not in the file" in res.stderr, \
+        res.stderr
+    write_et(tmp_path / "c.0.et", [_enc_node(0, "a", COMP, deps=[1], duration=5),
+                                   _enc_node(1, "b", COMP, deps=[0], duration=5)])
+    res = cardsim("replay", tmp_path / "c", "--preset", "h100-sxm")
+    assert res.returncode == 2 and "dependencies form a cycle" in res.stderr, res.stderr
+    (tmp_path / "g.0.et").write_bytes(b"\x05abc")
+    res = cardsim("replay", tmp_path / "g", "--preset", "h100-sxm")
+    assert res.returncode == 2 and "g.0.et: message #0 at offset 0: truncated" in res.stderr, res.stderr
+    write_et(tmp_path / "p.0.et", [_enc_node(0, "ar", COLL, attrs=[("comm_type", "int64", ALL_REDUCE),
+                                                                   ("comm_size", "int64", 1024),
+                                                                   ("pg_name", "string", "9")])])
+    res = cardsim("replay", tmp_path / "p", "--preset", "h100-sxm")
+    assert res.returncode == 2 and "process group '9' is not in the groups file" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and "terminate" not in res.stderr

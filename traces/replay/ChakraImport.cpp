@@ -1,0 +1,557 @@
+#include "traces/replay/ChakraImport.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "traces/export/proto/chakra_et.pb.h"
+#include "traces/lib/TraceError.h"
+#include "traces/lib/TraceFormat.h"
+#include "traces/lib/TraceWriter.h"
+#include "traces/replay/ReplayReport.h"
+
+namespace cardsim::replay {
+
+namespace {
+
+namespace chakra = ChakraProtoMsg;
+using trace::TraceError;
+
+bool isFile(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool endsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+struct EtFile {
+  chakra::GlobalMetadata meta;
+  std::vector<chakra::Node> nodes;
+};
+
+EtFile readEt(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TraceError(path + ": cannot open the Chakra trace");
+  const std::string buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EtFile f;
+  std::size_t pos = 0, index = 0;
+  while (pos < buf.size()) {
+    uint64_t len = 0;
+    std::size_t i = 0;
+    for (int shift = 0;; shift += 7, ++i) {
+      if (pos + i >= buf.size() || i >= 10)
+        throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
+                         ": truncated or corrupt length prefix");
+      const auto b = static_cast<uint8_t>(buf[pos + i]);
+      len |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) break;
+    }
+    const std::size_t body = pos + i + 1;
+    if (len > buf.size() - body)
+      throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
+                       ": truncated: it needs " + std::to_string(len) + " bytes, " +
+                       std::to_string(buf.size() - body) + " left in the file");
+    const bool ok = index == 0 ? f.meta.ParseFromArray(buf.data() + body, static_cast<int>(len))
+                               : f.nodes.emplace_back().ParseFromArray(buf.data() + body, static_cast<int>(len));
+    if (!ok)
+      throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
+                       ": does not parse as a Chakra " + (index == 0 ? "GlobalMetadata" : "Node"));
+    pos = body + len;
+    ++index;
+  }
+  if (index == 0) throw TraceError(path + ": not a Chakra trace (the file is empty)");
+  return f;
+}
+
+// {"1": [0, 1], "2": [2, 3]}: ASTRA-sim's process groups. A small reader for that shape.
+std::map<std::string, std::vector<int>> readGroups(const std::string& path) {
+  std::map<std::string, std::vector<int>> out;
+  std::ifstream in(path);
+  if (!in) return out;
+  const std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t i = 0;
+  auto fail = [&](const std::string& what) {
+    throw TraceError(path + ": offset " + std::to_string(i) + ": " + what +
+                     " (expected {\"<pg_name>\": [rank, ...], ...})");
+  };
+  auto skip = [&] {
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  };
+  auto expect = [&](char c) {
+    skip();
+    if (i >= s.size() || s[i] != c) fail(std::string("expected '") + c + "'");
+    ++i;
+  };
+  expect('{');
+  skip();
+  if (i < s.size() && s[i] == '}') return out;
+  for (;;) {
+    expect('"');
+    const std::size_t end = s.find('"', i);
+    if (end == std::string::npos) fail("unterminated group name");
+    const std::string key = s.substr(i, end - i);
+    i = end + 1;
+    expect(':');
+    expect('[');
+    std::vector<int>& ranks = out[key];
+    skip();
+    if (i < s.size() && s[i] == ']') {
+      ++i;
+    } else {
+      for (;;) {
+        skip();
+        std::size_t used = 0;
+        try {
+          ranks.push_back(std::stoi(s.substr(i), &used));
+        } catch (const std::exception&) {
+          fail("expected a rank");
+        }
+        if (ranks.back() < 0) fail("a negative rank");
+        i += used;
+        skip();
+        if (i < s.size() && s[i] == ',') {
+          ++i;
+          continue;
+        }
+        expect(']');
+        break;
+      }
+    }
+    skip();
+    if (i < s.size() && s[i] == ',') {
+      ++i;
+      continue;
+    }
+    expect('}');
+    break;
+  }
+  return out;
+}
+
+const chakra::AttributeProto* attr(const chakra::Node& n, const std::string& name) {
+  for (const auto& a : n.attr())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+// An attribute's number whichever numeric field holds it (writers differ in the types).
+bool number(const chakra::Node& n, const std::string& name, double* out) {
+  const chakra::AttributeProto* a = attr(n, name);
+  if (!a) return false;
+  switch (a->value_case()) {
+    case chakra::AttributeProto::kDoubleVal: *out = a->double_val(); return true;
+    case chakra::AttributeProto::kInt32Val: *out = a->int32_val(); return true;
+    case chakra::AttributeProto::kInt64Val: *out = static_cast<double>(a->int64_val()); return true;
+    case chakra::AttributeProto::kUint64Val: *out = static_cast<double>(a->uint64_val()); return true;
+    case chakra::AttributeProto::kBoolVal: *out = a->bool_val(); return true;
+    default: return false;
+  }
+}
+double numberOr(const chakra::Node& n, const std::string& name, double fallback) {
+  double v = 0;
+  return number(n, name, &v) ? v : fallback;
+}
+std::string text(const chakra::Node& n, const std::string& name) {
+  const chakra::AttributeProto* a = attr(n, name);
+  return a && a->value_case() == chakra::AttributeProto::kStringVal ? a->string_val() : std::string();
+}
+
+const char* collectiveOp(int64_t type) {
+  switch (type) {
+    case chakra::ALL_REDUCE: return "all_reduce";
+    case chakra::REDUCE: return "reduce";
+    case chakra::ALL_GATHER: return "all_gather";
+    case chakra::BROADCAST: return "broadcast";
+    case chakra::ALL_TO_ALL: return "all_to_all";
+    case chakra::REDUCE_SCATTER:
+    case chakra::REDUCE_SCATTER_BLOCK: return "reduce_scatter";
+    case chakra::BARRIER: return "barrier";
+    default: return nullptr;   // GATHER, SCATTER: no such collective on the fabric
+  }
+}
+
+// One rank's graph as a cardsim trace.
+class RankConverter {
+ public:
+  RankConverter(const std::string& source, EtFile et, int rank, int world,
+                const std::map<std::string, std::vector<int>>& groups)
+      : source_(source), et_(std::move(et)), rank_(rank), world_(world), groups_(groups) {}
+
+  void write(const std::string& out, const std::string& preset);
+
+ private:
+  enum class Op { kNone, kKernel, kStep, kCopy, kMemset, kCollective, kSendRecv };
+  struct Plan {
+    Op op = Op::kNone;
+    int device = 0;
+    uint32_t stream = 0;     // cardsim stream id in the converted trace (0: the device's default)
+    bool record_after = false;
+    uint32_t event = 0;
+  };
+
+  std::string where(const chakra::Node& n) const {
+    return source_ + ": node " + std::to_string(n.id()) + " ('" + n.name() + "')";
+  }
+  std::vector<std::size_t> topologicalOrder();
+  Op opOf(const chakra::Node& n) const;
+  trace::Envelope call(int device);
+  uint32_t nameId(const std::string& text, trace::TraceWriter& w);
+
+  std::string source_;
+  EtFile et_;
+  int rank_, world_;
+  const std::map<std::string, std::vector<int>>& groups_;
+  std::map<uint64_t, std::size_t> index_;   // node id -> et_.nodes
+  uint64_t calls_ = 0;
+  std::map<std::string, uint32_t> names_;
+};
+
+std::vector<std::size_t> RankConverter::topologicalOrder() {
+  for (std::size_t i = 0; i < et_.nodes.size(); ++i)
+    if (!index_.emplace(et_.nodes[i].id(), i).second)
+      throw TraceError(where(et_.nodes[i]) + ": a second node with this id");
+  std::vector<std::size_t> missing(et_.nodes.size(), 0);
+  std::vector<std::vector<std::size_t>> dependents(et_.nodes.size());
+  for (std::size_t i = 0; i < et_.nodes.size(); ++i) {
+    std::set<uint64_t> deps(et_.nodes[i].data_deps().begin(), et_.nodes[i].data_deps().end());
+    deps.insert(et_.nodes[i].ctrl_deps().begin(), et_.nodes[i].ctrl_deps().end());
+    for (uint64_t d : deps) {
+      auto it = index_.find(d);
+      if (it == index_.end())
+        throw TraceError(where(et_.nodes[i]) + ": depends on node " + std::to_string(d) + ", which is not in the file");
+      ++missing[i];
+      dependents[it->second].push_back(i);
+    }
+  }
+  // Ready nodes in file order: a writer's own order where the graph leaves a choice.
+  std::set<std::size_t> ready;
+  for (std::size_t i = 0; i < missing.size(); ++i)
+    if (!missing[i]) ready.insert(i);
+  std::vector<std::size_t> order;
+  while (!ready.empty()) {
+    const std::size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(i);
+    for (std::size_t j : dependents[i])
+      if (--missing[j] == 0) ready.insert(j);
+  }
+  if (order.size() != et_.nodes.size()) {
+    for (std::size_t i = 0; i < missing.size(); ++i)
+      if (missing[i]) throw TraceError(where(et_.nodes[i]) + ": its dependencies form a cycle");
+  }
+  return order;
+}
+
+RankConverter::Op RankConverter::opOf(const chakra::Node& n) const {
+  const std::string kind = text(n, "cardsim_kind");
+  switch (n.type()) {
+    case chakra::COMM_COLL_NODE: return Op::kCollective;
+    case chakra::COMM_SEND_NODE:
+    case chakra::COMM_RECV_NODE: return Op::kSendRecv;
+    case chakra::MEM_LOAD_NODE:
+    case chakra::MEM_STORE_NODE: return Op::kCopy;
+    case chakra::COMP_NODE: {
+      if (kind.rfind("MEMCPY", 0) == 0) return Op::kCopy;
+      if (kind == "MEMSET") return Op::kMemset;
+      if (kind == "COLLECTIVE") return Op::kStep;   // a step its caller timed
+      if (numberOr(n, "num_ops", 0) > 0 || numberOr(n, "tensor_size", 0) > 0) return Op::kKernel;
+      if (n.duration_micros() > 0 || numberOr(n, "cardsim_duration_ps", 0) > 0) return Op::kStep;
+      return Op::kNone;   // a marker: only its dependencies matter
+    }
+    default: return Op::kNone;   // metadata and node types the fabric has no meaning for
+  }
+}
+
+trace::Envelope RankConverter::call(int device) {
+  trace::Envelope e;
+  e.set_call(++calls_);
+  e.set_device(device);   // host times stay 0: the replay issues each call as soon as it can
+  return e;
+}
+
+uint32_t RankConverter::nameId(const std::string& t, trace::TraceWriter& w) {
+  auto [it, fresh] = names_.emplace(t, static_cast<uint32_t>(names_.size()) + 1);
+  if (fresh) {
+    trace::Envelope e;
+    e.mutable_name()->set_id(it->second);
+    e.mutable_name()->set_text(t);
+    w.write(e);
+  }
+  return it->second;
+}
+
+void RankConverter::write(const std::string& out, const std::string& preset) {
+  const std::vector<std::size_t> order = topologicalOrder();
+
+  // Streams and events. Stream ids: 0 is a device's default stream; others numbered here.
+  std::vector<Plan> plan(et_.nodes.size());
+  std::map<std::pair<int, int64_t>, uint32_t> cardsim_streams;   // (device, recorded stream) -> id
+  std::map<std::pair<int, uint32_t>, std::size_t> tail;          // (device, stream) -> its last node
+  uint32_t next_stream = 1, next_event = 1;
+  int devices = 1;
+  for (std::size_t i : order) {
+    const chakra::Node& n = et_.nodes[i];
+    Plan& p = plan[i];
+    p.op = opOf(n);
+    double device = 0, stream = 0;
+    if (number(n, "cardsim_device", &device) && number(n, "cardsim_stream", &stream)) {
+      p.device = static_cast<int>(device);
+      const int64_t s = static_cast<int64_t>(stream);
+      if (s == 0) {
+        p.stream = 0;
+      } else {
+        auto [it, fresh] = cardsim_streams.emplace(std::make_pair(p.device, s), next_stream);
+        if (fresh) ++next_stream;
+        p.stream = it->second;
+      }
+    } else {
+      // Continue a dependency's stream if it ended there, else open a stream.
+      bool placed = false;
+      for (uint64_t d : n.data_deps()) {
+        const std::size_t j = index_.at(d);
+        auto t = tail.find({plan[j].device, plan[j].stream});
+        if (t != tail.end() && t->second == j) {
+          p.stream = plan[j].stream;
+          placed = true;
+          break;
+        }
+      }
+      if (!placed) p.stream = tail.empty() ? 0 : next_stream++;
+    }
+    if (p.device < 0) throw TraceError(where(n) + ": device " + std::to_string(p.device));
+    devices = std::max(devices, p.device + 1);
+    // A dependency on another stream: an event after it.
+    std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
+    deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
+    for (uint64_t d : deps) {
+      Plan& q = plan[index_.at(d)];
+      if ((q.stream != p.stream || q.device != p.device) && !q.record_after) {
+        q.record_after = true;
+        q.event = next_event++;
+      }
+    }
+    tail[{p.device, p.stream}] = i;
+  }
+
+  trace::Header h;
+  h.set_cardsim_version(et_.meta.version().empty() ? "chakra" : "chakra " + et_.meta.version());
+  h.set_preset(preset);
+  h.set_devices(static_cast<uint32_t>(devices));
+  h.set_rank(rank_);
+  h.set_world_size(world_);
+  h.set_local_rank(-1);
+  h.set_execution_mode("timing");
+  h.set_backend("sim");
+  h.set_started_by("chakra:" + source_);
+  trace::TraceWriter w(out, h);
+
+  std::set<std::pair<int, uint32_t>> created;
+  for (std::size_t i : order) {
+    const chakra::Node& n = et_.nodes[i];
+    const Plan& p = plan[i];
+    if (p.stream != 0 && created.insert({p.device, p.stream}).second) {
+      trace::Envelope e = call(p.device);
+      e.mutable_stream()->set_op(trace::StreamOp::CREATE);
+      e.mutable_stream()->set_stream(p.stream);
+      w.write(e);
+    }
+    std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
+    deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
+    for (uint64_t d : deps) {
+      const Plan& q = plan[index_.at(d)];
+      if (q.stream == p.stream && q.device == p.device) continue;   // stream order has it
+      trace::Envelope e = call(p.device);
+      e.mutable_event()->set_op(trace::EventOp::WAIT);
+      e.mutable_event()->set_event(q.event);
+      e.mutable_event()->set_stream(p.stream);
+      w.write(e);
+    }
+    const double bytes = std::max(numberOr(n, "tensor_size", 0), numberOr(n, "comm_size", 0));
+    switch (p.op) {
+      case Op::kNone: break;
+      case Op::kKernel: {
+        const uint32_t name = nameId(n.name().empty() ? "kernel" : n.name(), w);
+        trace::Envelope e = call(p.device);
+        trace::KernelLaunch* k = e.mutable_kernel();
+        k->set_name(name);
+        k->set_stream(p.stream);
+        // A foreign kernel: what the node says, its bytes read; cardsim's own: as recorded.
+        k->set_kernel_class(static_cast<trace::KernelClass>(numberOr(n, "cardsim_kernel_class", trace::KERNEL_OTHER)));
+        k->set_dtype(static_cast<trace::DataType>(numberOr(n, "cardsim_dtype", trace::DTYPE_FP32)));
+        k->set_flops(numberOr(n, "num_ops", 0));
+        k->set_bytes_read(numberOr(n, "cardsim_bytes_read", numberOr(n, "tensor_size", 0)));
+        k->set_bytes_written(numberOr(n, "cardsim_bytes_written", 0));
+        k->set_tiles(static_cast<uint32_t>(numberOr(n, "cardsim_tiles", 0)));
+        w.write(e);
+        break;
+      }
+      case Op::kStep: {
+        trace::Envelope e = call(p.device);
+        trace::Collective* c = e.mutable_collective();
+        // A cardsim collective timed by its caller stays one; anything else is computation.
+        const bool comm = text(n, "cardsim_kind") == "COLLECTIVE";
+        c->set_op(comm ? n.name() : kComputeStepPrefix + (n.name().empty() ? std::string("step") : n.name()));
+        c->set_pretimed(true);
+        double ps = 0;
+        c->set_seconds(number(n, "cardsim_duration_ps", &ps) ? ps * 1e-12 : n.duration_micros() * 1e-6);
+        c->set_stream(p.stream);
+        w.write(e);
+        break;
+      }
+      case Op::kCopy: {
+        const std::string kind = text(n, "cardsim_kind");
+        trace::CopyKind k = trace::COPY_HOST_TO_DEVICE;
+        if (n.type() == chakra::MEM_STORE_NODE || kind == "MEMCPY_DTOH") k = trace::COPY_DEVICE_TO_HOST;
+        if (kind == "MEMCPY_DTOD") k = trace::COPY_DEVICE_TO_DEVICE;
+        int src = k == trace::COPY_HOST_TO_DEVICE ? -1 : p.device, dst = k == trace::COPY_DEVICE_TO_HOST ? -1 : p.device;
+        if (kind == "MEMCPY_PEER") {
+          k = trace::COPY_PEER;
+          src = static_cast<int>(numberOr(n, "cardsim_src_device", p.device));
+          dst = static_cast<int>(numberOr(n, "cardsim_dst_device", p.device));
+          devices = std::max({devices, src + 1, dst + 1});
+        }
+        trace::Envelope e = call(p.device);
+        trace::Memcpy* m = e.mutable_memcpy();
+        m->set_kind(k);
+        m->set_bytes(static_cast<uint64_t>(bytes));
+        m->set_src_device(src);
+        m->set_dst_device(dst);
+        m->set_stream(p.stream);
+        m->set_async(true);
+        // Distinct stand-in addresses per node: the replay gives each its own block.
+        m->set_src(src >= 0 ? (uint64_t{1} << 40) + (uint64_t{i} << 20) : 0);
+        m->set_dst(dst >= 0 ? (uint64_t{2} << 40) + (uint64_t{i} << 20) : 0);
+        w.write(e);
+        break;
+      }
+      case Op::kMemset: {
+        trace::Envelope e = call(p.device);
+        e.mutable_memset()->set_address((uint64_t{3} << 40) + (uint64_t{i} << 20));
+        e.mutable_memset()->set_bytes(static_cast<uint64_t>(bytes));
+        e.mutable_memset()->set_stream(p.stream);
+        e.mutable_memset()->set_async(true);
+        w.write(e);
+        break;
+      }
+      case Op::kCollective: {
+        double type = -1;
+        const char* op = number(n, "comm_type", &type) ? collectiveOp(static_cast<int64_t>(type)) : nullptr;
+        if (!op) throw TraceError(where(n) + ": comm_type " + std::to_string(static_cast<int64_t>(type)) +
+                                  " has no collective on the fabric (all_reduce, reduce, all_gather, broadcast, "
+                                  "all_to_all, reduce_scatter, barrier)");
+        const std::string pg = text(n, "pg_name");
+        std::vector<int> ranks;
+        if (pg.empty()) {
+          for (int r = 0; r < world_; ++r) ranks.push_back(r);
+        } else {
+          auto g = groups_.find(pg);
+          if (g == groups_.end())
+            throw TraceError(where(n) + ": process group '" + pg + "' is not in the groups file (" + source_ +
+                             " needs its PREFIX.comm_groups.json)");
+          ranks = g->second;
+        }
+        trace::Envelope e = call(p.device);
+        trace::Collective* c = e.mutable_collective();
+        c->set_op(op);
+        c->set_bytes(bytes);
+        for (int r : ranks) c->add_ranks(r);
+        c->set_group(pg);
+        c->set_algorithm(text(n, "cardsim_algorithm"));
+        c->set_dtype(text(n, "cardsim_dtype_name"));
+        c->set_stream(p.stream);
+        w.write(e);
+        break;
+      }
+      case Op::kSendRecv: {
+        const int src = static_cast<int>(numberOr(n, "comm_src", -1)), dst = static_cast<int>(numberOr(n, "comm_dst", -1));
+        if (src < 0 || dst < 0 || src == dst)
+          throw TraceError(where(n) + ": a send or recv needs comm_src and comm_dst, two different ranks");
+        trace::Envelope e = call(p.device);
+        trace::Collective* c = e.mutable_collective();
+        c->set_op("send_recv");
+        c->set_bytes(bytes);
+        c->add_ranks(src);
+        c->add_ranks(dst);
+        c->set_root(0);
+        c->set_peer(1);
+        c->set_group("p2p " + std::to_string(src) + "->" + std::to_string(dst));
+        c->set_stream(p.stream);
+        w.write(e);
+        break;
+      }
+    }
+    if (p.record_after) {
+      trace::Envelope create = call(p.device);
+      create.mutable_event()->set_op(trace::EventOp::CREATE);
+      create.mutable_event()->set_event(p.event);
+      w.write(create);
+      trace::Envelope e = call(p.device);
+      e.mutable_event()->set_op(trace::EventOp::RECORD);
+      e.mutable_event()->set_event(p.event);
+      e.mutable_event()->set_stream(p.stream);
+      w.write(e);
+    }
+  }
+  // The run ends when every device is done.
+  for (int d = 0; d < devices; ++d) {
+    trace::Envelope e = call(d);
+    e.mutable_api()->set_api(trace::ApiCall::DEVICE_SYNCHRONIZE);
+    w.write(e);
+  }
+  trace::End end;
+  end.set_calls(calls_);
+  end.set_reason("chakra import");
+  w.close(end);
+}
+
+}  // namespace
+
+bool isChakraPath(const std::string& path) {
+  return (endsWith(path, ".et") && isFile(path)) || isFile(path + ".0.et");
+}
+
+ChakraImport importChakra(const std::string& path, const std::string& out_dir) {
+  std::map<int, std::string> sources;
+  std::string prefix;
+  static const std::regex kRankFile(R"((.*)\.(\d+)\.et$)");
+  std::smatch m;
+  if (endsWith(path, ".et") && isFile(path)) {
+    const bool numbered = std::regex_match(path, m, kRankFile);
+    prefix = numbered ? m[1].str() : path.substr(0, path.size() - 3);
+    sources[numbered ? std::stoi(m[2].str()) : 0] = path;
+  } else {
+    prefix = path;
+    for (int r = 0; isFile(prefix + "." + std::to_string(r) + ".et"); ++r)
+      sources[r] = prefix + "." + std::to_string(r) + ".et";
+  }
+  if (sources.empty()) throw TraceError(path + ": no Chakra trace (PREFIX.0.et) here");
+  const auto groups = readGroups(prefix + ".comm_groups.json");
+
+  ChakraImport out;
+  std::map<int, EtFile> files;
+  for (const auto& [rank, file] : sources) files[rank] = readEt(file);
+  // The world: what cardsim's metadata says, else the files of the prefix.
+  out.world_size = static_cast<int>(sources.size());
+  for (const auto& a : files.begin()->second.meta.attr()) {
+    if (a.name() == "world_size" && a.value_case() == chakra::AttributeProto::kInt64Val && a.int64_val() > 0)
+      out.world_size = static_cast<int>(a.int64_val());
+    if (a.name() == "preset" && a.value_case() == chakra::AttributeProto::kStringVal) out.preset = a.string_val();
+  }
+  for (auto& [rank, et] : files) {
+    const std::string file = out_dir + "/rank" + std::to_string(rank) + trace::kFileExtension;
+    RankConverter(sources[rank], std::move(et), rank, out.world_size, groups).write(file, out.preset);
+    out.files[rank] = file;
+  }
+  return out;
+}
+
+}  // namespace cardsim::replay
