@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "KernelLaunch.h"
+#include "cardsim/trace.h"
 
 namespace cardsim::kernels {
 
@@ -142,7 +143,22 @@ shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& a
     }
   }
   c.flops = flops * flopScale(t, device);
+  noteOperandShapes(inputs, outputs);
   return c;
+}
+
+void noteOperandShapes(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  if (!shim::traceRecording()) return;   // only a trace keeps them
+  std::vector<std::vector<int64_t>> shapes;
+  shapes.reserve(inputs.size() + outputs.size());
+  uint32_t outs = 0;
+  for (const auto* list : {&inputs, &outputs})
+    for (const at::Tensor& x : *list) {
+      if (!x.defined()) continue;
+      shapes.emplace_back(x.sizes().begin(), x.sizes().end());
+      outs += list == &outputs;
+    }
+  shim::traceNextKernelShapes(std::move(shapes), outs);
 }
 
 }  // namespace cardsim::kernels

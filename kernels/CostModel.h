@@ -35,6 +35,10 @@ struct OpCost {
 shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& inputs,
                               const std::vector<at::Tensor>& outputs, c10::DeviceIndex device);
 
+// The operand shapes (inputs, then outputs) of the kernel about to be launched on this
+// thread, for a trace being recorded (nothing happens otherwise). estimateCost calls it.
+void noteOperandShapes(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
+
 // True when an fp32 matmul on `device` runs as TF32: the card has TF32 units and PyTorch's
 // fp32 matmul precision for CUDA is TF32 (torch.backends.cuda.matmul.allow_tf32,
 // torch.set_float32_matmul_precision("high" or "medium"), or fp32_precision = "tf32" on

@@ -43,6 +43,8 @@ shim::KernelCost elementwiseCost(const at::Tensor& out, const at::Tensor& a, con
   c.flops = static_cast<double>(out.numel()) * flopScale(out.scalar_type(), device);
   c.bytes_read = tensorBytes(a) + (b.device().type() == kDev ? tensorBytes(b) : 0.0);
   c.bytes_written = tensorBytes(out);
+  if (b.device().type() == kDev) noteOperandShapes({a, b}, {out});
+  else noteOperandShapes({a}, {out});
   return c;
 }
 
@@ -250,11 +252,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardOverrideable(
 
 shim::KernelCost gemmCost(const at::Tensor& lhs, const at::Tensor& out, const std::vector<at::Tensor>& ins,
                           bool bias) {
-  return estimateCost(OpCost{CostKind::Gemm, 1, 0, bias}, [&] {
+  const shim::KernelCost c = estimateCost(OpCost{CostKind::Gemm, 1, 0, bias}, [&] {
     std::vector<at::Tensor> v{lhs};
-    for (const auto& t : ins) if (!t.is_same(lhs)) v.push_back(t);
+    for (const auto& t : ins) if (!t.is_same(lhs)) v.push_back(t);   // x @ x reads x once
     return v;
   }(), {out}, out.device().index());
+  noteOperandShapes(ins, {out});   // the operands as passed, x @ x included
+  return c;
 }
 
 bool plainMatrices(const at::Tensor& a, const at::Tensor& b, int64_t dim) {

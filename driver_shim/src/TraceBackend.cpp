@@ -4,6 +4,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -86,10 +87,30 @@ std::string resolvedConfig(const sim::SimOptions& o) {
 
 }  // namespace
 
+namespace {
+// The process's one tracing backend, for the cheap traceRecording() check; operand shapes
+// for the next kernel launch, per thread (traceNextKernelShapes).
+std::atomic<TraceBackend*> g_tracing{nullptr};
+thread_local std::vector<std::vector<int64_t>> t_next_shapes;
+thread_local uint32_t t_next_outputs = 0;
+}  // namespace
+
 TraceBackend::TraceBackend(std::unique_ptr<IBackend> inner, InitOptions options)
-    : inner_(std::move(inner)), options_(std::move(options)), user_recording_(g_user_recording.load()) {}
+    : inner_(std::move(inner)), options_(std::move(options)), user_recording_(g_user_recording.load()) {
+  g_tracing.store(this, std::memory_order_release);
+}
+
+std::vector<std::vector<int64_t>> TraceBackend::takeNextKernelShapes(uint32_t* outputs) {
+  std::vector<std::vector<int64_t>> s;
+  s.swap(t_next_shapes);
+  *outputs = t_next_outputs;
+  t_next_outputs = 0;
+  return s;
+}
 
 TraceBackend::~TraceBackend() {
+  TraceBackend* self = this;
+  g_tracing.compare_exchange_strong(self, nullptr);
   // A forked child that ends with static destructors must not flush the parent's buffered
   // records into the parent's file: the copy is dropped, unwritten.
   if (recorder_ && ::getpid() != owner_pid_) (void)recorder_.release();
@@ -307,6 +328,17 @@ Status traceStop() {
   Status why;
   TraceBackend* t = tracingBackend(&why);
   return t ? t->stop("stop") : why;
+}
+
+bool traceRecording() {
+  const TraceBackend* t = g_tracing.load(std::memory_order_acquire);
+  return t && t->hooked();
+}
+
+void traceNextKernelShapes(std::vector<std::vector<int64_t>> shapes, uint32_t outputs) {
+  if (!traceRecording()) return;
+  t_next_outputs = std::min<uint32_t>(outputs, static_cast<uint32_t>(shapes.size()));
+  t_next_shapes = std::move(shapes);
 }
 
 bool traceActive(std::string* path) {

@@ -146,6 +146,9 @@ class TraceBackend final : public IBackend {
   }
   Status timingScrub(void* ptr, std::size_t bytes) override { return inner_->timingScrub(ptr, bytes); }
 
+  // Armed or recording (traceRecording()).
+  bool hooked() const { return hooked_.load(std::memory_order_relaxed); }
+
  private:
   // What a call looked like before it ran.
   struct Begin {
@@ -159,7 +162,8 @@ class TraceBackend final : public IBackend {
     uint32_t stream = 0;
   };
 
-  bool hooked() const { return hooked_.load(std::memory_order_relaxed); }
+  // This thread's operand shapes for its next kernel launch (traceNextKernelShapes), taken.
+  static std::vector<std::vector<int64_t>> takeNextKernelShapes(uint32_t* outputs);
   Begin begin();
   Target target(Stream stream);
   // Records one host call: `fill` sets the record's payload. `target` (if not null) is

@@ -337,11 +337,15 @@ Status TraceBackend::eventElapsedTime(float* ms, Event start, Event end) {
 
 Status TraceBackend::launchKernel(Stream stream, std::string_view kname, const KernelCost& cost,
                                   const std::function<void()>& work) {
+  uint32_t outputs = 0;
+  std::vector<std::vector<int64_t>> shapes = takeNextKernelShapes(&outputs);   // this launch's, or none
   if (!hooked()) return inner_->launchKernel(stream, kname, cost, work);
   const Target t = target(stream);
   CARDSIM_TRACE_CALL(launchKernel(stream, kname, cost, work), &t, true, [&](trace::Envelope& e) {
     const uint32_t name = recorder_->nameId(kname);
     trace::KernelLaunch* k = e.mutable_kernel();
+    for (const std::vector<int64_t>& dims : shapes) k->add_shapes()->mutable_dims()->Add(dims.begin(), dims.end());
+    k->set_output_shapes(outputs);
     k->set_name(name);
     k->set_stream(t.stream);
     k->set_kernel_class(kernelClass(cost.kernel_class));

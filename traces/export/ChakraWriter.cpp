@@ -317,6 +317,22 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
             attrDouble(&n, "cardsim_bytes_read", k.bytes_read());
             attrDouble(&n, "cardsim_bytes_written", k.bytes_written());
             attrInt64(&n, "cardsim_tiles", k.tiles());
+            // Chakra keeps shapes as text, "[[64, 256], [256, 256]]", inputs and outputs apart.
+            if (k.shapes_size() > 0) {
+              const int outs = std::min<int>(static_cast<int>(k.output_shapes()), k.shapes_size());
+              auto shapesText = [&](int from, int to) {
+                std::string t = "[";
+                for (int i = from; i < to; ++i) {
+                  t += i > from ? ", [" : "[";
+                  for (int j = 0; j < k.shapes(i).dims_size(); ++j)
+                    t += (j ? ", " : "") + std::to_string(k.shapes(i).dims(j));
+                  t += "]";
+                }
+                return t + "]";
+              };
+              n.mutable_inputs()->set_shapes(shapesText(0, k.shapes_size() - outs));
+              n.mutable_outputs()->set_shapes(shapesText(k.shapes_size() - outs, k.shapes_size()));
+            }
           } else if (call && call->record_case() == trace::Envelope::kMemcpy) {
             attrInt64(&n, "cardsim_src_device", call->memcpy().src_device());
             attrInt64(&n, "cardsim_dst_device", call->memcpy().dst_device());

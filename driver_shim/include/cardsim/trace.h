@@ -15,7 +15,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cardsim/shim.h"
 
@@ -28,6 +30,14 @@ Status traceStart(const std::string& directory);
 Status traceStop();
 // Whether a trace is being recorded, and into which file (empty if none).
 bool traceActive(std::string* path = nullptr);
+
+// Whether this process records (or is armed to record) a trace: one atomic read, for
+// callers deciding whether to collect what only a trace keeps.
+bool traceRecording();
+// The operand shapes (inputs, then the last `outputs` of them, its outputs) of the next
+// kernel this thread launches, which the trace keeps in that kernel's record. Ignored when
+// no trace is recording.
+void traceNextKernelShapes(std::vector<std::vector<int64_t>> shapes, uint32_t outputs);
 
 }  // namespace cardsim::shim
 

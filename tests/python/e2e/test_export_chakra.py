@@ -94,6 +94,10 @@ def _node(buf):
             n["start"] = v
         elif num == 7:
             n["duration"] = v
+        elif num in (8, 9):   # IOInfo inputs / outputs: values 1, shapes 2, types 3
+            for f, _, x in _fields(v):
+                if f == 2:
+                    n["inputs_shapes" if num == 8 else "outputs_shapes"] = x.decode()
         elif num == 10:
             name, value = _attr(v)
             n["attr"][name] = value
@@ -158,6 +162,9 @@ def test_two_streams_with_an_event_wait(tmp_path):
     assert len(mm) == 2 and all(n["type"] == COMP for n in mm)
     assert all(n["attr"]["num_ops"] == ("int64", 2 * 256 ** 3) for n in mm)
     assert all(n["attr"]["tensor_size"][1] > 0 for n in mm)
+    # operand shapes as Chakra keeps them, text, inputs and outputs apart
+    assert all(n["inputs_shapes"] == "[[256, 256], [256, 256]]" and n["outputs_shapes"] == "[[256, 256]]"
+               for n in mm), mm[0]
 
     by_id = {n["id"]: n for n in nodes}
 

@@ -5,6 +5,7 @@ Bad input (truncated, corrupt, foreign, newer-major, missing rank files) exits 2
 the file."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -128,6 +129,37 @@ def test_cardsim_trace_records_the_whole_process_as_its_rank(py, card, tmp_path)
     assert j["recorded_total_us"] > 0
     text = info(out)
     assert text.returncode == 0 and "recorded_total_us:" in text.stdout and PRESET[card] in text.stdout
+
+
+SHAPES_PROG = r"""
+import sys, torch, importlib
+card = sys.argv[1]
+importlib.import_module("torch_" + card)
+a = torch.randn(64, 256, device=card)
+b = torch.randn(256, 128, device=card)
+c = a @ b
+d = c + torch.ones(128, device=card)    # broadcast: the operands' own shapes
+getattr(torch, card).synchronize()
+"""
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_kernel_records_hold_their_operand_shapes(py, card, tmp_path):
+    out = tmp_path / "shapes"
+    res = py(SHAPES_PROG, env={"CARDSIM_TRACE": str(out)}, args=(card,))
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = info(out, "--records")
+    assert text.returncode == 0, text.stderr
+    names = dict(re.findall(r"name \{ id: (\d+) text: \"([^\"]+)\" \}", text.stdout))
+    kernels = {}
+    for line in text.stdout.splitlines():
+        m = re.search(r"kernel \{ name: (\d+) (.*) \} call:", line)
+        if m:
+            shapes = [[int(d) for d in re.findall(r"dims: (\d+)", s)] for s in re.findall(r"shapes \{([^}]*)\}", m.group(2))]
+            outs = re.search(r"output_shapes: (\d+)", m.group(2))
+            kernels[names[m.group(1)]] = (shapes, int(outs.group(1)) if outs else 0)
+    assert kernels["aten::mm"] == ([[64, 256], [256, 128], [64, 128]], 1), kernels
+    assert kernels["aten::add.Tensor"] == ([[64, 128], [128], [64, 128]], 1), kernels
 
 
 # ---- bad input -----------------------------------------------------------------------
