@@ -7,7 +7,7 @@
 #include "StubComm.h"
 #include "StubDevices.h"
 
-#define API extern "C" __attribute__((visibility("default")))
+#define API STUB_API
 
 extern "C" int cardsimStubValidQueue(void* q);   // from the stub libsupa.so
 
@@ -16,12 +16,7 @@ constexpr int kSuccess = 0, kInvalidArgument = 4, kSystem = 2;
 struct UniqueId {
   char internal[128];
 };
-// Communicators; those a process never destroyed go with it.
-struct Comms : std::set<stubcomm::Comm*> {
-  ~Comms() {
-    for (stubcomm::Comm* c : *this) delete c;
-  }
-} g_comms;
+stubcomm::Comms g_comms;
 
 stubcomm::Elem elem(int dt) {
   switch (dt) {
@@ -35,21 +30,10 @@ stubcomm::Elem elem(int dt) {
   }
 }
 
-#define BEGIN(name, args)                                     \
-  stub::State& S = stub::State::get();                        \
-  {                                                           \
-    std::lock_guard<std::mutex> lock(S.mutex);                \
-    S.note(std::string(name) + "(" + args + ")");             \
-    if (int r = S.scriptedResult(name)) return r;             \
-  }
+#define BEGIN STUB_BEGIN
 
 int run(void* comm, void* stream, const stubcomm::Call& call) {
-  {
-    std::lock_guard<std::mutex> lock(stub::State::get().mutex);
-    if (!g_comms.count(static_cast<stubcomm::Comm*>(comm))) return kInvalidArgument;
-  }
-  if (!cardsimStubValidQueue(stream) || call.elem == stubcomm::Unsupported || int(call.red) > 3) return kInvalidArgument;
-  return stubcomm::collective(static_cast<stubcomm::Comm*>(comm), call) ? kSuccess : kSystem;
+  return stubcomm::run(g_comms, stub::State::get().mutex, comm, cardsimStubValidQueue(stream), call, kInvalidArgument, kSystem);
 }
 }  // namespace
 

@@ -8,7 +8,7 @@
 #include "StubComm.h"
 #include "StubDevices.h"
 
-#define API extern "C" __attribute__((visibility("default")))
+#define API STUB_API
 
 extern "C" int cardsimStubValidQueue(void* q);   // from the stub libcnrt.so
 
@@ -18,12 +18,7 @@ struct CliqueId {
   char data[128];
   uint64_t hash;
 };
-// Communicators; those a process never destroyed go with it.
-struct Comms : std::set<stubcomm::Comm*> {
-  ~Comms() {
-    for (stubcomm::Comm* c : *this) delete c;
-  }
-} g_comms;
+stubcomm::Comms g_comms;
 
 stubcomm::Elem elem(int dt) {
   switch (dt) {
@@ -36,21 +31,10 @@ stubcomm::Elem elem(int dt) {
   }
 }
 
-#define BEGIN(name, args)                                     \
-  stub::State& S = stub::State::get();                        \
-  {                                                           \
-    std::lock_guard<std::mutex> lock(S.mutex);                \
-    S.note(std::string(name) + "(" + args + ")");             \
-    if (int r = S.scriptedResult(name)) return r;             \
-  }
+#define BEGIN STUB_BEGIN
 
 int run(void* comm, void* queue, const stubcomm::Call& call) {
-  {
-    std::lock_guard<std::mutex> lock(stub::State::get().mutex);
-    if (!g_comms.count(static_cast<stubcomm::Comm*>(comm))) return kArguments;
-  }
-  if (!cardsimStubValidQueue(queue) || call.elem == stubcomm::Unsupported || int(call.red) > 3) return kArguments;
-  return stubcomm::collective(static_cast<stubcomm::Comm*>(comm), call) ? kSuccess : kSystem;
+  return stubcomm::run(g_comms, stub::State::get().mutex, comm, cardsimStubValidQueue(queue), call, kArguments, kSystem);
 }
 }  // namespace
 

@@ -6,7 +6,7 @@
 // it, cnrtQueueWaitNotifier is missing (an incomplete runtime the backend must refuse).
 #include "StubDevices.h"
 
-#define API extern "C" __attribute__((visibility("default")))
+#define API STUB_API
 
 namespace {
 constexpr int kSuccess = 0, kArgsInvalid = 100006, kDeviceInvalid = 100005, kNoMem = 100100,
@@ -14,11 +14,7 @@ constexpr int kSuccess = 0, kArgsInvalid = 100006, kDeviceInvalid = 100005, kNoM
 using Q = void*;
 using N = void*;
 
-#define BEGIN(name, args)                                     \
-  stub::State& S = stub::State::get();                        \
-  std::lock_guard<std::mutex> lock(S.mutex);                  \
-  S.note(std::string(name) + "(" + args + ")");               \
-  if (int r = S.scriptedResult(name)) return r
+#define BEGIN STUB_BEGIN_LOCKED
 }  // namespace
 
 STUB_CONTROL_FUNCTIONS

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,27 @@ inline bool recv(Comm* comm, int peer, void* buf, size_t bytes) {
   if (ok) std::memcpy(buf, box.front().data(), bytes);
   box.pop_front();
   return ok;
+}
+
+// One library's communicators (guarded by the stub state's mutex); those a process never
+// destroyed go with it.
+struct Comms : std::set<Comm*> {
+  ~Comms() {
+    for (Comm* c : *this) delete c;
+  }
+};
+
+// A collective call as both collective stubs check it: a communicator of this library, a
+// queue its runtime stub handed out, a known element type and reduce op; `invalid` if not,
+// `disagree` if the ranks' calls do not match.
+inline int run(Comms& comms, std::mutex& mutex, void* comm, bool valid_queue, const Call& call, int invalid,
+               int disagree) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!comms.count(static_cast<Comm*>(comm))) return invalid;
+  }
+  if (!valid_queue || call.elem == Unsupported || int(call.red) > 3) return invalid;
+  return collective(static_cast<Comm*>(comm), call) ? 0 : disagree;
 }
 
 }  // namespace stubcomm

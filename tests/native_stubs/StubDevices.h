@@ -80,6 +80,26 @@ inline std::string hexPtr(const void* p) {
 
 }  // namespace stub
 
+// What every stub library exports, as a real vendor library does.
+#define STUB_API extern "C" __attribute__((visibility("default")))
+
+// The start of every stubbed call: log it with its arguments, then fail with the scripted
+// result if one is due. The runtime stubs keep the state locked for the rest of the call
+// (STUB_BEGIN_LOCKED); the collective stubs let go (STUB_BEGIN), since their ranks, threads
+// of one process, meet inside the call.
+#define STUB_BEGIN_LOCKED(name, args)                         \
+  stub::State& S = stub::State::get();                        \
+  std::lock_guard<std::mutex> lock(S.mutex);                  \
+  S.note(std::string(name) + "(" + args + ")");               \
+  if (int r = S.scriptedResult(name)) return r
+#define STUB_BEGIN(name, args)                                \
+  stub::State& S = stub::State::get();                        \
+  {                                                           \
+    std::lock_guard<std::mutex> lock(S.mutex);                \
+    S.note(std::string(name) + "(" + args + ")");             \
+    if (int r = S.scriptedResult(name)) return r;             \
+  }
+
 // Control functions common to both stubs (defined once per stub library).
 #define STUB_CONTROL_FUNCTIONS                                                              \
   extern "C" __attribute__((visibility("default"))) const char* cardsimStubLog() {         \

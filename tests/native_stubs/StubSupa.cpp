@@ -3,7 +3,7 @@
 // memory, copies done at once, every call logged and its handles checked.
 #include "StubDevices.h"
 
-#define API extern "C" __attribute__((visibility("default")))
+#define API STUB_API
 
 namespace {
 constexpr int kSuccess = 0, kInvalidValue = 1, kMemoryAllocation = 2, kInvalidDevice = 101,
@@ -11,11 +11,7 @@ constexpr int kSuccess = 0, kInvalidValue = 1, kMemoryAllocation = 2, kInvalidDe
 using S_ = void*;
 using E_ = void*;
 
-#define BEGIN(name, args)                                     \
-  stub::State& S = stub::State::get();                        \
-  std::lock_guard<std::mutex> lock(S.mutex);                  \
-  S.note(std::string(name) + "(" + args + ")");               \
-  if (int r = S.scriptedResult(name)) return r
+#define BEGIN STUB_BEGIN_LOCKED
 }  // namespace
 
 STUB_CONTROL_FUNCTIONS

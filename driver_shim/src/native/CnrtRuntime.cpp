@@ -251,12 +251,6 @@ class CnrtRuntime final : public IVendorRuntime {
 
 }  // namespace
 
-Status vendorError(Code code, const char* call, const char* error_name, long error_code, const char* message) {
-  std::string m = std::string(call) + " failed: " + error_name + " (" + std::to_string(error_code) + ")";
-  if (message && *message) m += ": " + std::string(message);
-  return Status(code, m);
-}
-
 std::unique_ptr<IVendorRuntime> openCnrt(Status* why) {
   const char* home = std::getenv("NEUWARE_HOME");
   const std::string path = std::string(home && *home ? home : "/usr/local/neuware") + "/lib64/libcnrt.so";
