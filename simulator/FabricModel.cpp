@@ -21,7 +21,8 @@ const fabric::Topology& FabricModel::topologyFor(uint32_t devices) {
 }
 
 FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks,
-                                     uint32_t root, uint32_t peer, const std::string& algorithm) {
+                                     uint32_t root, uint32_t peer, const std::string& algorithm,
+                                     LinkLoads* loads) {
   if (ranks.empty()) throw std::invalid_argument("a collective needs at least one rank");
   if (!(bytes >= 0)) throw std::invalid_argument("a collective's size must be a non-negative number of bytes");
   const bool p2p = op == fabric::CollectiveOp::SendRecv;
@@ -54,7 +55,18 @@ FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, cons
     if (const char* env = std::getenv("CARDSIM_COLL_ALGO")) forced = env;
   const fabric::ICollectiveAlgorithm& a = fabric::pickAlgorithm(forced, r, t);
   out.algorithm = a.name();
-  out.seconds = fabric::CollectiveEngine(t).timeAlone(a.schedule(r, t));
+  const fabric::Schedule schedule = a.schedule(r, t);
+  out.seconds = fabric::CollectiveEngine(t).timeAlone(schedule);
+  if (loads) {
+    for (const fabric::Phase& ph : schedule.phases)
+      for (const fabric::Transfer& x : ph.transfers)
+        for (fabric::LinkId l : t.route(x.src, x.dst)) {
+          const fabric::Link& link = t.link(l);
+          LinkUse& u = (*loads)[link.name];
+          u.bytes += x.bytes * ph.repeat;
+          u.bandwidth_bytes_per_s = link.params.bandwidth_bytes_per_s;
+        }
+  }
   return out;
 }
 

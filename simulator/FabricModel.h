@@ -24,11 +24,19 @@ class FabricModel {
     double seconds = 0;
     std::string algorithm;
   };
+  // What a collective puts on one link ("dev0->sw0"): bytes, and the link's bandwidth (one
+  // direction), so that bytes / bandwidth is the time the link is busy with them.
+  struct LinkUse {
+    double bytes = 0;
+    double bandwidth_bytes_per_s = 0;
+  };
+  using LinkLoads = std::map<std::string, LinkUse>;
   // `ranks`: the group's global ranks, in group order; `root`/`peer` index into them;
-  // `algorithm` empty: CARDSIM_COLL_ALGO, else the tuner's choice. Throws
-  // std::invalid_argument naming what is wrong.
+  // `algorithm` empty: CARDSIM_COLL_ALGO, else the tuner's choice. With `loads`, adds the
+  // bytes the collective's schedule moves over each link. Throws std::invalid_argument
+  // naming what is wrong.
   Timed time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks, uint32_t root,
-             uint32_t peer, const std::string& algorithm);
+             uint32_t peer, const std::string& algorithm, LinkLoads* loads = nullptr);
 
  private:
   const fabric::Topology& topologyFor(uint32_t devices);

@@ -9,6 +9,7 @@
 #include <deque>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -91,6 +92,8 @@ struct FabricServer::Impl {
   bool stopping = false;
 
   std::atomic<uint64_t> completed{0}, failed{0}, accepted{0}, open{0}, pending_count{0};
+  mutable std::mutex loads_mutex;
+  FabricModel::LinkLoads loads;   // summed over completed collectives
 
   void log(const std::string& line) {
     if (options.log) std::fprintf(stderr, "cardsim fabricd: %s\n", line.c_str());
@@ -322,10 +325,19 @@ void FabricServer::Impl::complete(Job& job, const std::string& key) {
   uint64_t start = 0;
   for (const auto& [r, a] : p.arrived) start = std::max(start, a.arrival_ps);
   FabricModel::Timed t;
+  FabricModel::LinkLoads used;
   try {
-    t = model.time(fabric::parseOp(p.op), p.bytes, p.ranks, p.root, p.peer, p.algorithm);
+    t = model.time(fabric::parseOp(p.op), p.bytes, p.ranks, p.root, p.peer, p.algorithm, &used);
   } catch (const std::exception& e) {
     return failPending(job, key, e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(loads_mutex);
+    for (const auto& [name, u] : used) {
+      FabricModel::LinkUse& sum = loads[name];
+      sum.bytes += u.bytes;
+      sum.bandwidth_bytes_per_s = u.bandwidth_bytes_per_s;
+    }
   }
   const uint64_t end = start + model::secondsToPs(t.seconds);
   for (const auto& [r, a] : p.arrived) {
@@ -443,6 +455,11 @@ void FabricServer::stop(double drain_s) {
   if (done.wait_for(std::chrono::duration<double>(std::max(0.0, drain_s))) != std::future_status::ready) impl->io.stop();
   if (impl->thread.joinable()) impl->thread.join();
   else done.wait();
+}
+
+FabricModel::LinkLoads FabricServer::linkLoads() const {
+  std::lock_guard<std::mutex> lock(impl_->loads_mutex);
+  return impl_->loads;
 }
 
 FabricServer::Stats FabricServer::stats() const {

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "device_models/fabric/FabricParams.h"
+#include "simulator/FabricModel.h"
 
 namespace cardsim::sim {
 
@@ -50,6 +51,9 @@ class FabricServer {
     uint64_t collectives_pending = 0;
   };
   Stats stats() const;
+  // Bytes every completed collective put on each link, summed (cardsim replay's per-link
+  // utilization).
+  FabricModel::LinkLoads linkLoads() const;
 
   struct Impl;   // the serving state (public only so its connection objects can name it)
 

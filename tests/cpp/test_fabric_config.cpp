@@ -58,9 +58,12 @@ TEST(FabricConfig, EveryPresetDescribesItsFabricWithSources) {
     EXPECT_GE(qs.size(), 4u);
     for (const auto& [path, q] : qs) {
       EXPECT_NE(q->confidence(), config::CONFIDENCE_UNSET) << path;
-      if (q->confidence() == config::PUBLISHED || q->confidence() == config::DERIVED)
+      if (q->confidence() == config::PUBLISHED || q->confidence() == config::DERIVED) {
         EXPECT_TRUE(ids.count(q->source())) << path << " cites '" << q->source() << "', not in the preset's sources";
-      if (q->confidence() == config::ASSUMED) EXPECT_FALSE(q->note().empty()) << path << ": say why it is assumed";
+      }
+      if (q->confidence() == config::ASSUMED) {
+        EXPECT_FALSE(q->note().empty()) << path << ": say why it is assumed";
+      }
     }
     sim::SimOptions o;
     o.preset = name;

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -140,6 +141,14 @@ void printReport(const replay::Report& r, const std::string& what, FILE* out) {
       std::fprintf(out, "%8llu %12.3f %10s  %s\n", static_cast<unsigned long long>(it.count), it.time_us,
                    it.kind.c_str(), it.name.c_str());
   }
+  if (!r.links.empty()) {
+    const std::size_t shown = std::min<std::size_t>(r.links.size(), 10);
+    std::fprintf(out, "fabric links (busiest %zu of %zu):\n%14s %12s %12s  %s\n", shown, r.links.size(), "MB moved",
+                 "busy us", "utilization", "link");
+    for (std::size_t i = 0; i < shown; ++i)
+      std::fprintf(out, "%14.3f %12.3f %11.1f%%  %s\n", r.links[i].bytes / 1e6, r.links[i].busy_us,
+                   100 * r.links[i].utilization, r.links[i].name.c_str());
+  }
   if (!r.top_kernels.empty()) {
     std::fprintf(out, "top kernels (all ranks):\n%8s %12s %8s  %s\n", "count", "time us", "bound", "name");
     for (const auto& k : r.top_kernels)
@@ -192,6 +201,13 @@ std::string jsonReport(const replay::Report& r, const std::string& path, int sca
          ", \"count\": " + std::to_string(it.count) + ", \"time_us\": " + num(it.time_us) + "}";
   }
   j += "]}";
+  j += ", \"links\": [";
+  for (std::size_t i = 0; i < r.links.size(); ++i) {
+    const auto& l = r.links[i];
+    j += std::string(i ? ", " : "") + "{\"link\": " + jsonString(l.name) + ", \"bytes\": " + num(l.bytes) +
+         ", \"busy_us\": " + num(l.busy_us) + ", \"utilization\": " + num(l.utilization) + "}";
+  }
+  j += "]";
   j += ", \"top_kernels\": [";
   for (std::size_t i = 0; i < r.top_kernels.size(); ++i) {
     const auto& k = r.top_kernels[i];
@@ -336,7 +352,11 @@ int runReplay(const std::vector<std::string>& argv) {
       failed = true;
     }
   }
-  if (server) server->stop(0.5);
+  sim::FabricModel::LinkLoads loads;
+  if (server) {
+    loads = server->linkLoads();
+    server->stop(0.5);
+  }
   if (failed) {
     std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
     return 1;
@@ -345,6 +365,16 @@ int runReplay(const std::vector<std::string>& argv) {
       job.scale > 0 ? traceRankFiles(job.out_dir + "/rank" + std::to_string(run.begin()->first) + trace::kFileExtension)
                     : traceRankFiles(job.out_dir));
   if (!a.has("preset")) report.preset = h0.preset() + " (as recorded)";
+  for (const auto& [name, u] : loads) {
+    replay::LinkLoad l;
+    l.name = name;
+    l.bytes = u.bytes;
+    l.busy_us = u.bandwidth_bytes_per_s > 0 ? u.bytes / u.bandwidth_bytes_per_s * 1e6 : 0;
+    l.utilization = report.total_us > 0 ? l.busy_us / report.total_us : 0;
+    report.links.push_back(l);
+  }
+  std::stable_sort(report.links.begin(), report.links.end(),
+                   [](const replay::LinkLoad& x, const replay::LinkLoad& y) { return x.busy_us > y.busy_us; });
   std::string what = path;
   if (job.scale > 0) what += " (rank 0 replicated to " + std::to_string(job.scale) + " ranks)";
   printReport(report, what, stdout);

@@ -65,6 +65,16 @@ struct CriticalPath {
   std::vector<PathItem> items;            // by time on the path, longest first
 };
 
+// One fabric link over the replay: the bytes the collectives put on it, the time they keep
+// it busy at its bandwidth, and that time over total_us. From the fabric server, so only
+// replays of two or more recorded ranks (joined through it) have them.
+struct LinkLoad {
+  std::string name;           // "dev0->sw0", one direction
+  double bytes = 0;
+  double busy_us = 0;
+  double utilization = 0;
+};
+
 struct Report {
   std::string preset;         // of the (replayed) trace
   std::string device_name;
@@ -73,6 +83,7 @@ struct Report {
   std::vector<RankReport> ranks;
   std::vector<KernelTotal> top_kernels;   // by time, across ranks, longest first
   CriticalPath critical_path;
+  std::vector<LinkLoad> links;            // busiest first (see LinkLoad)
 };
 
 // Reads `files` (rank -> path; the rank files of one run). Throws trace::TraceError.

@@ -141,6 +141,17 @@ def test_replay_of_a_two_rank_job_joins_the_ranks_collectives_exactly(tmp_path):
     assert cp["total_us"] == pytest.approx(rep["total_us"], rel=1e-9, abs=1e-6)
     assert cp["by_kind"].get("collective", 0) > 0, cp
     assert all(u["fabric"] > 0 for r in rep["ranks"] for u in r["utilization"])
+    # per link: each all-reduce of B bytes over 2 ranks puts B on each chip's way out (ring
+    # or direct: 2(n-1)/n * B per rank), over the two chips' path on the card
+    grad_bytes = 4 * sum(p for p in (256 * 512, 512, 512 * 256, 256))   # fp32 gradients, once per step
+    links = {l["link"]: l for l in rep["links"]}
+    assert links, rep["links"]
+    out0 = [l for name, l in links.items() if name.startswith("card0.chip0->")]
+    assert out0 and all(l["bytes"] == pytest.approx(2 * grad_bytes) for l in out0), (out0, grad_bytes)
+    for l in rep["links"]:
+        assert l["utilization"] == pytest.approx(l["busy_us"] / rep["total_us"], rel=1e-6, abs=1e-6)
+        assert 0 < l["utilization"] < 1
+    assert [l["busy_us"] for l in rep["links"]] == sorted((l["busy_us"] for l in rep["links"]), reverse=True)
     r0, r1 = (r["breakdown"] for r in rep["ranks"])
     # rank 0 waits for the slower rank 1 inside the all-reduces: more communication time
     assert r0["communication_us"] > r1["communication_us"] > 0
