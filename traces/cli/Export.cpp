@@ -15,6 +15,7 @@
 
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
+#include "traces/cli/LinkLoads.h"
 #include "traces/cli/TraceFiles.h"
 #include "traces/export/ChakraWriter.h"
 #include "traces/export/PerfettoWriter.h"
@@ -98,11 +99,18 @@ int runExport(const std::vector<std::string>& argv) {
       if (!a.has("perfetto")) return 0;
     }
     timeline::PerfettoWriter::Summary s;
-    writeFile(out, [&](std::ostream& f) { s = timeline::PerfettoWriter(run).write(f); });
+    std::string no_links;
+    timeline::PerfettoWriter writer(run);
+    writer.setLinkLoads(fabricLinkLoads(run, &no_links));
+    writeFile(out, [&](std::ostream& f) { s = writer.write(f); });
     std::printf("wrote %s: %llu device commands and %llu host calls on %llu tracks, %llu flows, %llu memory samples\n",
                 out.c_str(), static_cast<unsigned long long>(s.device_slices),
                 static_cast<unsigned long long>(s.host_slices), static_cast<unsigned long long>(s.tracks),
                 static_cast<unsigned long long>(s.flows), static_cast<unsigned long long>(s.counter_samples));
+    if (s.link_counters)
+      std::printf("fabric links: %llu utilization counters (the recording's collectives timed again by its fabric "
+                  "model)\n",
+                  static_cast<unsigned long long>(s.link_counters));
     // What the timeline cannot show, so that a missing arrow or counter step is explained.
     if (s.overflow_tracks)
       std::printf("note: %llu overflow track(s) hold device commands that overlapped others on their stream\n",

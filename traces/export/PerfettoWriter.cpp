@@ -481,6 +481,37 @@ PerfettoWriter::Summary PerfettoWriter::write(std::ostream& out) const {
     ++sum.counter_samples;
   }
 
+  // Link counters, in a process of their own: at each boundary of a load the sum of the
+  // loads over it.
+  if (!links_.empty()) {
+    const int fabric_pid = next_tid++;
+    metadata("process_name", fabric_pid, fabric_pid, "{\"name\":\"fabric links\"}");
+    metadata("process_sort_index", fabric_pid, fabric_pid, "{\"sort_index\":" + std::to_string(fabric_pid) + "}");
+    for (const auto& [name, loads] : links_) {
+      std::map<uint64_t, double> delta;
+      for (const LinkLoad& l : loads) {
+        if (l.end_ps <= l.begin_ps) continue;
+        delta[l.begin_ps] += l.utilization;
+        delta[l.end_ps] -= l.utilization;
+      }
+      if (delta.empty()) continue;
+      ++sum.link_counters;
+      double level = 0;
+      for (const auto& [ps, d] : delta) {
+        level += d;
+        if (level < 1e-12) level = 0;   // what the additions leave of a return to idle
+        const Time ts = usTime(ps);
+        char value[32];
+        std::snprintf(value, sizeof value, "%.6f", level);
+        events.push_back({Order{ts.ns, 2, 0, seq++, 0},
+                          "{\"ph\":\"C\",\"pid\":" + std::to_string(fabric_pid) + ",\"tid\":" +
+                              std::to_string(fabric_pid) + ",\"ts\":" + ts.text + ",\"name\":" +
+                              jsonString("link " + name) + ",\"args\":{\"utilization\":" + value + "}}"});
+        ++sum.counter_samples;
+      }
+    }
+  }
+
   std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.order < b.order; });
 
   // The document: what the run was, then the events one per line.

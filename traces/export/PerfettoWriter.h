@@ -17,7 +17,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include "traces/export/RunTimeline.h"
 
@@ -32,15 +35,27 @@ class PerfettoWriter {
     uint64_t overflow_tracks = 0;   // device tracks for commands that overlapped on a stream
     uint64_t flows = 0;             // start/finish pairs
     uint64_t counter_samples = 0;
+    uint64_t link_counters = 0;     // links with a utilization counter
   };
 
+  // A fabric link busy with a collective: its share of the link's bandwidth over a span.
+  struct LinkLoad {
+    uint64_t begin_ps = 0, end_ps = 0;
+    double utilization = 0;
+  };
+  using LinkLoads = std::map<std::string, std::vector<LinkLoad>>;   // by link name
+
   explicit PerfettoWriter(const RunTimeline& run) : run_(run) {}
+  // Link counters: a "fabric" process with a counter per link, its utilization over time
+  // (overlapping loads add up). The caller times them (cardsim export: the fabric model).
+  void setLinkLoads(LinkLoads loads) { links_ = std::move(loads); }
 
   // Writes the document; the caller checks the stream for write errors.
   Summary write(std::ostream& out) const;
 
  private:
   const RunTimeline& run_;
+  LinkLoads links_;
 };
 
 }  // namespace cardsim::timeline

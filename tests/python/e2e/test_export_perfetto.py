@@ -112,8 +112,10 @@ def slices(doc, cat=None):
 
 
 def rank_of(doc):
-    """pid -> rank, from the process names ("rank 1 · host", "rank 1 · MLU370-X8 #0")."""
-    return {pid: int(re.match(r"rank (\d+) ", n).group(1)) for pid, n in process_names(doc).items()}
+    """pid -> rank, from the process names ("rank 1 · host", "rank 1 · MLU370-X8 #0"); the
+    "fabric links" process belongs to no rank."""
+    return {pid: int(re.match(r"rank (\d+) ", n).group(1)) for pid, n in process_names(doc).items()
+            if n.startswith("rank ")}
 
 
 def perfetto_import(doc):
@@ -295,7 +297,7 @@ def test_collectives_are_joined_across_ranks(tmp_path):
     flows, cats = check_timeline(doc)
     check_against_trace(doc, trace)
     assert sorted(n for n in process_names(doc).values()) == [
-        "rank 0 · MLU370-X8 #0", "rank 0 · host", "rank 1 · MLU370-X8 #0", "rank 1 · host"]
+        "fabric links", "rank 0 · MLU370-X8 #0", "rank 0 · host", "rank 1 · MLU370-X8 #0", "rank 1 · host"]
     colls = [e for e in slices(doc, "device") if e["args"]["kind"] == "COLLECTIVE"]
     assert len(colls) == 4
     # each all_reduce: its two members joined, each tied to its own collective call
@@ -307,6 +309,21 @@ def test_collectives_are_joined_across_ranks(tmp_path):
     # a collective ends together on both ranks; the later arrival starts later
     a, b = sorted((c for c in colls if c["args"]["group_seq"] == 0), key=lambda c: c["args"]["rank"])
     assert ps(a["ts"]) + ps(a["dur"]) == ps(b["ts"]) + ps(b["dur"])
+    # link counters: a "fabric links" process with one utilization counter per link the
+    # all-reduces use, busy only while a collective runs, idle again after each
+    fabric = [p for p, n in process_names(doc).items() if n == "fabric links"]
+    assert len(fabric) == 1
+    links = collections.defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "C" and e["pid"] == fabric[0]:
+            links[e["name"]].append((ps(e["ts"]), e["args"]["utilization"]))
+    assert links and all(n.startswith("link card0.") for n in links), list(links)
+    ends = {ps(c["ts"]) + ps(c["dur"]) for c in colls}
+    for name, samples in links.items():
+        assert [t for t, _ in samples] == sorted(t for t, _ in samples)
+        assert samples[-1][1] == 0 and all(0 <= u <= 1 for _, u in samples), (name, samples)
+        assert {t for t, u in samples if u == 0} <= ends, (name, samples, ends)   # back to idle as each ends
+        assert sum(1 for _, u in samples if u > 0) == 2                          # two all-reduces
 
 
 # ---- a handmade trace: names that need escaping, overlapping commands, exact times -------

@@ -1,0 +1,74 @@
+#include "traces/cli/LinkLoads.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "device_models/fabric/Collective.h"
+#include "simulator/Config.h"
+#include "simulator/FabricConfig.h"
+#include "simulator/FabricModel.h"
+
+namespace cardsim::cli {
+
+timeline::PerfettoWriter::LinkLoads fabricLinkLoads(const timeline::RunTimeline& run, std::string* why) {
+  timeline::PerfettoWriter::LinkLoads out;
+  const auto& commands = run.commands();
+  const auto& calls = run.calls();
+  const trace::Header& h0 = run.ranks().front().header;
+
+  // The recording's resolved configuration, as a preset file the loader reads.
+  char path[] = "/tmp/cardsim-export-XXXXXX";
+  const int fd = ::mkstemp(path);
+  if (fd < 0) {
+    *why = "no temporary file for the recorded configuration";
+    return out;
+  }
+  ::close(fd);
+  { std::ofstream(path) << h0.config_text(); }
+  fabric::FabricParams params;
+  try {
+    sim::SimOptions o;
+    o.preset = path;
+    params = sim::loadFabricParams(o);
+  } catch (const std::exception& e) {
+    std::remove(path);
+    *why = std::string("the recorded configuration has no fabric (") + e.what() + ")";
+    return out;
+  }
+  std::remove(path);
+  sim::FabricModel model(params);
+
+  // Each collective once (its members on other ranks are the same transfers).
+  std::set<std::pair<std::string, uint64_t>> seen;
+  for (const timeline::RunTimeline::Command& c : commands) {
+    if (c.command.kind() != trace::DeviceCommand::COLLECTIVE || c.call == timeline::RunTimeline::kNone) continue;
+    const trace::Collective& coll = calls[c.call].record.collective();
+    if (coll.pretimed() || !seen.insert({c.group, c.group_seq}).second) continue;
+    sim::FabricModel::LinkLoads loads;
+    sim::FabricModel::Timed t;
+    try {
+      const std::vector<int> ranks(coll.ranks().begin(), coll.ranks().end());
+      t = model.time(fabric::parseOp(coll.op()), coll.bytes(), ranks, static_cast<uint32_t>(coll.root()),
+                     static_cast<uint32_t>(coll.peer()), coll.algorithm_used(), &loads);
+    } catch (const std::exception&) {
+      continue;   // an op or group the model does not take: no load to show
+    }
+    const uint64_t end = c.command.end_ps();
+    const uint64_t span = static_cast<uint64_t>((coll.seconds() > 0 ? coll.seconds() : t.seconds) * 1e12 + 0.5);
+    const uint64_t begin = end > span ? end - span : 0;
+    if (end <= begin) continue;
+    const double seconds = static_cast<double>(end - begin) * 1e-12;
+    for (const auto& [name, u] : loads) {
+      if (u.bandwidth_bytes_per_s <= 0 || u.bytes <= 0) continue;
+      out[name].push_back({begin, end, u.bytes / u.bandwidth_bytes_per_s / seconds});
+    }
+  }
+  if (out.empty()) *why = "no collective of the recording moved bytes over the fabric";
+  return out;
+}
+
+}  // namespace cardsim::cli
