@@ -253,9 +253,10 @@ int runReplay(const std::vector<std::string>& argv) {
   Job job;
   job.overrides = a.all("set");
   job.scale = a.has("ranks") && ranks != world ? static_cast<int>(ranks) : 0;
-  if (!a.has("ranks") && files.size() != static_cast<std::size_t>(world))
+  if ((!a.has("ranks") || ranks == world) && files.size() != static_cast<std::size_t>(world))
     throw trace::TraceError(path + ": holds " + std::to_string(files.size()) + " of the job's " + std::to_string(world) +
-                            " rank files; replay the directory, or one file with --ranks N");
+                            " rank files; replay the directory, or one file with --ranks N (N other than " +
+                            std::to_string(world) + ")");
   if (a.has("preset")) {
     job.preset = a.get("preset");
   } else if (chakra) {

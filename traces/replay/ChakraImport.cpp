@@ -539,8 +539,11 @@ ChakraImport importChakra(const std::string& path, const std::string& out_dir) {
   ChakraImport out;
   std::map<int, EtFile> files;
   for (const auto& [rank, file] : sources) files[rank] = readEt(file);
-  // The world: what cardsim's metadata says, else the files of the prefix.
-  out.world_size = static_cast<int>(sources.size());
+  // The world: what cardsim's metadata says, else the files of the prefix (one file of a
+  // job is one rank of it: replayed alone it needs --ranks, as a single .cstrace does).
+  int siblings = 0;
+  while (isFile(prefix + "." + std::to_string(siblings) + ".et")) ++siblings;
+  out.world_size = std::max(static_cast<int>(sources.size()), siblings);
   for (const auto& a : files.begin()->second.meta.attr()) {
     if (a.name() == "world_size" && a.value_case() == chakra::AttributeProto::kInt64Val && a.int64_val() > 0)
       out.world_size = static_cast<int>(a.int64_val());

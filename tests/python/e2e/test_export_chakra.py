@@ -387,3 +387,9 @@ def test_bad_chakra_files_are_named(tmp_path):
     res = cardsim("replay", tmp_path / "p", "--preset", "h100-sxm")
     assert res.returncode == 2 and "process group '9' is not in the groups file" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and "terminate" not in res.stderr
+    # one rank file of a job is one rank of it: alone it needs --ranks, as a .cstrace does
+    foreign_job(tmp_path / "j", 10)
+    res = cardsim("replay", tmp_path / "j.0.et", "--preset", "h100-sxm")
+    assert res.returncode == 2 and "j.0.et: holds 1 of the job's 2 rank files" in res.stderr, res.stderr
+    res = cardsim("replay", tmp_path / "j.0.et", "--preset", "h100-sxm", "--ranks", "16")
+    assert res.returncode == 0 and "16 rank(s)" in res.stdout, res.stderr
