@@ -8,16 +8,15 @@
 // traces for ASTRA-sim, PREFIX.<rank>.et and PREFIX.comm_groups.json, ChakraWriter). Each
 // format is a writer of its own over the run read once (traces/export/RunTimeline).
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
+#include <functional>
 
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
 #include "traces/cli/LinkLoads.h"
 #include "traces/cli/TraceFiles.h"
 #include "traces/export/ChakraWriter.h"
+#include "traces/export/OutputFile.h"
 #include "traces/export/PerfettoWriter.h"
 #include "traces/export/RunTimeline.h"
 #include "traces/lib/TraceError.h"
@@ -35,26 +34,12 @@ const std::vector<FlagSpec> kFlags = {
     {"help", false, false, "this help"},
 };
 
-// Writes through a temporary file renamed into place, so that a failed export leaves no
-// partial file behind (and an earlier export at OUT stays whole).
-template <typename Write>
-void writeFile(const std::string& out, Write&& write) {
-  const std::string tmp = out + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw UsageError("cardsim export: " + out + ": cannot write: " + std::strerror(errno));
-    write(f);
-    f.flush();
-    if (!f) {
-      const int err = errno;
-      std::remove(tmp.c_str());
-      throw std::runtime_error(out + ": write failed: " + std::strerror(err));
-    }
-  }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw UsageError("cardsim export: " + out + ": cannot write: " + std::strerror(err));
+// An output that cannot be written is a usage error (exit status 2), naming the file.
+void writeFile(const std::string& out, const std::function<void(std::ostream&)>& write) {
+  try {
+    timeline::writeOutputFile(out, write);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(std::string("cardsim export: ") + e.what());
   }
 }
 

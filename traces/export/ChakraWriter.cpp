@@ -1,14 +1,11 @@
 #include "traces/export/ChakraWriter.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
 #include <stdexcept>
 
+#include "traces/export/OutputFile.h"
 #include "traces/export/proto/chakra_et.pb.h"
 
 namespace cardsim::timeline {
@@ -82,24 +79,8 @@ void appendDelimited(const google::protobuf::MessageLite& m, std::string* out) {
   out->append(bytes);
 }
 
-// Through a temporary renamed into place: a failed write leaves no partial file.
 void writeFile(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (f) f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (f) f.flush();
-    if (!f) {
-      const int err = errno;
-      std::remove(tmp.c_str());
-      throw std::runtime_error(path + ": cannot write: " + std::strerror(err));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path + ": cannot write: " + std::strerror(err));
-  }
+  writeOutputFile(path, [&](std::ostream& f) { f.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); });
 }
 
 // Host calls after which the host had waited for device work.
