@@ -39,7 +39,9 @@ struct Block {
 struct DeviceState {
   std::multimap<size_t, Block*> cached;                         // free, by size
   std::unordered_map<void*, Block*> blocks;                      // every block held
-  std::vector<std::pair<Block*, std::vector<shim::Event>>> pending;  // freed, streams busy
+  // Freed while other streams used them, in the order they were freed, with an event on
+  // each such stream (recorded at the free).
+  std::vector<std::pair<Block*, std::vector<std::pair<c10::Stream, shim::Event>>>> pending;
   stats::DeviceStats stats;
 };
 
@@ -84,20 +86,32 @@ struct RelaxedCaptureMode {
 void collectPending(DeviceState& d, bool wait) {
   RelaxedCaptureMode relaxed;
   auto& p = d.pending;
-  for (size_t i = 0; i < p.size();) {
+  // A stream runs in order: once one of its events is not reached, its later ones are not
+  // either, and are not asked about (as PyTorch's allocator stops at the first per stream).
+  std::vector<c10::Stream> behind;
+  std::vector<std::pair<Block*, std::vector<std::pair<c10::Stream, shim::Event>>>> still;
+  for (auto& entry : p) {
     bool done = true;
-    for (shim::Event e : p[i].second) {
-      if (wait) (void)shim::eventSynchronize(e);
-      else if (shim::eventQuery(e).code() == shim::Code::NotReady) done = false;
+    for (const auto& [stream, e] : entry.second) {
+      if (wait) {
+        (void)shim::eventSynchronize(e);
+      } else if (std::find(behind.begin(), behind.end(), stream) != behind.end()) {
+        done = false;
+      } else if (shim::eventQuery(e).code() == shim::Code::NotReady) {
+        behind.push_back(stream);
+        done = false;
+      }
     }
-    if (!done) { ++i; continue; }
-    for (shim::Event e : p[i].second) (void)shim::eventDestroy(e);
-    Block* b = p[i].first;
+    if (!done) {
+      still.push_back(std::move(entry));
+      continue;
+    }
+    for (const auto& [stream, e] : entry.second) (void)shim::eventDestroy(e);
+    Block* b = entry.first;
     memoryHistory().record("free_completed", b->device, b->ptr, b->used, b->stream, nullptr);
     d.cached.emplace(b->size, b);
-    p[i] = p.back();
-    p.pop_back();
   }
+  p.swap(still);   // the rest, still in the order they were freed
 }
 
 // Returns every cached block of the device to the shim.
@@ -143,14 +157,14 @@ void releaseBlock(Block* b) {
       return;
     }
     // Used by other streams: reusable once they have reached this point in simulated time.
-    std::vector<shim::Event> events;
+    std::vector<std::pair<c10::Stream, shim::Event>> events;
     try {
       for (const c10::Stream& s : b->uses) {
         const c10::DeviceIndex prev = currentDevice();
         setCurrentDevice(s.device_index());
         shim::Event e = nullptr;
         if (shim::eventCreate(&e, shim::kEventDisableTiming).ok()) {
-          if (shim::eventRecord(e, shimStream(s)).ok()) events.push_back(e);
+          if (shim::eventRecord(e, shimStream(s)).ok()) events.emplace_back(s, e);
           else (void)shim::eventDestroy(e);
         }
         setCurrentDevice(prev);
