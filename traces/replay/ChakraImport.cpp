@@ -160,6 +160,9 @@ double numberOr(const chakra::Node& n, const std::string& name, double fallback)
   double v = 0;
   return number(n, name, &v) ? v : fallback;
 }
+// Devices a converted rank may name (as CARDSIM_DEVICES allows).
+constexpr int kMaxDevices = 4096;
+
 std::string text(const chakra::Node& n, const std::string& name) {
   const chakra::AttributeProto* a = attr(n, name);
   return a && a->value_case() == chakra::AttributeProto::kStringVal ? a->string_val() : std::string();
@@ -304,6 +307,10 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     p.op = opOf(n);
     double device = 0, stream = 0;
     if (number(n, "cardsim_device", &device) && number(n, "cardsim_stream", &stream)) {
+      if (!(device >= 0 && device < kMaxDevices) || !(stream >= 0 && stream < 4294967296.0))
+        throw TraceError(where(n) + ": cardsim_device " + std::to_string(device) + " / cardsim_stream " +
+                         std::to_string(stream) + " name no device and stream (devices 0.." +
+                         std::to_string(kMaxDevices - 1) + ")");
       p.device = static_cast<int>(device);
       const int64_t s = static_cast<int64_t>(stream);
       if (s == 0) {
@@ -327,7 +334,23 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       }
       if (!placed) p.stream = tail.empty() ? 0 : next_stream++;
     }
-    if (p.device < 0) throw TraceError(where(n) + ": device " + std::to_string(p.device));
+    // Sizes and work are non-negative numbers; cardsim's enums in range.
+    for (const char* key : {"num_ops", "tensor_size", "comm_size", "cardsim_bytes_read", "cardsim_bytes_written",
+                            "cardsim_duration_ps", "cardsim_tiles"}) {
+      double v = 0;
+      if (number(n, key, &v) && !(v >= 0 && v < 1e30))
+        throw TraceError(where(n) + ": " + key + " " + std::to_string(v) + " is not a non-negative size");
+    }
+    double e = 0;
+    if (number(n, "cardsim_kernel_class", &e) && !(e >= 0 && e < 64 && trace::KernelClass_IsValid(static_cast<int>(e))))
+      throw TraceError(where(n) + ": cardsim_kernel_class " + std::to_string(e) +
+                       " is not a kernel class of the cardsim trace format");
+    if (number(n, "cardsim_dtype", &e) && !(e >= 0 && e < 64 && trace::DataType_IsValid(static_cast<int>(e))))
+      throw TraceError(where(n) + ": cardsim_dtype " + std::to_string(e) +
+                       " is not a data type of the cardsim trace format");
+    for (const char* key : {"cardsim_src_device", "cardsim_dst_device"})
+      if (number(n, key, &e) && !(e >= -1 && e < kMaxDevices))
+        throw TraceError(where(n) + ": " + key + " " + std::to_string(e) + " is not a device");
     devices = std::max(devices, p.device + 1);
     // A dependency on another stream: an event after it.
     std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
@@ -472,7 +495,9 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         break;
       }
       case Op::kSendRecv: {
-        const int src = static_cast<int>(numberOr(n, "comm_src", -1)), dst = static_cast<int>(numberOr(n, "comm_dst", -1));
+        const double s_rank = numberOr(n, "comm_src", -1), d_rank = numberOr(n, "comm_dst", -1);
+        const bool valid = s_rank >= 0 && s_rank < (1 << 24) && d_rank >= 0 && d_rank < (1 << 24);
+        const int src = valid ? static_cast<int>(s_rank) : -1, dst = valid ? static_cast<int>(d_rank) : -1;
         if (src < 0 || dst < 0 || src == dst)
           throw TraceError(where(n) + ": a send or recv needs comm_src and comm_dst, two different ranks");
         trace::Envelope e = call(p.device);

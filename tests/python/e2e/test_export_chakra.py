@@ -387,6 +387,15 @@ def test_bad_chakra_files_are_named(tmp_path):
     res = cardsim("replay", tmp_path / "p", "--preset", "h100-sxm")
     assert res.returncode == 2 and "process group '9' is not in the groups file" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and "terminate" not in res.stderr
+    # values that would break the model are refused by name
+    for i, (attrs, needle) in enumerate([
+            ([("num_ops", "int64", (1 << 64) - 5)], "num_ops -5"),
+            ([("num_ops", "int64", 5), ("cardsim_kernel_class", "int64", 99)], "cardsim_kernel_class 99"),
+            ([("num_ops", "int64", 5), ("cardsim_device", "int64", 10 ** 9), ("cardsim_stream", "int64", 0)],
+             "name no device and stream")]):
+        write_et(tmp_path / f"v{i}.0.et", [_enc_node(0, "k", COMP, attrs=attrs)])
+        res = cardsim("replay", tmp_path / f"v{i}", "--preset", "h100-sxm")
+        assert res.returncode == 2 and f"v{i}.0.et: node 0 ('k'): " in res.stderr and needle in res.stderr, res.stderr
     # one rank file of a job is one rank of it: alone it needs --ranks, as a .cstrace does
     foreign_job(tmp_path / "j", 10)
     res = cardsim("replay", tmp_path / "j.0.et", "--preset", "h100-sxm")
