@@ -10,7 +10,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <future>
-#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -179,16 +178,6 @@ struct Simulator::Impl : model::ICompletionSink {
   std::vector<PendingWait> waits;
   std::string fatal;
 
-  // Published by the simulation thread for queries answered without a round trip to it
-  // (answerQuery): each queue's latest completed command, a time before which every event
-  // has run, a time after which none has (the maximum while a run has no end), and whether
-  // the simulation failed.
-  std::unique_ptr<std::atomic<uint64_t>[]> completed_seen;
-  std::atomic<TimePs> now_lower{0};
-  std::atomic<TimePs> now_upper{0};
-  std::atomic<bool> failed{false};
-  bool answerQuery(const std::vector<QueuePoint>& points, TimePs at, bool* done) const;
-
   std::atomic<bool> recording{false};
   std::mutex activity_mutex;
   std::vector<Activity> activities;
@@ -257,12 +246,9 @@ void Simulator::Impl::threadMain(std::promise<void>* ready) {
     }
     batch.clear();
     try {
-      if (horizon > now_upper.load(std::memory_order_relaxed)) now_upper.store(horizon, std::memory_order_release);
       runTo(horizon);
-      now_lower.store(simNowPs(), std::memory_order_release);
       for (Request* r : requests) handle(r);
       requests.clear();
-      if (!waits.empty()) now_upper.store(std::numeric_limits<TimePs>::max(), std::memory_order_release);
       while (!waits.empty()) {
         sc_core::sc_start();  // until onComplete() pauses it: every waiter answered
         if (!waits.empty() && !sc_core::sc_pending_activity()) {
@@ -279,8 +265,6 @@ void Simulator::Impl::threadMain(std::promise<void>* ready) {
           waits.clear();
         }
       }
-      now_lower.store(simNowPs(), std::memory_order_release);
-      now_upper.store(simNowPs(), std::memory_order_release);
     } catch (const std::exception& e) {
       // An exception out of sc_start leaves SystemC's scheduler mid-delta; it cannot resume
       // (one simulation context per process, no restart), so later calls fail with this.
@@ -289,7 +273,6 @@ void Simulator::Impl::threadMain(std::promise<void>* ready) {
               "process are unusable: restart the process (and please report the error)";
     }
     if (!fatal.empty()) {
-      failed.store(true, std::memory_order_release);
       for (Request* r : requests) r->reply.set_value(Reply{false, 0, fatal, {}});
       requests.clear();
       for (PendingWait& w : waits) w.request->reply.set_value(Reply{false, 0, fatal, {}});
@@ -355,7 +338,6 @@ void Simulator::Impl::handle(Request* r) {
 void Simulator::Impl::onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
                                  TimePs end) {
   completed[slot(device, queue)] = cmd.seq;
-  completed_seen[slot(device, queue)].store(cmd.seq, std::memory_order_release);
   last_end[slot(device, queue)] = end;
   completed_total.fetch_add(1, std::memory_order_relaxed);
   if (recording.load(std::memory_order_relaxed)) {
@@ -417,27 +399,6 @@ uint64_t Simulator::Impl::push(Item item) {
   }
   if (notify) wake.notify_one();
   return seq;
-}
-
-// A query the published state answers: done if every point completed while no event after
-// `at` had run yet; not done if some point had not completed when every event up to `at`
-// had run. Otherwise (the simulation straddles `at`) only the simulation thread knows.
-bool Simulator::Impl::answerQuery(const std::vector<QueuePoint>& points, TimePs at, bool* done) const {
-  if (failed.load(std::memory_order_acquire)) return false;   // the slow path reports it
-  const TimePs lower = now_lower.load(std::memory_order_acquire);
-  bool all = true;
-  for (const QueuePoint& p : points)
-    if (completed_seen[slot(p.device, p.queue)].load(std::memory_order_acquire) < p.seq) all = false;
-  const TimePs upper = now_upper.load(std::memory_order_acquire);
-  if (all && upper <= at) {
-    *done = true;
-    return true;
-  }
-  if (!all && lower > at) {
-    *done = false;
-    return true;
-  }
-  return false;
 }
 
 Reply Simulator::Impl::ask(std::unique_ptr<Request> r) {
@@ -510,8 +471,6 @@ Simulator::Simulator(const SimOptions& options) : impl_(std::make_unique<Impl>()
   const size_t slots = static_cast<size_t>(impl_->devices) * impl_->queues_per_device;
   impl_->submitted.assign(slots, 0);
   impl_->completed.assign(slots, 0);
-  impl_->completed_seen.reset(new std::atomic<uint64_t>[slots]);
-  for (size_t i = 0; i < slots; ++i) impl_->completed_seen[i].store(0, std::memory_order_relaxed);
   impl_->last_end.assign(slots, 0);
   // SystemC prints a banner when its context is created unless told not to.
   setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 0);
@@ -624,11 +583,6 @@ TimePs Simulator::queueFreeAt(DeviceId device, QueueId queue) {
 
 bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) {
   hostAdvance(overhead_s);
-  bool known = false;
-  if (impl_->answerQuery(points, hostClock(), &known)) {
-    noteReturn();
-    return known;
-  }
   auto r = std::make_unique<Request>();
   r->kind = Request::Kind::Query;
   r->points = points;

@@ -17,35 +17,11 @@ namespace chakra = ChakraProtoMsg;
 // The version of the Chakra schema these files follow (GlobalMetadata.version).
 constexpr const char* kChakraVersion = "0.0.4";
 
-void attrBool(chakra::Node* n, const char* name, bool v) {
-  auto* a = n->add_attr();
+// A new attribute of `n`; the caller sets its value in the type Chakra's readers expect.
+chakra::AttributeProto* attr(chakra::Node* n, const char* name) {
+  chakra::AttributeProto* a = n->add_attr();
   a->set_name(name);
-  a->set_bool_val(v);
-}
-void attrInt64(chakra::Node* n, const char* name, int64_t v) {
-  auto* a = n->add_attr();
-  a->set_name(name);
-  a->set_int64_val(v);
-}
-void attrInt32(chakra::Node* n, const char* name, int32_t v) {
-  auto* a = n->add_attr();
-  a->set_name(name);
-  a->set_int32_val(v);
-}
-void attrUint64(chakra::Node* n, const char* name, uint64_t v) {
-  auto* a = n->add_attr();
-  a->set_name(name);
-  a->set_uint64_val(v);
-}
-void attrDouble(chakra::Node* n, const char* name, double v) {
-  auto* a = n->add_attr();
-  a->set_name(name);
-  a->set_double_val(v);
-}
-void attrString(chakra::Node* n, const char* name, const std::string& v) {
-  auto* a = n->add_attr();
-  a->set_name(name);
-  a->set_string_val(v);
+  return a;
 }
 
 // Chakra's type for a collective op; false for ops it has none for (pre-timed steps).
@@ -249,7 +225,7 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
       std::sort(ids.begin(), ids.end());
       for (uint64_t dep : ids) n.add_data_deps(dep);
       s.dependencies += static_cast<uint64_t>(n.data_deps_size());
-      attrBool(&n, "is_cpu_op", false);
+      attr(&n, "is_cpu_op")->set_bool_val(false);
       switch (d.kind()) {
         case trace::DeviceCommand::COLLECTIVE: {
           const trace::Collective* coll = c.call != RunTimeline::kNone ? &calls[c.call].record.collective() : nullptr;
@@ -258,18 +234,18 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
             const int src = coll->ranks(std::clamp(coll->root(), 0, coll->ranks_size() - 1));
             const int dst = coll->ranks(std::clamp(coll->peer(), 0, coll->ranks_size() - 1));
             n.set_type(rank.rank == src ? chakra::COMM_SEND_NODE : chakra::COMM_RECV_NODE);
-            attrInt32(&n, "comm_src", src);
-            attrInt32(&n, "comm_dst", dst);
-            attrInt32(&n, "comm_tag", static_cast<int32_t>(c.group_seq));
-            attrInt64(&n, "comm_size", static_cast<int64_t>(coll->bytes()));
+            attr(&n, "comm_src")->set_int32_val(src);
+            attr(&n, "comm_dst")->set_int32_val(dst);
+            attr(&n, "comm_tag")->set_int32_val(static_cast<int32_t>(c.group_seq));
+            attr(&n, "comm_size")->set_int64_val(static_cast<int64_t>(coll->bytes()));
             ++s.point_to_point_nodes;
           } else if (coll && commType(coll->op(), &type)) {
             n.set_type(chakra::COMM_COLL_NODE);
-            attrInt64(&n, "comm_type", type);
-            attrInt64(&n, "comm_size", static_cast<int64_t>(coll->bytes()));
-            attrString(&n, "pg_name", std::to_string(group_id[c.group]));
-            if (!coll->algorithm().empty()) attrString(&n, "cardsim_algorithm", coll->algorithm());
-            if (!coll->dtype().empty()) attrString(&n, "cardsim_dtype_name", coll->dtype());
+            attr(&n, "comm_type")->set_int64_val(type);
+            attr(&n, "comm_size")->set_int64_val(static_cast<int64_t>(coll->bytes()));
+            attr(&n, "pg_name")->set_string_val(std::to_string(group_id[c.group]));
+            if (!coll->algorithm().empty()) attr(&n, "cardsim_algorithm")->set_string_val(coll->algorithm());
+            if (!coll->dtype().empty()) attr(&n, "cardsim_dtype_name")->set_string_val(coll->dtype());
             ++s.collective_nodes;
           } else {   // a step the caller timed itself: its duration is all there is
             n.set_type(chakra::COMP_NODE);
@@ -286,18 +262,18 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
           break;
         default: {
           n.set_type(chakra::COMP_NODE);
-          attrInt64(&n, "num_ops", static_cast<int64_t>(d.flops()));
-          attrUint64(&n, "tensor_size", d.bytes());
+          attr(&n, "num_ops")->set_int64_val(static_cast<int64_t>(d.flops()));
+          attr(&n, "tensor_size")->set_uint64_val(d.bytes());
           ++s.compute_nodes;
           // What cardsim replay needs to re-time the command as the model did.
           const trace::Envelope* call = c.call != RunTimeline::kNone ? &calls[c.call].record : nullptr;
           if (call && call->record_case() == trace::Envelope::kKernel) {
             const trace::KernelLaunch& k = call->kernel();
-            attrInt64(&n, "cardsim_kernel_class", k.kernel_class());
-            attrInt64(&n, "cardsim_dtype", k.dtype());
-            attrDouble(&n, "cardsim_bytes_read", k.bytes_read());
-            attrDouble(&n, "cardsim_bytes_written", k.bytes_written());
-            attrInt64(&n, "cardsim_tiles", k.tiles());
+            attr(&n, "cardsim_kernel_class")->set_int64_val(k.kernel_class());
+            attr(&n, "cardsim_dtype")->set_int64_val(k.dtype());
+            attr(&n, "cardsim_bytes_read")->set_double_val(k.bytes_read());
+            attr(&n, "cardsim_bytes_written")->set_double_val(k.bytes_written());
+            attr(&n, "cardsim_tiles")->set_int64_val(k.tiles());
             // Chakra keeps shapes as text, "[[64, 256], [256, 256]]", inputs and outputs apart.
             if (k.shapes_size() > 0) {
               const int outs = std::min<int>(static_cast<int>(k.output_shapes()), k.shapes_size());
@@ -315,20 +291,18 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
               n.mutable_outputs()->set_shapes(shapesText(k.shapes_size() - outs, k.shapes_size()));
             }
           } else if (call && call->record_case() == trace::Envelope::kMemcpy) {
-            attrInt64(&n, "cardsim_src_device", call->memcpy().src_device());
-            attrInt64(&n, "cardsim_dst_device", call->memcpy().dst_device());
+            attr(&n, "cardsim_src_device")->set_int64_val(call->memcpy().src_device());
+            attr(&n, "cardsim_dst_device")->set_int64_val(call->memcpy().dst_device());
           }
           break;
         }
       }
-      attrString(&n, "cardsim_kind", trace::DeviceCommand::Kind_Name(d.kind()));
-      attrInt64(&n, "cardsim_device", d.device());
-      attrInt64(&n, "cardsim_stream", d.stream());
-      attrUint64(&n, "cardsim_start_ps", d.start_ps());
-      attrUint64(&n, "cardsim_duration_ps",
-                 d.kind() == trace::DeviceCommand::EVENT_RECORD || d.kind() == trace::DeviceCommand::EVENT_WAIT
-                     ? 0
-                     : d.end_ps() - std::min(d.end_ps(), d.start_ps()));
+      attr(&n, "cardsim_kind")->set_string_val(trace::DeviceCommand::Kind_Name(d.kind()));
+      attr(&n, "cardsim_device")->set_int64_val(d.device());
+      attr(&n, "cardsim_stream")->set_int64_val(d.stream());
+      attr(&n, "cardsim_start_ps")->set_uint64_val(d.start_ps());
+      const bool marker = d.kind() == trace::DeviceCommand::EVENT_RECORD || d.kind() == trace::DeviceCommand::EVENT_WAIT;
+      attr(&n, "cardsim_duration_ps")->set_uint64_val(marker ? 0 : d.end_ps() - std::min(d.end_ps(), d.start_ps()));
       appendDelimited(n, &out);
       ++s.nodes;
     }
