@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "device_models/Card.h"
+#include "simulator/HostClock.h"
 
 namespace cardsim::sim {
 
@@ -23,102 +24,8 @@ using model::index;
 
 namespace {
 
-thread_local TimePs t_host_ps = 0;
-thread_local bool t_host_started = false;
-std::atomic<TimePs> g_latest_host_ps{0};
-
 std::mutex g_start_mutex;
 Simulator* g_simulator = nullptr;
-
-void noteHostTime(TimePs t) {
-  TimePs seen = g_latest_host_ps.load(std::memory_order_relaxed);
-  while (t > seen && !g_latest_host_ps.compare_exchange_weak(seen, t)) {
-  }
-}
-
-// The shared clock of Simulator::shareHostClockBegin/End: while active, every host thread
-// advances `ps` instead of its own clock. One at a time per process (nested begins are no-ops).
-struct SharedClock {
-  std::mutex mutex;                 // begin and end
-  std::atomic<bool> active{false};
-  std::atomic<TimePs> ps{0};
-  std::atomic<uint64_t> epoch{0};   // shares ended so far
-  std::atomic<TimePs> last_end{0};  // the clock when the latest share ended
-};
-SharedClock g_share;
-thread_local int t_share_depth = 0;        // begin/end nesting on this thread
-thread_local bool t_share_owner = false;   // this thread's outermost begin activated the share
-thread_local uint64_t t_share_joined = 0;  // 1 + epoch of the share this thread last used
-
-TimePs& ownClock() {
-  // A thread that first calls in late starts at the latest host time seen so far, not 0.
-  if (!t_host_started) {
-    t_host_started = true;
-    t_host_ps = g_latest_host_ps.load();
-  }
-  // A thread that worked on a share continues, after it ended, from where it ended.
-  if (t_share_joined != 0 && g_share.epoch.load(std::memory_order_acquire) >= t_share_joined) {
-    t_host_ps = std::max(t_host_ps, g_share.last_end.load());
-    t_share_joined = 0;
-  }
-  return t_host_ps;
-}
-
-bool sharing() {
-  if (!g_share.active.load(std::memory_order_acquire)) return false;
-  t_share_joined = g_share.epoch.load(std::memory_order_relaxed) + 1;
-  return true;
-}
-
-TimePs hostClock() { return sharing() ? g_share.ps.load() : ownClock(); }
-
-// Measured host time (CARDSIM_HOST_TIME=measured[:factor]): besides the modelled overhead,
-// each call advances the clock by the wall time the thread spent outside the runtime since
-// its previous call returned, times the factor. Off (factor 0) by default: real time makes
-// simulated times depend on the host's speed and load.
-std::atomic<double> g_measured_factor{0.0};
-thread_local std::chrono::steady_clock::time_point t_last_return;
-thread_local bool t_has_last_return = false;
-
-TimePs measuredHostPs() {
-  const double factor = g_measured_factor.load(std::memory_order_relaxed);
-  if (factor <= 0) return 0;
-  const auto now = std::chrono::steady_clock::now();
-  const double gap = t_has_last_return ? std::chrono::duration<double>(now - t_last_return).count() : 0.0;
-  t_last_return = now;
-  t_has_last_return = true;
-  return model::secondsToPs(gap * factor);
-}
-// A call that blocked (a wait) returns now: its blocked time is not host work.
-void noteReturn() {
-  if (g_measured_factor.load(std::memory_order_relaxed) <= 0) return;
-  t_last_return = std::chrono::steady_clock::now();
-  t_has_last_return = true;
-}
-
-TimePs advanceHostClock(TimePs d) {
-  TimePs now;
-  if (sharing()) now = g_share.ps.fetch_add(d) + d;
-  else now = (ownClock() += d);
-  noteHostTime(now);
-  return now;
-}
-
-TimePs raiseHostClock(TimePs t) {
-  TimePs now;
-  if (sharing()) {
-    now = g_share.ps.load();
-    while (t > now && !g_share.ps.compare_exchange_weak(now, t)) {
-    }
-    now = std::max(now, t);
-  } else {
-    TimePs& h = ownClock();
-    h = std::max(h, t);
-    now = h;
-  }
-  noteHostTime(now);
-  return now;
-}
 
 TimePs simNowPs() { return sc_core::sc_time_stamp().value(); }
 
@@ -136,12 +43,37 @@ struct Reply {
   DeviceCounters counters;
 };
 
+// A request's answer, handed from the thread that runs the simulation to the one that asked
+// (std::promise costs a futex system call per answer even when nobody waits: call_once).
+class ReplySlot {
+ public:
+  void set_value(Reply r) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      value_ = std::move(r);
+      ready_ = true;
+    }
+    cv_.notify_one();
+  }
+  Reply get() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return ready_; });
+    return std::move(value_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool ready_ = false;
+  Reply value_;
+};
+
 struct Request {
   enum class Kind { Wait, Query, Counters, Peek } kind = Kind::Wait;
   std::vector<QueuePoint> points;
   TimePs at_ps = 0;
   DeviceId device{};
-  std::promise<Reply> reply;
+  ReplySlot reply;
 };
 
 struct Item {
@@ -169,6 +101,8 @@ struct Simulator::Impl : model::ICompletionSink {
   std::vector<Item> intake;
   bool sleeping = false;
   bool stop = false;
+  bool caller_driven = false;          // CARDSIM_SIM_DRIVER=caller: no simulation thread
+  bool driving = false;                // a caller is running the simulation
   std::vector<uint64_t> submitted;     // per (device, queue)
 
   // Owned by the simulation thread.
@@ -191,7 +125,13 @@ struct Simulator::Impl : model::ICompletionSink {
     return static_cast<size_t>(index(d)) * queues_per_device + index(q);
   }
 
+  void buildModel();
   void threadMain(std::promise<void>* ready);
+  // Caller-driven mode: the thread that needs an answer runs the simulation itself until
+  // the intake is empty (one such driver at a time, `driving` under `mutex`).
+  void driveUntilIdle();
+  // Queues a batch's commands and runs the simulation until its requests are answered.
+  void simulate(std::vector<Item>& batch);
   void runTo(TimePs horizon);
   void handle(Request* r);
   void onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
@@ -201,21 +141,27 @@ struct Simulator::Impl : model::ICompletionSink {
   void shutdown();
 };
 
-void Simulator::Impl::threadMain(std::promise<void>* ready) {
+void Simulator::Impl::buildModel() {
   try {
     for (uint32_t d = 0; d < devices; ++d)
       cards.push_back(std::make_unique<Card>(("device_" + std::to_string(d)).c_str(), DeviceId{d},
                                              params, *this, cards));
     sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate and start every process
   } catch (const std::exception& e) {
-    ready->set_exception(std::make_exception_ptr(
-        std::runtime_error(std::string("cardsim: could not build the device model: ") + e.what())));
+    throw std::runtime_error(std::string("cardsim: could not build the device model: ") + e.what());
+  }
+}
+
+void Simulator::Impl::threadMain(std::promise<void>* ready) {
+  try {
+    buildModel();
+  } catch (...) {
+    ready->set_exception(std::current_exception());
     return;
   }
   ready->set_value();
 
   std::vector<Item> batch;
-  std::vector<Request*> requests;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex);
@@ -227,57 +173,77 @@ void Simulator::Impl::threadMain(std::promise<void>* ready) {
       if (stop && intake.empty()) break;
       batch.swap(intake);
     }
-    // Commands: run every event before their ready times, not at them, so that a later
-    // command of the same host thread ready at the same time is not pushed 1 ps into the
-    // future (which would make times depend on where the intake was cut into batches).
-    // Requests: run every event at or before their time (a query sees what completed then;
-    // the caller's next call lands later by its overhead).
-    TimePs horizon = simNowPs();
-    for (Item& it : batch) {
-      if (it.request) {
-        requests.push_back(it.request);
-        horizon = std::max(horizon, it.request->at_ps + 1);
-        continue;
+    simulate(batch);
+  }
+}
+
+void Simulator::Impl::driveUntilIdle() {
+  std::vector<Item> batch;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (intake.empty()) {
+        driving = false;
+        return;
       }
-      // Only a command from another host thread can be behind the simulation: start it now.
-      it.cmd.ready_ps = std::max(it.cmd.ready_ps, simNowPs());
-      horizon = std::max(horizon, it.cmd.ready_ps);
-      cards[index(it.device)]->queue(it.queue).push(std::move(it.cmd));
+      batch.swap(intake);
     }
-    batch.clear();
-    try {
-      runTo(horizon);
-      for (Request* r : requests) handle(r);
-      requests.clear();
-      while (!waits.empty()) {
-        sc_core::sc_start();  // until onComplete() pauses it: every waiter answered
-        if (!waits.empty() && !sc_core::sc_pending_activity()) {
-          // Nothing left to run, yet some commands never completed: a model bug. Only the
-          // waits on them fail; the simulation itself is consistent and goes on.
-          for (PendingWait& w : waits) {
-            std::string what = "cardsim: the device model went idle before completing";
-            for (const QueuePoint& p : w.remaining)
-              what += " command " + std::to_string(p.seq) + " of device " + std::to_string(index(p.device)) +
-                      " queue " + std::to_string(index(p.queue));
-            what += " (a model bug: please report it); this wait failed, the runtime goes on";
-            w.request->reply.set_value(Reply{false, 0, what, {}});
-          }
-          waits.clear();
+    simulate(batch);
+  }
+}
+
+void Simulator::Impl::simulate(std::vector<Item>& batch) {
+  std::vector<Request*> requests;
+  // Commands: run every event before their ready times, not at them, so that a later
+  // command of the same host thread ready at the same time is not pushed 1 ps into the
+  // future (which would make times depend on where the intake was cut into batches).
+  // Requests: run every event at or before their time (a query sees what completed then;
+  // the caller's next call lands later by its overhead).
+  TimePs horizon = simNowPs();
+  for (Item& it : batch) {
+    if (it.request) {
+      requests.push_back(it.request);
+      horizon = std::max(horizon, it.request->at_ps + 1);
+      continue;
+    }
+    // Only a command from another host thread can be behind the simulation: start it now.
+    it.cmd.ready_ps = std::max(it.cmd.ready_ps, simNowPs());
+    horizon = std::max(horizon, it.cmd.ready_ps);
+    cards[index(it.device)]->queue(it.queue).push(std::move(it.cmd));
+  }
+  batch.clear();
+  try {
+    runTo(horizon);
+    for (Request* r : requests) handle(r);
+    requests.clear();
+    while (!waits.empty()) {
+      sc_core::sc_start();  // until onComplete() pauses it: every waiter answered
+      if (!waits.empty() && !sc_core::sc_pending_activity()) {
+        // Nothing left to run, yet some commands never completed: a model bug. Only the
+        // waits on them fail; the simulation itself is consistent and goes on.
+        for (PendingWait& w : waits) {
+          std::string what = "cardsim: the device model went idle before completing";
+          for (const QueuePoint& p : w.remaining)
+            what += " command " + std::to_string(p.seq) + " of device " + std::to_string(index(p.device)) +
+                    " queue " + std::to_string(index(p.queue));
+          what += " (a model bug: please report it); this wait failed, the runtime goes on";
+          w.request->reply.set_value(Reply{false, 0, what, {}});
         }
+        waits.clear();
       }
-    } catch (const std::exception& e) {
-      // An exception out of sc_start leaves SystemC's scheduler mid-delta; it cannot resume
-      // (one simulation context per process, no restart), so later calls fail with this.
-      fatal = std::string("cardsim: the device model failed inside SystemC (") + e.what() +
-              "); SystemC cannot resume a simulation after that, so the emulated cards of this "
-              "process are unusable: restart the process (and please report the error)";
     }
-    if (!fatal.empty()) {
-      for (Request* r : requests) r->reply.set_value(Reply{false, 0, fatal, {}});
-      requests.clear();
-      for (PendingWait& w : waits) w.request->reply.set_value(Reply{false, 0, fatal, {}});
-      waits.clear();
-    }
+  } catch (const std::exception& e) {
+    // An exception out of sc_start leaves SystemC's scheduler mid-delta; it cannot resume
+    // (one simulation context per process, no restart), so later calls fail with this.
+    fatal = std::string("cardsim: the device model failed inside SystemC (") + e.what() +
+            "); SystemC cannot resume a simulation after that, so the emulated cards of this "
+            "process are unusable: restart the process (and please report the error)";
+  }
+  if (!fatal.empty()) {
+    for (Request* r : requests) r->reply.set_value(Reply{false, 0, fatal, {}});
+    requests.clear();
+    for (PendingWait& w : waits) w.request->reply.set_value(Reply{false, 0, fatal, {}});
+    waits.clear();
   }
 }
 
@@ -385,6 +351,7 @@ constexpr size_t kIntakeBatch = 1024;
 
 uint64_t Simulator::Impl::push(Item item) {
   bool notify = false;
+  bool drive = false;
   uint64_t seq = 0;
   {
     // seq is assigned under the intake lock so queue order and seq order agree.
@@ -394,19 +361,25 @@ uint64_t Simulator::Impl::push(Item item) {
     intake.push_back(std::move(item));
     // Commands alone need no simulation until someone asks for a time (a request) or the
     // intake grows: waking the thread per command would cost two context switches each.
-    notify = sleeping && (is_request || intake.size() >= kIntakeBatch);
-    if (notify) sleeping = false;
+    const bool wanted = is_request || intake.size() >= kIntakeBatch;
+    if (caller_driven) {
+      drive = wanted && !driving;
+      if (drive) driving = true;
+    } else {
+      notify = sleeping && wanted;
+      if (notify) sleeping = false;
+    }
   }
   if (notify) wake.notify_one();
+  if (drive) driveUntilIdle();
   return seq;
 }
 
 Reply Simulator::Impl::ask(std::unique_ptr<Request> r) {
-  std::future<Reply> f = r->reply.get_future();
   Item item;
   item.request = r.get();
   push(std::move(item));
-  Reply rep = f.get();
+  Reply rep = r->reply.get();
   if (!rep.error.empty()) throw std::runtime_error("cardsim: " + rep.error);
   return rep;
 }
@@ -451,21 +424,7 @@ Simulator::Simulator(const SimOptions& options) : impl_(std::make_unique<Impl>()
   if (options.devices < 1) throw ConfigError("device count must be at least 1");
   impl_->options = options;
   impl_->params = loadDeviceParams(options);
-  if (const char* env = std::getenv("CARDSIM_HOST_TIME"); env && *env) {
-    const std::string v = env;
-    double factor = -1;
-    if (v == "model") factor = 0;
-    else if (v == "measured") factor = 1;
-    else if (v.rfind("measured:", 0) == 0) {
-      char* end = nullptr;
-      factor = std::strtod(v.c_str() + 9, &end);
-      if (*end != '\0' || !(factor > 0) || factor > 1e6) factor = -1;
-    }
-    if (factor < 0)
-      throw ConfigError("CARDSIM_HOST_TIME: \"" + v + "\" is not a host-time mode (valid: model, measured, "
-                        "measured:FACTOR with FACTOR > 0)");
-    g_measured_factor.store(factor);
-  }
+  hostclock::configureFromEnvironment();
   impl_->devices = options.devices;
   impl_->queues_per_device = impl_->params.queues.hardware_queues;
   const size_t slots = static_cast<size_t>(impl_->devices) * impl_->queues_per_device;
@@ -474,6 +433,16 @@ Simulator::Simulator(const SimOptions& options) : impl_(std::make_unique<Impl>()
   impl_->last_end.assign(slots, 0);
   // SystemC prints a banner when its context is created unless told not to.
   setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 0);
+  if (const char* env = std::getenv("CARDSIM_SIM_DRIVER"); env && *env) {
+    const std::string v = env;
+    if (v != "thread" && v != "caller")
+      throw ConfigError("CARDSIM_SIM_DRIVER: \"" + v + "\" is not a driver (valid: thread, caller)");
+    impl_->caller_driven = v == "caller";
+  }
+  if (impl_->caller_driven) {
+    impl_->buildModel();
+    return;
+  }
   std::promise<void> ready;
   std::future<void> ready_f = ready.get_future();
   impl_->thread = std::thread([this, &ready] { impl_->threadMain(&ready); });
@@ -491,48 +460,24 @@ const SimOptions& Simulator::options() const { return impl_->options; }
 const DeviceParams& Simulator::params() const { return impl_->params; }
 uint32_t Simulator::deviceCount() const { return impl_->devices; }
 
-TimePs Simulator::hostNow() const { return hostClock(); }
+TimePs Simulator::hostNow() const { return hostclock::now(); }
 
 void Simulator::hostAdvance(double seconds) {
-  advanceHostClock(model::secondsToPs(seconds) + measuredHostPs());
+  hostclock::advance(model::secondsToPs(seconds) + hostclock::measuredSinceLastReturn());
 }
 
-double Simulator::measuredHostFactor() const { return g_measured_factor.load(); }
-
-void Simulator::hostClockJoin(TimePs t) { raiseHostClock(t); }
-
-bool Simulator::hostClockStarted() const { return t_host_started || g_share.active.load(); }
-
-void Simulator::shareHostClockBegin() {
-  if (t_share_depth++ > 0) return;
-  std::lock_guard<std::mutex> lock(g_share.mutex);
-  if (g_share.active.load()) return;   // inside another thread's share: work on it
-  g_share.ps.store(ownClock());
-  g_share.active.store(true, std::memory_order_release);
-  t_share_owner = true;
-}
-
-void Simulator::shareHostClockEnd() {
-  if (t_share_depth == 0 || --t_share_depth > 0) return;
-  if (!t_share_owner) return;
-  t_share_owner = false;
-  std::lock_guard<std::mutex> lock(g_share.mutex);
-  const TimePs end = g_share.ps.load();
-  g_share.active.store(false, std::memory_order_release);
-  g_share.last_end.store(end);
-  g_share.epoch.fetch_add(1, std::memory_order_acq_rel);
-  t_share_joined = 0;
-  TimePs& h = ownClock();
-  h = std::max(h, end);
-  noteHostTime(h);
-}
+double Simulator::measuredHostFactor() const { return hostclock::measuredFactor(); }
+void Simulator::hostClockJoin(TimePs t) { hostclock::raise(t); }
+bool Simulator::hostClockStarted() const { return hostclock::started(); }
+void Simulator::shareHostClockBegin() { hostclock::shareBegin(); }
+void Simulator::shareHostClockEnd() { hostclock::shareEnd(); }
 
 QueuePoint Simulator::submit(DeviceId device, QueueId queue, Command cmd, double host_overhead_s) {
   if (index(device) >= impl_->devices || index(queue) >= impl_->queues_per_device)
     throw std::out_of_range("cardsim: no hardware queue " + std::to_string(index(queue)) +
                             " on device " + std::to_string(index(device)));
   hostAdvance(host_overhead_s);
-  cmd.ready_ps = hostClock();
+  cmd.ready_ps = hostclock::now();
   cmd.submitted_ps = cmd.ready_ps;
   Item item;
   item.device = device;
@@ -562,11 +507,11 @@ TimePs Simulator::waitFor(const std::vector<QueuePoint>& points, double overhead
   r->kind = Request::Kind::Wait;
   for (const QueuePoint& p : points)
     if (p.seq > 0) r->points.push_back(p);
-  r->at_ps = hostClock();
-  if (r->points.empty()) return hostClock();
+  r->at_ps = hostclock::now();
+  if (r->points.empty()) return hostclock::now();
   Reply rep = impl_->ask(std::move(r));
-  const TimePs after = raiseHostClock(rep.time_ps);
-  noteReturn();
+  const TimePs after = hostclock::raise(rep.time_ps);
+  hostclock::noteReturn();
   return after;
 }
 
@@ -577,7 +522,7 @@ TimePs Simulator::queueFreeAt(DeviceId device, QueueId queue) {
   r->points.push_back(p);
   r->at_ps = 0;
   const TimePs t = impl_->ask(std::move(r)).time_ps;
-  noteReturn();
+  hostclock::noteReturn();
   return t;
 }
 
@@ -586,9 +531,9 @@ bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) 
   auto r = std::make_unique<Request>();
   r->kind = Request::Kind::Query;
   r->points = points;
-  r->at_ps = hostClock();
+  r->at_ps = hostclock::now();
   const bool done = impl_->ask(std::move(r)).done;
-  noteReturn();
+  hostclock::noteReturn();
   return done;
 }
 
@@ -622,7 +567,7 @@ DeviceCounters Simulator::counters(DeviceId device) {
   auto r = std::make_unique<Request>();
   r->kind = Request::Kind::Counters;
   r->device = device;
-  r->at_ps = hostClock();
+  r->at_ps = hostclock::now();
   return impl_->ask(std::move(r)).counters;
 }
 

@@ -7,6 +7,10 @@
 // completion a waiting host thread needs), and a later call always lands strictly after
 // that, so the same command sequence gives the same simulated times whatever the host's
 // speed or the batching of the intake.
+//
+// CARDSIM_SIM_DRIVER=caller starts no simulation thread: the host thread that needs an
+// answer runs the simulation itself (one at a time; others wait for it to answer them).
+// Same times, no thread hand-off per wait: for single-threaded drivers such as a replay.
 #pragma once
 
 #include <cstdint>

@@ -325,13 +325,22 @@ std::string runProgramForTimeline(bool jitter) {
   return out.str();
 }
 
-std::string inChild(bool jitter) {
+// Runs `body` in a forked child (a process of its own: one simulator per process) with
+// CARDSIM_SIM_DRIVER set to `driver` when given; returns what it returned.
+template <typename Body>
+std::string inChildRun(Body body, const char* driver) {
   int fds[2];
   if (pipe(fds) != 0) return "pipe failed";
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    std::string s = runProgramForTimeline(jitter);
+    if (driver) setenv("CARDSIM_SIM_DRIVER", driver, 1);
+    std::string s;
+    try {
+      s = body();
+    } catch (const std::exception& e) {
+      s = std::string("exception: ") + e.what();
+    }
     size_t off = 0;
     while (off < s.size()) {
       ssize_t n = write(fds[1], s.data() + off, s.size() - off);
@@ -352,6 +361,10 @@ std::string inChild(bool jitter) {
   return s;
 }
 
+std::string inChild(bool jitter, const char* driver = nullptr) {
+  return inChildRun([jitter] { return runProgramForTimeline(jitter); }, driver);
+}
+
 }  // namespace
 
 TEST(ShimTiming, SameProgramGivesIdenticalTimelineWhateverTheHostSpeed) {
@@ -363,9 +376,30 @@ TEST(ShimTiming, SameProgramGivesIdenticalTimelineWhateverTheHostSpeed) {
   EXPECT_EQ(fast, slow);
 }
 
-TEST(ShimTiming, ManyHostThreadsOnTheirOwnStreams) {
+TEST(ShimTiming, CallerDrivenSimulationGivesTheSameTimeline) {
+  // CARDSIM_SIM_DRIVER=caller: the host threads (here the program's and a noise thread
+  // querying concurrently) run the simulation themselves instead of a simulation thread.
+  if (cardsim::sim::Simulator::running())
+    GTEST_SKIP() << "needs a process without a simulator (ctest runs each test alone)";
+  const std::string threaded = inChild(true, "thread");
+  const std::string caller = inChild(true, "caller");
+  EXPECT_GT(std::count(threaded.begin(), threaded.end(), '\n'), 60);
+  EXPECT_EQ(threaded, caller);
+  EXPECT_EQ(inChild(false, "caller"), caller);
+  const std::string bad = inChild(false, "fibre");
+  EXPECT_NE(bad.find("CARDSIM_SIM_DRIVER"), std::string::npos) << bad;
+}
+
+namespace {
+
+// Eight host threads, each on its own stream, at once; returns what went wrong ("" if nothing).
+std::string manyHostThreadsOnTheirOwnStreams() {
   auto p = startRuntime("mlu370-x8", 2);
-  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  std::string problems;
+  auto check = [&](const shim::Status& st) {
+    if (!st.ok()) problems += st.toString() + "\n";
+  };
+  check(shim::setActivityRecording(true));
   constexpr int kThreads = 8, kIters = 100;
   constexpr size_t kFloats = 1024;
   std::atomic<int> failures{0};
@@ -395,22 +429,37 @@ TEST(ShimTiming, ManyHostThreadsOnTheirOwnStreams) {
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_EQ(failures.load(), 0);
+  if (failures.load() != 0) problems += std::to_string(failures.load()) + " failed calls or wrong values\n";
   for (int d = 0; d < 2; ++d) {
-    ASSERT_SHIM_OK(shim::setDevice(d));
-    ASSERT_SHIM_OK(shim::deviceSynchronize());
+    check(shim::setDevice(d));
+    check(shim::deviceSynchronize());
   }
   auto acts = drain();
-  EXPECT_EQ(named(acts, "inc").size(), static_cast<size_t>(kThreads * kIters));
+  if (named(acts, "inc").size() != static_cast<size_t>(kThreads * kIters))
+    problems += std::to_string(named(acts, "inc").size()) + " kernels ran\n";
   for (int t = 0; t < kThreads; ++t) {
     uint64_t last_end = 0;
     int count = 0;
     for (const auto& a : acts) {
       if (a.stream_id != stream_ids[t] || a.name != "inc") continue;
-      EXPECT_GE(a.start_ps, last_end);  // in order, never overlapping within a stream
+      if (a.start_ps < last_end)  // in order, never overlapping within a stream
+        problems += "stream " + std::to_string(t) + ": a kernel overlaps the one before\n";
       last_end = a.end_ps;
       ++count;
     }
-    EXPECT_EQ(count, kIters);
+    if (count != kIters) problems += "stream " + std::to_string(t) + ": " + std::to_string(count) + " kernels\n";
   }
+  return problems;
+}
+
+}  // namespace
+
+TEST(ShimTiming, ManyHostThreadsOnTheirOwnStreams) { EXPECT_EQ(manyHostThreadsOnTheirOwnStreams(), ""); }
+
+TEST(ShimTiming, ManyHostThreadsDrivingTheSimulationThemselves) {
+  // CARDSIM_SIM_DRIVER=caller with eight threads asking at once: one runs the simulation
+  // at a time and answers the others.
+  if (cardsim::sim::Simulator::running())
+    GTEST_SKIP() << "needs a process without a simulator (ctest runs each test alone)";
+  EXPECT_EQ(inChildRun(manyHostThreadsOnTheirOwnStreams, "caller"), "");
 }

@@ -81,6 +81,17 @@ std::string readError(const std::string& path) {
   return "";
 }
 
+// The same file through verify(), which parses only the End record.
+std::string verifyError(const std::string& path) {
+  try {
+    trace::TraceReader r(path);
+    r.verify();
+  } catch (const trace::TraceError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 TEST(TraceFormat, RoundTripKeepsHeaderRecordsAndOrder) {
@@ -169,6 +180,9 @@ TEST(TraceFormat, EveryTruncationIsDetected) {
     const std::string err = readError(path);
     ASSERT_FALSE(err.empty()) << "cut at " << cut << " of " << bytes.size() << " read cleanly";
     EXPECT_EQ(err.rfind(path, 0), 0u) << err;
+    const std::string verr = verifyError(path);
+    ASSERT_FALSE(verr.empty()) << "cut at " << cut << " of " << bytes.size() << " verified cleanly";
+    EXPECT_EQ(verr.rfind(path, 0), 0u) << verr;
   }
   // A cut between records says the End record is missing and where the file ends.
   writeAll(path, bytes.substr(0, bytes.size() - 12));
@@ -213,11 +227,24 @@ TEST(TraceFormat, EveryCorruptedByteIsDetected) {
     const std::string err = readError(path);
     ASSERT_FALSE(err.empty()) << "byte " << i << " flipped read cleanly";
     EXPECT_EQ(err.rfind(path, 0), 0u) << err;
+    const std::string verr = verifyError(path);
+    ASSERT_FALSE(verr.empty()) << "byte " << i << " flipped verified cleanly";
+    EXPECT_EQ(verr.rfind(path, 0), 0u) << verr;
   }
   // Trailing data after the End record.
   writeAll(path, bytes + std::string("\x02\x08\x01", 3));
   const std::string err = readError(path);
   EXPECT_NE(err.find("after the End record"), std::string::npos) << err;
+  EXPECT_NE(verifyError(path).find("after the End record"), std::string::npos) << verifyError(path);
+  // The untouched file verifies, with the End record's count.
+  trace::TraceReader whole(good), parsed(good);
+  whole.verify();
+  trace::Envelope e;
+  while (parsed.next(&e)) {
+  }
+  EXPECT_EQ(whole.end().records(), parsed.end().records());
+  EXPECT_EQ(whole.end().records(), 1u + 1u + 2u * 20u);   // header, name, kernel + command each
+  EXPECT_EQ(whole.offset(), bytes.size());
   std::remove(path.c_str());
   std::remove(good.c_str());
 }

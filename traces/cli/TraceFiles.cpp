@@ -22,9 +22,7 @@ bool isDirectory(const std::string& path) {
 // Reads the file to its End record (TraceReader checks lengths, counts and the CRC).
 trace::Header checkedHeader(const std::string& file) {
   trace::TraceReader reader(file);
-  trace::Envelope e;
-  while (reader.next(&e)) {
-  }
+  reader.verify();
   return reader.header();
 }
 
