@@ -101,11 +101,11 @@ struct Simulator::Impl : model::ICompletionSink {
   std::vector<Item> intake;
   bool sleeping = false;
   bool stop = false;
-  bool caller_driven = false;          // CARDSIM_SIM_DRIVER=caller: no simulation thread
+  bool caller_driven = true;           // false: CARDSIM_SIM_DRIVER=thread
   bool driving = false;                // a caller is running the simulation
   std::vector<uint64_t> submitted;     // per (device, queue)
 
-  // Owned by the simulation thread.
+  // Touched only by the thread running the simulation (the driver or the simulation thread).
   std::vector<std::unique_ptr<Card>> cards;
   std::vector<uint64_t> completed;     // per (device, queue)
   std::vector<TimePs> last_end;        // per (device, queue): end of the latest completed command
@@ -346,7 +346,7 @@ void Simulator::Impl::onComplete(DeviceId device, QueueId queue, const Command& 
   if (waits.empty()) sc_core::sc_pause();
 }
 
-// Commands gathered before the simulation thread is woken without a request.
+// Commands gathered before the simulation runs without a request.
 constexpr size_t kIntakeBatch = 1024;
 
 uint64_t Simulator::Impl::push(Item item) {
@@ -577,5 +577,5 @@ uint64_t Simulator::commandsCompleted() const { return impl_->completed_total.lo
 
 // libsystemc.so leaves sc_main undefined and Python loads extensions with RTLD_NOW, so
 // the embedded simulator defines one (in this file, which every user links). cardsim
-// never calls it: the simulation thread above drives sc_start() itself.
+// never calls it: the simulator drives sc_start() itself.
 int sc_main(int, char**) { return 0; }
