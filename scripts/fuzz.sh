@@ -4,7 +4,8 @@
 #   scripts/fuzz.sh TARGET SECONDS [LIBFUZZER-ARGS...]
 #
 # TARGET: trace_reader (traces/lib TraceReader), config (presets, key.path=value overrides,
-# CARDSIM_CONFIG files) or fabric_decode (the fabric server's frames and messages). Builds
+# CARDSIM_CONFIG files), fabric_decode (the fabric server's frames and messages) or
+# chakra_import (Chakra ET files and ASTRA-sim's process-group JSON, for replay). Builds
 # the targets with clang, libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer in
 # build-fuzz/ (the first run takes a few minutes), starts from the seed corpus in
 # tests/fuzz/corpus/TARGET (copied, so the seeds stay as they are) and prints libFuzzer's
@@ -14,7 +15,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-targets="trace_reader config fabric_decode"
+targets="trace_reader config fabric_decode chakra_import"
 if [ $# -lt 2 ] || ! [[ " $targets " == *" $1 "* ]] || ! [[ "$2" =~ ^[0-9]+$ ]]; then
   echo "usage: scripts/fuzz.sh TARGET SECONDS [LIBFUZZER-ARGS...]   (TARGET: ${targets// /, })" >&2
   exit 2

@@ -10,7 +10,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("target", ["trace_reader", "config", "fabric_decode"])
+@pytest.mark.parametrize("target", ["trace_reader", "config", "fabric_decode", "chakra_import"])
 def test_fuzz_target_runs_without_a_crash(target):
     res = subprocess.run([str(ROOT / "scripts" / "fuzz.sh"), target, "3"], capture_output=True, text=True,
                          cwd=str(ROOT), timeout=900)
@@ -23,4 +23,4 @@ def test_fuzz_target_runs_without_a_crash(target):
 def test_fuzz_script_rejects_bad_usage():
     res = subprocess.run([str(ROOT / "scripts" / "fuzz.sh"), "nothing", "3"], capture_output=True, text=True,
                          cwd=str(ROOT))
-    assert res.returncode == 2 and "trace_reader, config, fabric_decode" in res.stderr, res.stderr
+    assert res.returncode == 2 and "trace_reader, config, fabric_decode, chakra_import" in res.stderr, res.stderr

@@ -11,6 +11,7 @@
 #include "simulator/Config.h"
 #include "simulator/FabricConfig.h"
 #include "simulator/FabricModel.h"
+#include "traces/lib/TraceReader.h"
 
 namespace cardsim::cli {
 
@@ -69,6 +70,26 @@ timeline::PerfettoWriter::LinkLoads fabricLinkLoads(const timeline::RunTimeline&
   }
   if (out.empty()) *why = "no collective of the recording moved bytes over the fabric";
   return out;
+}
+
+sim::FabricModel::LinkLoads retimedLinkLoads(const std::string& trace_file, const fabric::FabricParams& params) {
+  sim::FabricModel model(params);
+  sim::FabricModel::LinkLoads total;
+  trace::TraceReader reader(trace_file);
+  trace::Envelope e;
+  while (reader.next(&e)) {
+    if (e.record_case() != trace::Envelope::kCollective) continue;
+    const trace::Collective& coll = e.collective();
+    if (coll.pretimed()) continue;
+    try {
+      const std::vector<int> ranks(coll.ranks().begin(), coll.ranks().end());
+      (void)model.time(fabric::parseOp(coll.op()), coll.bytes(), ranks, static_cast<uint32_t>(coll.root()),
+                       static_cast<uint32_t>(coll.peer()), coll.algorithm_used(), &total);
+    } catch (const std::exception&) {
+      continue;   // an op or group the model does not take: no load to add
+    }
+  }
+  return total;
 }
 
 }  // namespace cardsim::cli

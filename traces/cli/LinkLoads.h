@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "device_models/fabric/FabricParams.h"
+#include "simulator/FabricModel.h"
 #include "traces/export/PerfettoWriter.h"
 #include "traces/export/RunTimeline.h"
 
@@ -14,5 +16,11 @@ namespace cardsim::cli {
 // Empty, with `why` set, when the recording has no fabric collective or its configuration
 // has no fabric.
 timeline::PerfettoWriter::LinkLoads fabricLinkLoads(const timeline::RunTimeline& run, std::string* why);
+
+// The bytes each fabric link carried in one rank's trace of a data-parallel replay (`cardsim
+// replay --ranks N`): every collective of the file timed again by `params`' model over its
+// recorded group and algorithm, summed per link. The replicated ranks' collectives are the
+// same collectives, so one rank's file holds every transfer of the job.
+sim::FabricModel::LinkLoads retimedLinkLoads(const std::string& trace_file, const fabric::FabricParams& params);
 
 }  // namespace cardsim::cli

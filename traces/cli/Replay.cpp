@@ -26,6 +26,7 @@
 #include "simulator/FabricServer.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
+#include "traces/cli/LinkLoads.h"
 #include "traces/cli/TraceFiles.h"
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceFormat.h"
@@ -77,9 +78,6 @@ struct Job {
       if (std::strncmp(*e, "CARDSIM_", 8) == 0) inherited.emplace_back(*e, std::strcspn(*e, "="));
     for (const auto& k : inherited) ::unsetenv(k.c_str());
     for (const auto& [k, v] : job.env) ::setenv(k.c_str(), v.c_str(), 1);
-    // One replaying thread: it runs the simulation itself instead of handing every wait to
-    // a simulation thread (a futex round trip per call, most of a replay's wall time).
-    ::setenv("CARDSIM_SIM_DRIVER", "caller", 1);
     ::setenv("RANK", std::to_string(rank).c_str(), 1);
     ::setenv("WORLD_SIZE", std::to_string(job.scale > 0 ? job.scale : world).c_str(), 1);
     shim::InitOptions o;
@@ -295,7 +293,10 @@ int runReplay(const std::vector<std::string>& argv) {
   }
   if (job.scale > 0 && have_fabric) {
     const long long need = (job.scale + fp.devices_per_node - 1) / fp.devices_per_node;
-    if (need > fp.nodes) job.env["CARDSIM_NODES"] = std::to_string(need);
+    if (need > fp.nodes) {
+      job.env["CARDSIM_NODES"] = std::to_string(need);
+      fp.nodes = static_cast<uint32_t>(need);
+    }
   }
   job.out_dir = a.has("keep") ? a.get("keep") : tmp + "/replayed";
   ::mkdir(job.out_dir.c_str(), 0777);
@@ -361,13 +362,15 @@ int runReplay(const std::vector<std::string>& argv) {
     loads = server->linkLoads();
     server->stop(0.5);
   }
+  const std::string scaled_file = job.out_dir + "/rank" + std::to_string(run.begin()->first) + trace::kFileExtension;
+  // Replicated ranks time their collectives in-process: the links' loads come from the file.
+  if (!failed && job.scale > 0 && have_fabric) loads = retimedLinkLoads(scaled_file, fp);
   if (failed) {
     std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
     return 1;
   }
   replay::Report report = replay::analyze(
-      job.scale > 0 ? traceRankFiles(job.out_dir + "/rank" + std::to_string(run.begin()->first) + trace::kFileExtension)
-                    : traceRankFiles(job.out_dir));
+      job.scale > 0 ? traceRankFiles(scaled_file) : traceRankFiles(job.out_dir));
   if (!a.has("preset")) report.preset = h0.preset() + " (as recorded)";
   for (const auto& [name, u] : loads) {
     replay::LinkLoad l;
