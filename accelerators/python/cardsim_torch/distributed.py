@@ -314,6 +314,10 @@ class CardsimProcessGroup(dist.ProcessGroup):
                 f"{module.current_device()} is capturing); run them outside the capture")
 
     def _done(self, h: _Host, work, result):
+        # Each collective starts Gloo's transfer first and queues its fabric time while Gloo
+        # moves the bytes: the fabric server's round trip and Gloo's overlap. (A fabric error
+        # raises before this wait; Gloo's transfer then ends by itself, at the latest at the
+        # process group's timeout.)
         work.wait()
         h.finish()
         return _DoneWork(result)
@@ -359,8 +363,9 @@ class CardsimProcessGroup(dist.ProcessGroup):
         host = [h(t, written=True) for t in tensors]
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op)
-        self._charge("all_reduce", tensors)
-        self._gloo.allreduce(host, o).wait()
+        work = self._gloo.allreduce(host, o)
+        self._charge("all_reduce", tensors)   # while Gloo moves the bytes (see _done)
+        work.wait()
         # AVG divides on the host views: the vendor libraries average inside the collective,
         # so a division kernel on the stream would cost time the card does not spend.
         self._average(op, host)
@@ -387,16 +392,17 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
         ins = [h(t) for t in input_tensors]
+        work = self._gloo.allgather(outs, ins, opts or dist.AllgatherOptions())
         self._charge("all_gather", [t for lst in output_tensors for t in lst])
-        return self._done(h, self._gloo.allgather(outs, ins, opts or dist.AllgatherOptions()),
-                          output_tensors)
+        return self._done(h, work, output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
         h = self._host()
-        self._charge("all_gather", output)
         # Gloo wants the concatenated form; the stacked (world, *input.shape) form is the same bytes.
-        return self._done(h, self._gloo._allgather_base(h(output, True).view(-1), h(input).reshape(-1),
-                                                        opts or dist.AllgatherOptions()), [output])
+        work = self._gloo._allgather_base(h(output, True).view(-1), h(input).reshape(-1),
+                                          opts or dist.AllgatherOptions())
+        self._charge("all_gather", output)
+        return self._done(h, work, [output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         for o, i in zip(outputs, inputs):
@@ -415,14 +421,16 @@ class CardsimProcessGroup(dist.ProcessGroup):
         # host views, then keep this rank's slice (same bytes; no staging kernels on the
         # stream, which the vendor library does not run either).
         for out, ins in zip(output_tensors, input_tensors):
-            self._charge("reduce_scatter", ins)
             if self._timing:
+                self._charge("reduce_scatter", ins)
                 continue
             h = self._host()
             full = torch.stack([h(t).reshape(-1) for t in ins])
             o = dist.AllreduceOptions()
             o.reduceOp = self._reduce_op(op)
-            self._gloo.allreduce([full], o).wait()
+            work = self._gloo.allreduce([full], o)
+            self._charge("reduce_scatter", ins)
+            work.wait()
             self._average(op, [full])
             h(out, written=True).copy_(full[self.rank()].reshape(out.shape))
             h.finish()
@@ -444,8 +452,9 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         host = [h(t, written=True) for t in tensors]
         opts = opts or dist.BroadcastOptions()
+        work = self._gloo.broadcast(host, opts)
         self._charge("broadcast", tensors, root=opts.rootRank)
-        self._done(h, self._gloo.broadcast(host, opts), tensors)
+        self._done(h, work, tensors)
         return _DoneWork(tensors)
 
     def reduce(self, tensors, opts=None):
@@ -457,8 +466,9 @@ class CardsimProcessGroup(dist.ProcessGroup):
         o.reduceOp = self._reduce_op(op)
         o.rootRank = opts.rootRank
         o.rootTensor = opts.rootTensor
+        work = self._gloo.reduce(host, o)
         self._charge("reduce", tensors, root=opts.rootRank)
-        self._gloo.reduce(host, o).wait()
+        work.wait()
         if self.rank() == opts.rootRank:
             self._average(op, host)
         h.finish()
@@ -469,8 +479,9 @@ class CardsimProcessGroup(dist.ProcessGroup):
         outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
         ins = [h(t) for t in input_tensors]
         opts = opts or dist.GatherOptions()
+        work = self._gloo.gather(outs, ins, opts)
         self._charge("gather", input_tensors, root=opts.rootRank)
-        self._done(h, self._gloo.gather(outs, ins, opts), output_tensors)
+        self._done(h, work, output_tensors)
         return _DoneWork(output_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
@@ -478,8 +489,9 @@ class CardsimProcessGroup(dist.ProcessGroup):
         outs = [h(t, written=True) for t in output_tensors]
         ins = [[h(t) for t in lst] for lst in input_tensors]
         opts = opts or dist.ScatterOptions()
+        work = self._gloo.scatter(outs, ins, opts)
         self._charge("scatter", output_tensors, root=opts.rootRank)
-        self._done(h, self._gloo.scatter(outs, ins, opts), output_tensors)
+        self._done(h, work, output_tensors)
         return _DoneWork(output_tensors)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
@@ -502,11 +514,10 @@ class CardsimProcessGroup(dist.ProcessGroup):
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         h = self._host()
+        work = self._gloo.alltoall_base(h(output, True), h(input), list(output_split_sizes),
+                                        list(input_split_sizes), opts or dist.AllToAllOptions())
         self._charge("all_to_all", input)
-        return self._done(h, self._gloo.alltoall_base(h(output, True), h(input),
-                                                      list(output_split_sizes),
-                                                      list(input_split_sizes),
-                                                      opts or dist.AllToAllOptions()), [output])
+        return self._done(h, work, [output])
 
     # The names torch.distributed uses for the tensor forms of these collectives.
     def all_gather_single(self, output, input, opts=None):
