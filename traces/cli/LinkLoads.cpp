@@ -1,16 +1,14 @@
 #include "traces/cli/LinkLoads.h"
 
-#include <unistd.h>
-
-#include <cstdio>
+#include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <set>
 
 #include "device_models/fabric/Collective.h"
 #include "simulator/Config.h"
 #include "simulator/FabricConfig.h"
 #include "simulator/FabricModel.h"
+#include "simulator/proto/config.pb.h"
 #include "traces/lib/TraceReader.h"
 
 namespace cardsim::cli {
@@ -21,26 +19,19 @@ timeline::PerfettoWriter::LinkLoads fabricLinkLoads(const timeline::RunTimeline&
   const auto& calls = run.calls();
   const trace::Header& h0 = run.ranks().front().header;
 
-  // The recording's resolved configuration, as a preset file the loader reads.
-  char path[] = "/tmp/cardsim-export-XXXXXX";
-  const int fd = ::mkstemp(path);
-  if (fd < 0) {
-    *why = "no temporary file for the recorded configuration";
-    return out;
-  }
-  ::close(fd);
-  { std::ofstream(path) << h0.config_text(); }
+  // The recording's resolved configuration, with the node count it ran with.
   fabric::FabricParams params;
   try {
-    sim::SimOptions o;
-    o.preset = path;
-    params = sim::loadFabricParams(o);
+    const std::string origin = "the configuration recorded in " + run.ranks().front().file;
+    const config::Preset preset = sim::parsePresetText(h0.config_text(), origin);
+    if (!preset.device().has_fabric()) throw sim::ConfigError("no fabric block");
+    params = sim::toFabricParams(preset.device().fabric(), origin);
+    if (auto it = h0.environment().find("CARDSIM_NODES"); it != h0.environment().end())
+      params.nodes = static_cast<uint32_t>(std::max(1L, std::strtol(it->second.c_str(), nullptr, 10)));
   } catch (const std::exception& e) {
-    std::remove(path);
     *why = std::string("the recorded configuration has no fabric (") + e.what() + ")";
     return out;
   }
-  std::remove(path);
   sim::FabricModel model(params);
 
   // Each collective once (its members on other ranks are the same transfers).

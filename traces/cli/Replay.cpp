@@ -55,10 +55,6 @@ std::string makeTempDir() {
   return tmpl;
 }
 
-void removeTree(const std::string& dir) {
-  const std::string cmd = "rm -rf '" + dir + "'";
-  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "cardsim replay: could not remove %s\n", dir.c_str());
-}
 
 struct Job {
   std::string preset;                    // name or path every rank process starts from
@@ -231,7 +227,9 @@ int runReplay(const std::vector<std::string>& argv) {
   const std::string tmp = makeTempDir();
   struct Cleanup {
     std::string dir;
-    ~Cleanup() { removeTree(dir); }
+    ~Cleanup() {
+      if (!removeTree(dir)) std::fprintf(stderr, "cardsim replay: could not remove %s\n", dir.c_str());
+    }
   } cleanup{tmp};
   // Chakra execution traces become cardsim traces first (ChakraImport.h).
   const bool chakra = replay::isChakraPath(path);

@@ -203,7 +203,7 @@ int runSweep(const std::vector<std::string>& argv) {
       csv << b << (c + 1 < std::size(kColumns) ? "," : "\n");
     }
   }
-  (void)std::system(("rm -rf '" + tmp + "'").c_str());
+  (void)removeTree(tmp);
   if (failed) {
     std::fprintf(stderr, "cardsim sweep: %d of %zu replays failed; no output written\n", failed, combos.size());
     return all_bad_input ? 2 : 1;

@@ -1,6 +1,7 @@
 #include "traces/cli/TraceFiles.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -27,6 +28,13 @@ trace::Header checkedHeader(const std::string& file) {
 }
 
 }  // namespace
+
+bool removeTree(const std::string& dir) {
+  // Depth first, without following symbolic links (FTW_PHYS): a link is removed, not its target.
+  return ::nftw(dir.c_str(),
+                [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p) == 0 ? 0 : -1; },
+                16, FTW_DEPTH | FTW_PHYS) == 0;
+}
 
 std::map<int, std::string> traceRankFiles(const std::string& path) {
   std::map<int, std::string> out;

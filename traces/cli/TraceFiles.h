@@ -13,6 +13,9 @@ namespace cardsim::cli {
 // that need the whole job compare the count with the header's world size.
 std::map<int, std::string> traceRankFiles(const std::string& path);
 
+// Removes a directory tree of the CLI's own (temporary files); false if some entry stayed.
+bool removeTree(const std::string& dir);
+
 // `s` as a JSON string literal.
 std::string jsonString(const std::string& s);
 
