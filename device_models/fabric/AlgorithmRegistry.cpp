@@ -18,14 +18,16 @@ constexpr Entry kAlgorithms[] = {
 };
 
 const std::vector<std::unique_ptr<ICollectiveAlgorithm>>& instances() {
-  static const auto all = [] {
-    std::vector<std::unique_ptr<ICollectiveAlgorithm>> v;
-    for (const Entry& e : kAlgorithms) v.push_back(e.make());
+  // Never destroyed: a fabric server times collectives on its own thread while the process
+  // hosting it exits (it serves the other ranks until they are done), after static
+  // destructors have begun to run.
+  static const auto* all = [] {
+    auto* v = new std::vector<std::unique_ptr<ICollectiveAlgorithm>>;
+    for (const Entry& e : kAlgorithms) v->push_back(e.make());
     return v;
   }();
-  return all;
+  return *all;
 }
-
 
 }  // namespace
 

@@ -33,12 +33,24 @@ void stopFabricAtExit() {
       if (client) client->close();
       if (server) {
         // The rank hosting the server ends first more often than not (it raised the same
-        // error the others are about to get, or simply finished first): keep serving while
-        // other ranks are still connected, a few seconds at most, so that a late arrival
-        // gets its collective's real answer or error rather than a closed socket.
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (server->stats().connections_open > 0 && std::chrono::steady_clock::now() < until)
+        // error the others are about to get, or simply finished first, while groups without
+        // it go on): keep serving while other ranks are connected and the server is busy
+        // (a collective pending: it completes or meets its process group's timeout) or was
+        // so in the last few seconds, so that a late arrival gets its collective's real
+        // answer or error rather than a closed socket.
+        using Clock = std::chrono::steady_clock;
+        sim::FabricServer::Stats last = server->stats();
+        auto last_change = Clock::now();
+        for (;;) {
+          const sim::FabricServer::Stats now = server->stats();
+          if (now.connections_open == 0) break;
+          if (now.collectives_completed != last.collectives_completed ||
+              now.collectives_failed != last.collectives_failed || now.collectives_pending != last.collectives_pending)
+            last_change = Clock::now();
+          last = now;
+          if (now.collectives_pending == 0 && Clock::now() - last_change > std::chrono::seconds(5)) break;
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
         // Answers already computed still reach the other ranks before the server goes.
         server->stop(2.0);
       }

@@ -88,6 +88,27 @@ elif scenario == "hang":
         time.sleep(12)       # well past the others' 3 s timeout; then goes away quietly
         os._exit(0)
     timed_failure(t)
+elif scenario == "host_leaves_first":
+    # Rank 0 (which hosts the fabric server) finishes and exits normally while ranks 1 and
+    # 2 go on with collectives of their own group for longer than the server's idle grace.
+    pair = dist.new_group([1, 2])
+    if rank == 0:
+        print("OUT " + json.dumps(out), flush=True)
+        sys.exit(0)          # a normal exit: the server keeps serving the others
+    t = torch.ones(256, device=d)
+    t0 = time.monotonic()
+    n = 0
+    try:
+        while time.monotonic() - t0 < 7.5:
+            u = t.clone()
+            dist.all_reduce(u, group=pair)
+            n += 1
+            assert u[0].item() == 2.0
+            time.sleep(0.05)
+        out["error"] = None
+    except Exception as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["collectives"] = n
 elif scenario == "simple":
     t = torch.ones(1 << 12, device=d) * (rank + 1)
     dist.all_reduce(t)
@@ -203,6 +224,16 @@ def test_a_rank_that_hangs_fails_the_others_within_the_timeout(tmp_path):
         assert e and "timed out after 3 s" in e and f"rank(s) [{world - 1}]" in e, e
         assert "all_reduce #1 of process group [0, 1, 2]" in e, e
         assert 2.5 <= res[r]["wall_s"] < 11, res[r]
+
+
+def test_the_rank_hosting_the_server_may_leave_while_other_groups_go_on(tmp_path):
+    """The server lives in rank 0's process: at rank 0's exit it keeps serving while other
+    ranks are connected and busy, past its idle grace of a few seconds."""
+    res, errs = run_ranks(tmp_path, 3, "host_leaves_first", timeout=120)
+    assert res[0] is not None, errs[0]
+    for r in (1, 2):
+        assert res[r] and res[r]["error"] is None, (res[r], errs[r])
+        assert res[r]["collectives"] > 20, res[r]
 
 
 def _start_fabricd(*args):
