@@ -20,23 +20,30 @@ const fabric::Topology& FabricModel::topologyFor(uint32_t devices) {
   return *slot;
 }
 
-FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks,
-                                     uint32_t root, uint32_t peer, const std::string& algorithm,
-                                     LinkLoads* loads) {
+int FabricModel::highestRank(const std::vector<int>& ranks) {
   if (ranks.empty()) throw std::invalid_argument("a collective needs at least one rank");
+  int highest = 0;
+  for (int r : ranks) {
+    if (r < 0) throw std::invalid_argument("negative rank " + std::to_string(r) + " in a collective's group");
+    highest = std::max(highest, r);
+  }
+  return highest;
+}
+
+FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks,
+                                    uint32_t root, uint32_t peer, const std::string& algorithm,
+                                    const fabric::Topology& t) const {
   if (!(bytes >= 0)) throw std::invalid_argument("a collective's size must be a non-negative number of bytes");
   const bool p2p = op == fabric::CollectiveOp::SendRecv;
   if (root >= ranks.size() || (p2p && peer >= ranks.size()))
     throw std::invalid_argument(std::string(p2p && peer >= ranks.size() ? "peer" : "root") + " index " +
                                 std::to_string(p2p && peer >= ranks.size() ? peer : root) + " is outside the group of " +
                                 std::to_string(ranks.size()) + " rank(s)");
-  int highest = 0;
-  for (int r : ranks) {
-    if (r < 0) throw std::invalid_argument("negative rank " + std::to_string(r) + " in a collective's group");
-    highest = std::max(highest, r);
+  Plan out;
+  if ((ranks.size() < 2 && !p2p) || (p2p && ranks[root] == ranks[peer])) {
+    out.algorithm = "none";
+    return out;   // a group of one moves nothing
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  const fabric::Topology& t = topologyFor(static_cast<uint32_t>(highest) + 1);
   fabric::CollectiveRequest r;
   r.op = op;
   r.bytes = bytes;
@@ -45,20 +52,27 @@ FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, cons
   r.peer = p2p ? peer : (ranks.size() > 1 ? 1 : 0);
   r.channels = params_.channels;
   r.chunk_bytes = params_.chunk_bytes;
-  Timed out;
-  if ((ranks.size() < 2 && !p2p) || (p2p && ranks[root] == ranks[peer])) {
-    out.algorithm = "none";
-    return out;   // a group of one moves nothing
-  }
   std::string forced = algorithm;
   if (forced.empty())
     if (const char* env = std::getenv("CARDSIM_COLL_ALGO")) forced = env;
   const fabric::ICollectiveAlgorithm& a = fabric::pickAlgorithm(forced, r, t);
   out.algorithm = a.name();
-  const fabric::Schedule schedule = a.schedule(r, t);
-  out.seconds = fabric::CollectiveEngine(t).timeAlone(schedule);
+  out.schedule = a.schedule(r, t);
+  return out;
+}
+
+FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks,
+                                     uint32_t root, uint32_t peer, const std::string& algorithm,
+                                     LinkLoads* loads) {
+  const int highest = highestRank(ranks);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const fabric::Topology& t = topologyFor(static_cast<uint32_t>(highest) + 1);
+  const Plan p = plan(op, bytes, ranks, root, peer, algorithm, t);
+  Timed out;
+  out.algorithm = p.algorithm;
+  out.seconds = fabric::CollectiveEngine(t).timeAlone(p.schedule);
   if (loads) {
-    for (const fabric::Phase& ph : schedule.phases)
+    for (const fabric::Phase& ph : p.schedule.phases)
       for (const fabric::Transfer& x : ph.transfers)
         for (fabric::LinkId l : t.route(x.src, x.dst)) {
           const fabric::Link& link = t.link(l);
@@ -67,6 +81,22 @@ FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, cons
           u.bandwidth_bytes_per_s = link.params.bandwidth_bytes_per_s;
         }
   }
+  return out;
+}
+
+std::vector<double> FabricModel::timeTogether(const std::vector<Request>& requests) {
+  int highest = 0;
+  for (const Request& q : requests) highest = std::max(highest, highestRank(q.ranks));
+  std::lock_guard<std::mutex> lock(mutex_);
+  const fabric::Topology& t = topologyFor(static_cast<uint32_t>(highest) + 1);
+  std::vector<fabric::CollectiveEngine::Job> jobs;
+  jobs.reserve(requests.size());
+  for (const Request& q : requests)
+    jobs.push_back({plan(q.op, q.bytes, q.ranks, q.root, q.peer, q.algorithm, t).schedule, q.release_s});
+  const std::vector<double> ends = fabric::CollectiveEngine(t).timeTogether(jobs);
+  std::vector<double> out;
+  out.reserve(ends.size());
+  for (size_t i = 0; i < ends.size(); ++i) out.push_back(std::max(0.0, ends[i] - requests[i].release_s));
   return out;
 }
 

@@ -38,8 +38,28 @@ class FabricModel {
   Timed time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks, uint32_t root,
              uint32_t peer, const std::string& algorithm, LinkLoads* loads = nullptr);
 
+  struct Request {
+    fabric::CollectiveOp op = fabric::CollectiveOp::AllReduce;
+    double bytes = 0;
+    std::vector<int> ranks;
+    uint32_t root = 0, peer = 0;
+    std::string algorithm;
+    double release_s = 0;   // when it starts, on a clock shared by all the requests
+  };
+  // Collectives that overlap in time, sharing the fabric's links: each one's seconds from
+  // its release to its end (each takes the algorithm it would take alone). Throws as time().
+  std::vector<double> timeTogether(const std::vector<Request>& requests);
+
  private:
   const fabric::Topology& topologyFor(uint32_t devices);
+  struct Plan {
+    std::string algorithm;   // "none": a group of one, or a send to itself
+    fabric::Schedule schedule;
+  };
+  // Checks the request and lays out its schedule on `t` (caller holds mutex_).
+  Plan plan(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks, uint32_t root, uint32_t peer,
+            const std::string& algorithm, const fabric::Topology& t) const;
+  static int highestRank(const std::vector<int>& ranks);
   fabric::FabricParams params_;
   std::mutex mutex_;
   std::map<uint32_t, std::unique_ptr<fabric::Topology>> topologies_;   // by node count

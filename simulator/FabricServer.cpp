@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <deque>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -45,6 +46,11 @@ std::string rankList(const std::vector<int>& ranks) {
 // Ranks of an all_to_all may send different amounts (all_to_all_single with splits).
 bool unevenOk(const std::string& op) { return op == "all_to_all"; }
 
+// Bounds on joint timing (transfer by transfer): members summed over the collectives timed
+// together, and collectives remembered as still running.
+constexpr size_t kMaxJointMembers = 512;
+constexpr size_t kMaxInFlight = 64;
+
 }  // namespace
 
 struct Session;
@@ -64,14 +70,27 @@ struct Pending {
   };
   std::map<int, Arrival> arrived;   // by global rank
   std::unique_ptr<asio::steady_timer> timer;
+  bool ready = false;               // every member has arrived; answered at the next settle
+  uint64_t start_ps = 0;            // the latest arrival, once ready
 
   std::string what() const { return op + " #" + std::to_string(seq) + " of process group " + rankList(ranks); }
+};
+
+// A collective answered whose end may still overlap later ones: they share links with it.
+struct InFlight {
+  FabricModel::Request request;
+  uint64_t start_ps = 0, end_ps = 0;
 };
 
 struct Job {
   std::map<int, std::string> gone;           // rank -> why it left
   std::map<std::string, Pending> pending;    // by group key and sequence number
   int sessions = 0;
+  uint32_t world = 0;                        // from the ranks' Hello
+  std::map<int, int> waiting;                // rank -> its arrivals not answered yet
+  std::map<int, std::chrono::steady_clock::time_point> idle_since;   // rank -> when it last stopped waiting
+  std::vector<InFlight> in_flight;
+  std::unique_ptr<asio::steady_timer> settle_timer;
 };
 
 struct FabricServer::Impl {
@@ -103,7 +122,13 @@ struct FabricServer::Impl {
   void onHello(Session& s, const rpc::Hello& h);
   void onArrive(Session& s, const rpc::Arrive& a);
   void onClosed(Session& s);
-  void complete(Job& job, const std::string& key);
+  void maybeSettle(const std::string& job_name);
+  void settle(Job& job);
+  // Whether no rank of `job` can report anything new before hearing back; else, in `wait`,
+  // how long until the ranks busy elsewhere count as away.
+  bool quiescent(const Job& job, std::chrono::steady_clock::duration* wait) const;
+  void answer(Job& job, const std::string& key, uint64_t end_ps, const FabricModel::Timed& alone);
+  void forget(Job& job, Pending& p);
   void failPending(Job& job, const std::string& key, const std::string& why);
   void startStopping();
 };
@@ -241,6 +266,8 @@ void FabricServer::Impl::onHello(Session& s, const rpc::Hello& h) {
   Job& job = jobs[s.job];
   job.gone.erase(rank);
   ++job.sessions;
+  job.world = std::max(job.world, h.world_size());
+  job.idle_since[rank] = std::chrono::steady_clock::now();
   log(s.who() + " joined");
   rpc::ToClient w;
   w.mutable_welcome()->set_protocol_version(wire::kProtocolVersion);
@@ -316,44 +343,185 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
   if (p.arrived.count(s.rank)) return error(what + ": rank " + std::to_string(s.rank) + " reported it twice");
   p.bytes = std::max(p.bytes, a.bytes());   // uneven all_to_all: the largest send bounds it
   p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps()};
-  if (p.arrived.size() == p.ranks.size()) complete(job, key);
+  ++job.waiting[s.rank];
+  if (p.arrived.size() == p.ranks.size()) {
+    p.ready = true;
+    for (const auto& [r, arr] : p.arrived) p.start_ps = std::max(p.start_ps, arr.arrival_ps);
+    if (p.timer) p.timer->cancel();   // every member is here: it completes at the next settle
+  }
+  maybeSettle(s.job);
 }
 
-void FabricServer::Impl::complete(Job& job, const std::string& key) {
-  auto it = job.pending.find(key);
-  Pending& p = it->second;
-  uint64_t start = 0;
-  for (const auto& [r, a] : p.arrived) start = std::max(start, a.arrival_ps);
-  FabricModel::Timed t;
-  FabricModel::LinkLoads used;
-  try {
-    t = model.time(fabric::parseOp(p.op), p.bytes, p.ranks, p.root, p.peer, p.algorithm, &used);
-  } catch (const std::exception& e) {
-    return failPending(job, key, e.what());
+// Ready collectives are answered together once no rank of the job can report anything new
+// before hearing back (every rank waits for an answer or has left): then the set answered
+// is the program's, not the wall clock's, and collectives of different groups that overlap
+// in simulated time share the links. A rank that has been busy elsewhere for `settle_s` of
+// wall time (long host work, a point-to-point transfer, or idle) counts as away until it
+// reports again: it holds the others once, not at every collective.
+bool FabricServer::Impl::quiescent(const Job& job, std::chrono::steady_clock::duration* wait) const {
+  using Clock = std::chrono::steady_clock;
+  const auto now = Clock::now();
+  const auto settle = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.settle_s));
+  Clock::duration longest{0};
+  for (uint32_t r = 0; r < job.world; ++r) {
+    const int rank = static_cast<int>(r);
+    if (job.gone.count(rank)) continue;
+    if (auto w = job.waiting.find(rank); w != job.waiting.end() && w->second > 0) continue;
+    auto idle = job.idle_since.find(rank);
+    const Clock::duration left = idle == job.idle_since.end() ? settle : idle->second + settle - now;
+    if (left > Clock::duration::zero()) longest = std::max(longest, left);
   }
-  {
-    std::lock_guard<std::mutex> lock(loads_mutex);
-    for (const auto& [name, u] : used) {
-      FabricModel::LinkUse& sum = loads[name];
-      sum.bytes += u.bytes;
-      sum.bandwidth_bytes_per_s = u.bandwidth_bytes_per_s;
+  *wait = longest;
+  return longest == Clock::duration::zero();
+}
+
+void FabricServer::Impl::maybeSettle(const std::string& job_name) {
+  auto jit = jobs.find(job_name);
+  if (jit == jobs.end()) return;
+  Job& job = jit->second;
+  bool any = false;
+  for (const auto& [key, p] : job.pending) any = any || p.ready;
+  if (!any) {
+    if (job.settle_timer) job.settle_timer->cancel();
+    return;
+  }
+  std::chrono::steady_clock::duration wait{};
+  if (quiescent(job, &wait)) {
+    if (job.settle_timer) job.settle_timer->cancel();
+    return settle(job);
+  }
+  if (job.settle_timer) return;   // already counting
+  job.settle_timer = std::make_unique<asio::steady_timer>(io, wait);
+  job.settle_timer->async_wait([this, job_name](boost::system::error_code ec) {
+    if (ec) return;
+    auto j = jobs.find(job_name);
+    if (j == jobs.end()) return;
+    j->second.settle_timer.reset();
+    log("job " + job_name + ": answering while a rank is busy outside the fabric");
+    settle(j->second);
+  });
+}
+
+void FabricServer::Impl::settle(Job& job) {
+  if (job.settle_timer) {
+    job.settle_timer->cancel();
+    job.settle_timer.reset();
+  }
+  struct Ready {
+    std::string key;
+    FabricModel::Timed alone;
+    FabricModel::Request request;
+    uint64_t start_ps = 0;
+  };
+  std::vector<Ready> ready;
+  std::vector<std::string> keys;   // in key order: the same on every rerun
+  for (const auto& [key, p] : job.pending)
+    if (p.ready) keys.push_back(key);
+  for (const std::string& key : keys) {
+    Pending& p = job.pending.at(key);
+    Ready r;
+    r.key = key;
+    r.start_ps = p.start_ps;
+    FabricModel::LinkLoads used;
+    try {
+      r.request.op = fabric::parseOp(p.op);
+      r.alone = model.time(r.request.op, p.bytes, p.ranks, p.root, p.peer, p.algorithm, &used);
+    } catch (const std::exception& e) {
+      failPending(job, key, e.what());
+      continue;
+    }
+    r.request.bytes = p.bytes;
+    r.request.ranks = p.ranks;
+    r.request.root = p.root;
+    r.request.peer = p.peer;
+    r.request.algorithm = p.algorithm;
+    {
+      std::lock_guard<std::mutex> lock(loads_mutex);
+      for (const auto& [name, u] : used) {
+        FabricModel::LinkUse& sum = loads[name];
+        sum.bytes += u.bytes;
+        sum.bandwidth_bytes_per_s = u.bandwidth_bytes_per_s;
+      }
+    }
+    ready.push_back(std::move(r));
+  }
+  if (ready.empty()) return;
+  uint64_t first = std::numeric_limits<uint64_t>::max();
+  for (const Ready& r : ready) first = std::min(first, r.start_ps);
+  // Collectives answered before that still run when these start: they share the links.
+  std::vector<InFlight> still;
+  for (InFlight& f : job.in_flight)
+    if (f.end_ps > first) still.push_back(std::move(f));
+  job.in_flight = std::move(still);
+  std::vector<uint64_t> ends;
+  for (const Ready& r : ready) ends.push_back(r.start_ps + model::secondsToPs(r.alone.seconds));
+  size_t members = 0;
+  for (const Ready& r : ready) members += r.request.ranks.size();
+  for (const InFlight& f : job.in_flight) members += f.request.ranks.size();
+  // Alone unless something overlaps; joint timing is transfer by transfer, so very large
+  // sets keep their times alone rather than stall the server.
+  if (ready.size() + job.in_flight.size() > 1 && members <= kMaxJointMembers) {
+    uint64_t base = first;
+    for (const InFlight& f : job.in_flight) base = std::min(base, f.start_ps);
+    std::vector<FabricModel::Request> together;
+    for (const InFlight& f : job.in_flight) {
+      together.push_back(f.request);
+      together.back().release_s = static_cast<double>(f.start_ps - base) * 1e-12;
+    }
+    for (const Ready& r : ready) {
+      together.push_back(r.request);
+      together.back().release_s = static_cast<double>(r.start_ps - base) * 1e-12;
+    }
+    try {
+      const std::vector<double> secs = model.timeTogether(together);
+      for (size_t i = 0; i < ready.size(); ++i) {
+        const double s = secs[job.in_flight.size() + i];
+        // Sharing only slows; equal within rounding means it shared nothing.
+        if (s > ready[i].alone.seconds * (1 + 1e-9)) ends[i] = ready[i].start_ps + model::secondsToPs(s);
+      }
+    } catch (const std::exception& e) {
+      log(std::string("joint timing failed, timing alone: ") + e.what());
     }
   }
-  const uint64_t end = start + model::secondsToPs(t.seconds);
+  for (size_t i = 0; i < ready.size(); ++i) {
+    InFlight f;
+    f.request = ready[i].request;
+    f.start_ps = ready[i].start_ps;
+    f.end_ps = ends[i];
+    job.in_flight.push_back(std::move(f));
+    answer(job, ready[i].key, ends[i], ready[i].alone);
+  }
+  if (job.in_flight.size() > kMaxInFlight)
+    job.in_flight.erase(job.in_flight.begin(), job.in_flight.end() - kMaxInFlight);
+}
+
+void FabricServer::Impl::answer(Job& job, const std::string& key, uint64_t end_ps, const FabricModel::Timed& alone) {
+  auto it = job.pending.find(key);
+  Pending& p = it->second;
   for (const auto& [r, a] : p.arrived) {
     auto s = a.session.lock();
     if (!s) continue;
     rpc::ToClient m;
     auto* c = m.mutable_complete();
     c->set_id(a.id);
-    c->set_end_ps(end);
-    c->set_algorithm(t.algorithm);
-    c->set_alone_s(t.seconds);
+    c->set_end_ps(end_ps);
+    c->set_algorithm(alone.algorithm);
+    c->set_alone_s(alone.seconds);
     s->send(m);
   }
   completed.fetch_add(1);
   pending_count.fetch_sub(1);
+  forget(job, p);
   job.pending.erase(it);
+}
+
+void FabricServer::Impl::forget(Job& job, Pending& p) {
+  for (const auto& [r, a] : p.arrived)
+    if (auto w = job.waiting.find(r); w != job.waiting.end() && --w->second <= 0) {
+      job.waiting.erase(w);
+      job.idle_since[r] = std::chrono::steady_clock::now();
+    }
+  if (p.timer) p.timer->cancel();
 }
 
 void FabricServer::Impl::failPending(Job& job, const std::string& key, const std::string& why) {
@@ -372,6 +540,7 @@ void FabricServer::Impl::failPending(Job& job, const std::string& key, const std
   }
   failed.fetch_add(1);
   pending_count.fetch_sub(1);
+  forget(job, p);
   job.pending.erase(it);
 }
 
@@ -395,17 +564,25 @@ void FabricServer::Impl::onClosed(Session& s) {
   if (--job.sessions <= 0) {
     // The job is over for the server: drop what is left (answers to ranks no one listens for).
     pending_count.fetch_sub(job.pending.size());
+    for (auto& [key, p] : job.pending)
+      if (p.timer) p.timer->cancel();
+    if (job.settle_timer) job.settle_timer->cancel();
     jobs.erase(jit);
+    return;
   }
+  // A rank gone waits for nothing: what the others wait for may be answerable now.
+  maybeSettle(s.job);
 }
 
 void FabricServer::Impl::startStopping() {
   stopping = true;
   boost::system::error_code ec;
   acceptor.close(ec);
-  for (auto& [name, job] : jobs)
+  for (auto& [name, job] : jobs) {
     for (auto& [key, p] : job.pending)
       if (p.timer) p.timer->cancel();
+    if (job.settle_timer) job.settle_timer->cancel();
+  }
   const auto all = sessions;   // closing one erases it from `sessions`
   for (const auto& s : all) s->closeAfterWrites();
 }

@@ -4,8 +4,10 @@
 // Each rank reports when a collective can start on its stream (its arrival, in simulated
 // time); once every member of the group has arrived, the collective completes at the
 // latest arrival plus the model's time for it, and every member gets that completion.
-// The answer depends only on the arrivals, never on the wall-clock order in which they
-// came, so reruns are bit-identical. A member that disconnects, or does not arrive within
+// Collectives ready together (answered when every rank of the job waits for an answer)
+// and those still running when they start share the links: each is timed with the others
+// on the fabric. The answer depends only on the arrivals, never on the wall-clock order
+// in which they came, so reruns are bit-identical. A member that disconnects, or does not arrive within
 // the group's timeout, fails the collective for the others with a message naming the
 // group, the collective and the missing ranks. Garbage, an oversized frame or another
 // protocol version costs that connection only; the server keeps serving the others.
@@ -27,6 +29,9 @@ class FabricServer {
     std::string bind = "127.0.0.1";   // "0.0.0.0" for jobs spanning hosts
     uint16_t port = 0;                // 0: any free port
     bool log = false;                 // one line per connection event on stderr
+    // Ready collectives are answered once every rank of the job waits for an answer (or has
+    // left), or after this many wall seconds if one is busy elsewhere (see FabricServer.cpp).
+    double settle_s = 1.0;
   };
   // Binds and listens; throws std::runtime_error naming the address on failure.
   FabricServer(fabric::FabricParams params, Options options);

@@ -83,6 +83,14 @@ Status SimBackend::fabricServe(const std::string& bind, uint16_t port, uint16_t*
   o.preset = sim_.options().preset;
   o.bind = bind.empty() ? "127.0.0.1" : bind;
   o.port = port;
+  if (const char* env = std::getenv("CARDSIM_FABRIC_SETTLE_S")) {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    if (end == env || *end != '\0' || !(v >= 0) || v > 3600)
+      return Status(Code::InvalidValue, std::string("fabricServe: CARDSIM_FABRIC_SETTLE_S must be 0..3600 seconds, got '") +
+                                            env + "'");
+    o.settle_s = v;
+  }
   try {
     auto server = std::make_unique<sim::FabricServer>(fabric_->params(), o);
     server->start();

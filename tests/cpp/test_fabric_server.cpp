@@ -232,3 +232,85 @@ TEST(FabricServer, AClientOfAnUnreachableServerGetsAClearError) {
   const std::string bad = errorOf([] { FabricClient("no-port", FabricClient::Identity{"job", 0, 1, kPreset}, 0.3); });
   EXPECT_NE(bad.find("is not host:port"), std::string::npos) << bad;
 }
+
+TEST(FabricServer, CollectivesOfTwoGroupsOverlappingInTimeShareTheLinksTheyCross) {
+  // Chips 0, 1 on card 0 and 2, 3 on card 1: groups {0, 2} and {1, 3} both cross the link
+  // between the cards.
+  Fixture fx;
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 4; ++r) clients.push_back(fx.client(r, 4));
+  const double bytes = 64.0 * (1 << 20);
+  const std::vector<int> a = {0, 2}, b = {1, 3};
+  sim::FabricModel model(params());
+  auto run = [&](uint64_t a_at, uint64_t b_at) {
+    std::vector<std::future<FabricClient::Completion>> done(4);
+    for (int r : {3, 0, 2, 1}) {   // the wall-clock order does not matter
+      auto c = allReduce(r % 2 ? b : a, r % 2 ? b_at : a_at, bytes);
+      c.group = r % 2 ? "b" : "a";
+      c.seq = clients[r]->nextSeq(c.group);
+      done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
+    }
+    std::vector<uint64_t> ends;
+    for (auto& d : done) ends.push_back(d.get().end_ps);
+    EXPECT_EQ(ends[0], ends[2]);
+    EXPECT_EQ(ends[1], ends[3]);
+    return std::make_pair(ends[0], ends[1]);
+  };
+  const double alone = aloneSeconds(bytes, a);
+  ASSERT_NEAR(alone, aloneSeconds(bytes, b), 1e-15);
+  // At once: each gets the model's shared time, about twice its time alone.
+  const uint64_t t0 = 1'000'000;
+  const auto both = run(t0, t0);
+  std::vector<sim::FabricModel::Request> together(2);
+  together[0].ranks = a;
+  together[1].ranks = b;
+  together[0].bytes = together[1].bytes = bytes;
+  const std::vector<double> shared = model.timeTogether(together);
+  EXPECT_EQ(both.first, t0 + model::secondsToPs(shared[0]));
+  EXPECT_EQ(both.second, t0 + model::secondsToPs(shared[1]));
+  EXPECT_GT(shared[0], 1.8 * alone);
+  // Group b starting half way through group a's: each slowed by the overlap only.
+  const uint64_t t1 = both.second + 1'000'000;
+  const uint64_t half = model::secondsToPs(alone / 2);
+  const auto staggered = run(t1, t1 + half);
+  together[1].release_s = static_cast<double>(half) * 1e-12;
+  const std::vector<double> partly = model.timeTogether(together);
+  EXPECT_EQ(staggered.first, t1 + model::secondsToPs(partly[0]));
+  EXPECT_EQ(staggered.second, t1 + half + model::secondsToPs(partly[1]));
+  EXPECT_GT(staggered.first, t1 + model::secondsToPs(alone) + half / 4);
+  EXPECT_LT(staggered.first, both.first - t0 + t1);
+  // Apart in time: each alone.
+  const uint64_t t2 = staggered.second + 1'000'000;
+  const auto apart = run(t2, t2 + 2 * model::secondsToPs(alone));
+  EXPECT_EQ(apart.first, t2 + model::secondsToPs(alone));
+  EXPECT_EQ(apart.second, t2 + 2 * model::secondsToPs(alone) + model::secondsToPs(alone));
+}
+
+TEST(FabricServer, ARankBusyElsewhereHoldsTheOthersOnceForTheSettleTime) {
+  FabricServer::Options o{kPreset, "127.0.0.1", 0, false};
+  o.settle_s = 1.0;
+  FabricServer server(params(), o);
+  server.start();
+  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 3; ++r)
+    clients.push_back(std::make_unique<FabricClient>(address, FabricClient::Identity{"job", r, 3, kPreset}, 5));
+  // Rank 2 is connected but never reports: the group {0, 1} waits for it once, then not.
+  auto call = [&](uint64_t at) {
+    const auto w0 = std::chrono::steady_clock::now();
+    std::vector<std::future<FabricClient::Completion>> done;
+    for (int r : {0, 1}) {
+      auto c = allReduce({0, 1}, at);
+      c.seq = clients[r]->nextSeq(c.group);
+      done.push_back(std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); }));
+    }
+    EXPECT_EQ(done[0].get().end_ps, done[1].get().end_ps);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const double first = call(1'000'000);
+  EXPECT_GT(first, 0.8);   // held until rank 2 had been busy for the settle time
+  const double second = call(1'000'000'000);
+  EXPECT_LT(second, 0.8);  // rank 2 now counts as away
+  server.stop(1.0);
+}
