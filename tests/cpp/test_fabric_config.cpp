@@ -83,7 +83,7 @@ TEST(FabricConfig, PresetShapes) {
   o.preset = "h100-sxm";
   f = sim::loadFabricParams(o);
   EXPECT_EQ(f.shape, fabric::NodeShape::SwitchStar);
-  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9);
+  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.881);
   EXPECT_TRUE(f.in_switch_reduction);
   o.preset = "mlu370-x8";
   f = sim::loadFabricParams(o);
@@ -109,8 +109,14 @@ TEST(FabricConfig, ReferencePresetsCarryTheirCalibration) {
   EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.682);
   EXPECT_DOUBLE_EQ(f.collective_latency_s, 30.2e-6);
   EXPECT_DOUBLE_EQ(fabric::buildTopology(f).collectiveLatency(), 30.2e-6);
-  // Presets without them: no fixed cost, full-rate reductions.
+  // The H100 shares the H200's links, switch and GPU die: the same figures.
   o.preset = "h100-sxm";
+  f = sim::loadFabricParams(o);
+  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.881);
+  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.682);
+  EXPECT_DOUBLE_EQ(f.collective_latency_s, 30.2e-6);
+  // Presets without them: no fixed cost, full-rate reductions.
+  o.preset = "br100";
   f = sim::loadFabricParams(o);
   EXPECT_EQ(f.collective_latency_s, 0.0);
   EXPECT_EQ(f.reduction_efficiency, 1.0);
@@ -166,7 +172,8 @@ TEST(FabricConfig, ErrorsNameTheKeyPathAndValue) {
 TEST(FabricModel, TimesGroupsByGlobalRankAndGrowsNodesAsNeeded) {
   sim::SimOptions o;
   o.preset = "h100-sxm";
-  o.overrides = {"fabric.link.bandwidth=400 GB/s", "fabric.link.latency=1 us", "fabric.switch_latency=0.5 us"};
+  o.overrides = {"fabric.link.bandwidth=400 GB/s", "fabric.link.latency=1 us", "fabric.switch_latency=0.5 us",
+                 "fabric.link.efficiency=1", "fabric.collective_latency=0 us", "fabric.reduction_efficiency=1"};
   sim::FabricModel m(sim::loadFabricParams(o));
   using fabric::CollectiveOp;
   // A group of one moves nothing; a point-to-point to itself neither.

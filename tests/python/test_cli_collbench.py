@@ -30,7 +30,8 @@ def rows(out: str):
 
 MESH = ["--preset", "br100", "--set", "fabric.link.bandwidth=100 GB/s", "--set", "fabric.link.latency=1 us"]
 STAR = ["--preset", "h100-sxm", "--set", "fabric.link.bandwidth=400 GB/s", "--set", "fabric.link.latency=1 us",
-        "--set", "fabric.switch_latency=0.5 us"]
+        "--set", "fabric.switch_latency=0.5 us", "--set", "fabric.link.efficiency=1", "--set",
+        "fabric.collective_latency=0 us", "--set", "fabric.reduction_efficiency=1"]
 
 
 def test_direct_all_gather_on_a_full_mesh_matches_the_closed_form():

@@ -241,6 +241,12 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
             ++s.point_to_point_nodes;
           } else if (coll && commType(coll->op(), &type)) {
             n.set_type(chakra::COMM_COLL_NODE);
+            // A barrier is an all-reduce of one element, as cardsim times it and as the
+            // vendor libraries run it; ASTRA-sim has no BARRIER. The op rides along.
+            if (type == chakra::BARRIER) {
+              type = chakra::ALL_REDUCE;
+              attr(&n, "cardsim_op")->set_string_val(coll->op());
+            }
             attr(&n, "comm_type")->set_int64_val(type);
             attr(&n, "comm_size")->set_int64_val(static_cast<int64_t>(coll->bytes()));
             attr(&n, "pg_name")->set_string_val(std::to_string(group_id[c.group]));

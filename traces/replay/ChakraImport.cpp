@@ -468,6 +468,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       case Op::kCollective: {
         double type = -1;
         const char* op = number(n, "comm_type", &type) ? collectiveOp(static_cast<int64_t>(type)) : nullptr;
+        if (op && text(n, "cardsim_op") == "barrier") op = "barrier";   // exported as an all-reduce
         if (!op) throw TraceError(where(n) + ": comm_type " + std::to_string(static_cast<int64_t>(type)) +
                                   " has no collective on the fabric (all_reduce, reduce, all_gather, broadcast, "
                                   "all_to_all, reduce_scatter, barrier)");

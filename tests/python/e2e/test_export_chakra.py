@@ -216,6 +216,31 @@ def test_collectives_of_two_ranks(tmp_path):
         [n["attr"]["comm_size"] for n in per_rank[1] if n["type"] == COLL]
 
 
+BARRIER = DP.replace("torch.mlu.synchronize()", "dist.barrier()\ntorch.mlu.synchronize()")
+
+
+def test_a_barrier_is_exported_as_the_all_reduce_of_one_element_it_is(tmp_path):
+    """Chakra has BARRIER but ASTRA-sim runs only all_reduce, all_gather, reduce_scatter,
+    all_to_all and broadcast: a barrier goes out as the 4-byte all-reduce cardsim times it
+    as, marked so that a replay of the files runs a barrier again."""
+    trace = record(tmp_path, "bar", BARRIER, world=2)
+    export_chakra(trace, tmp_path / "bar")
+    for r in range(2):
+        colls = [n for n in read_et(tmp_path / f"bar.{r}.et")[1] if n["type"] == COLL]
+        assert len(colls) == 3, [n["name"] for n in colls]
+        last = colls[-1]
+        assert last["attr"]["comm_type"] == ("int64", ALL_REDUCE)
+        assert last["attr"]["comm_size"] == ("int64", 4)
+        assert last["attr"]["cardsim_op"] == ("string", "barrier")
+        assert all("cardsim_op" not in c["attr"] for c in colls[:2])
+    replay(tmp_path / "bar", "--keep", tmp_path / "bar-kept")
+    kept = cardsim("info", tmp_path / "bar-kept", "--records")
+    assert kept.returncode == 0 and 'op: "barrier"' in kept.stdout, kept.stdout[-2000:]
+    export_chakra(tmp_path / "bar-kept", tmp_path / "bar-again")
+    for r in range(2):
+        assert canonical(read_et(tmp_path / f"bar-again.{r}.et")[1]) == canonical(read_et(tmp_path / f"bar.{r}.et")[1])
+
+
 def test_bad_input_and_usage(tmp_path):
     res = cardsim("export", tmp_path / "missing", "--chakra", tmp_path / "x")
     assert res.returncode == 2 and "missing" in res.stderr and res.stdout == ""
