@@ -239,6 +239,12 @@ FabricClient::Completion FabricClient::collective(const Collective& c) {
   return r.completion;
 }
 
+void FabricClient::park(bool parked) {
+  rpc::ToServer m;
+  m.mutable_park()->set_parked(parked);
+  impl_->send(wire::frame(m.SerializeAsString()));
+}
+
 void FabricClient::close() {
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);

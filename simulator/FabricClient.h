@@ -55,6 +55,10 @@ class FabricClient {
   // The next sequence number of `group` (each group's collectives are numbered in call order).
   uint64_t nextSeq(const std::string& group);
 
+  // Tells the server this rank waits (or no longer waits) on something outside it that only
+  // another rank's progress ends; does not wait for an answer.
+  void park(bool parked);
+
   // Closes the connection; collectives in flight fail.
   void close();
 

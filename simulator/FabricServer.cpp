@@ -88,6 +88,7 @@ struct Job {
   int sessions = 0;
   uint32_t world = 0;                        // from the ranks' Hello
   std::map<int, int> waiting;                // rank -> its arrivals not answered yet
+  std::set<int> parked;                      // ranks waiting outside the server (Park)
   std::map<int, std::chrono::steady_clock::time_point> idle_since;   // rank -> when it last stopped waiting
   std::vector<InFlight> in_flight;
   std::unique_ptr<asio::steady_timer> settle_timer;
@@ -121,6 +122,7 @@ struct FabricServer::Impl {
   void onMessage(Session& s, const rpc::ToServer& m);
   void onHello(Session& s, const rpc::Hello& h);
   void onArrive(Session& s, const rpc::Arrive& a);
+  void onPark(Session& s, bool parked);
   void onClosed(Session& s);
   void maybeSettle(const std::string& job_name);
   void settle(Job& job);
@@ -241,6 +243,7 @@ void FabricServer::Impl::accept() {
 void FabricServer::Impl::onMessage(Session& s, const rpc::ToServer& m) {
   if (m.has_hello()) return onHello(s, m.hello());
   if (!s.hello) return s.fail("the first message must be Hello");
+  if (m.has_park()) return onPark(s, m.park().parked());
   onArrive(s, m.arrive());
 }
 
@@ -365,7 +368,7 @@ bool FabricServer::Impl::quiescent(const Job& job, std::chrono::steady_clock::du
   Clock::duration longest{0};
   for (uint32_t r = 0; r < job.world; ++r) {
     const int rank = static_cast<int>(r);
-    if (job.gone.count(rank)) continue;
+    if (job.gone.count(rank) || job.parked.count(rank)) continue;
     if (auto w = job.waiting.find(rank); w != job.waiting.end() && w->second > 0) continue;
     auto idle = job.idle_since.find(rank);
     const Clock::duration left = idle == job.idle_since.end() ? settle : idle->second + settle - now;
@@ -373,6 +376,16 @@ bool FabricServer::Impl::quiescent(const Job& job, std::chrono::steady_clock::du
   }
   *wait = longest;
   return longest == Clock::duration::zero();
+}
+
+void FabricServer::Impl::onPark(Session& s, bool parked) {
+  Job& job = jobs[s.job];
+  if (parked) {
+    job.parked.insert(s.rank);
+    return maybeSettle(s.job);
+  }
+  job.parked.erase(s.rank);
+  job.idle_since[s.rank] = std::chrono::steady_clock::now();
 }
 
 void FabricServer::Impl::maybeSettle(const std::string& job_name) {
@@ -555,6 +568,7 @@ void FabricServer::Impl::onClosed(Session& s) {
   Job& job = jit->second;
   log(s.who() + " left");
   job.gone[s.rank] = "left the job (its connection to the fabric server closed: the process exited or was killed)";
+  job.parked.erase(s.rank);
   std::vector<std::string> doomed;
   for (const auto& [key, p] : job.pending)
     if (!p.arrived.count(s.rank) && std::find(p.ranks.begin(), p.ranks.end(), s.rank) != p.ranks.end())

@@ -31,7 +31,7 @@ class FabricServer {
     bool log = false;                 // one line per connection event on stderr
     // Ready collectives are answered once every rank of the job waits for an answer (or has
     // left), or after this many wall seconds if one is busy elsewhere (see FabricServer.cpp).
-    double settle_s = 1.0;
+    double settle_s = 3.0;
   };
   // Binds and listens; throws std::runtime_error naming the address on failure.
   FabricServer(fabric::FabricParams params, Options options);

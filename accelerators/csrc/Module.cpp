@@ -430,6 +430,10 @@ PYBIND11_MODULE(_C, m) {
     accel::start();
     throwIfFailed(shim::fabricConnect(address, job, rank, world), "fabricConnect");
   });
+  m.def("_fabric_park", [](bool parked) {
+    py::gil_scoped_release nogil;
+    throwIfFailed(shim::fabricPark(parked), "fabricPark");
+  });
   m.def("_fabric_address", [] {
     std::string a;
     accel::start();

@@ -92,6 +92,7 @@ class IBackend {
     if (address) address->clear();
     return Status::Ok();
   }
+  virtual Status fabricPark(bool) { return Status::Ok(); }
 
   // The vendor's collective library (shim.h, Communicators); only the native backend has one.
   virtual Status commGetUniqueId(std::string*) { return noComm("commGetUniqueId"); }

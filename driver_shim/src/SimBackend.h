@@ -268,6 +268,7 @@ class SimBackend final : public IBackend {
   Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) override;
   Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size) override;
   Status fabricAddress(std::string* address) override;
+  Status fabricPark(bool parked) override;
 
  private:
   static DeviceId dev(int d) { return DeviceId{static_cast<uint32_t>(d)}; }

@@ -135,6 +135,11 @@ Status SimBackend::fabricAddress(std::string* address) {
   return Status::Ok();
 }
 
+Status SimBackend::fabricPark(bool parked) {
+  if (sim::FabricClient* client = fabricClient()) client->park(parked);
+  return Status::Ok();
+}
+
 Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                           std::string* algorithm) {
   StreamObject* s = nullptr;

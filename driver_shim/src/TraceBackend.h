@@ -127,6 +127,7 @@ class TraceBackend final : public IBackend {
     return inner_->fabricConnect(address, job, rank, world_size);
   }
   Status fabricAddress(std::string* address) override { return inner_->fabricAddress(address); }
+  Status fabricPark(bool parked) override { return inner_->fabricPark(parked); }
   // The vendor's collectives (native backend): passed through, not recorded.
   Status commGetUniqueId(std::string* id) override { return inner_->commGetUniqueId(id); }
   Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank) override {

@@ -314,3 +314,26 @@ TEST(FabricServer, ARankBusyElsewhereHoldsTheOthersOnceForTheSettleTime) {
   EXPECT_LT(second, 0.8);  // rank 2 now counts as away
   server.stop(1.0);
 }
+
+TEST(FabricServer, AParkedRankCountsAsWaiting) {
+  FabricServer::Options o{kPreset, "127.0.0.1", 0, false};
+  o.settle_s = 30;   // holding the collective for rank 2 would show
+  FabricServer server(params(), o);
+  server.start();
+  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 3; ++r)
+    clients.push_back(std::make_unique<FabricClient>(address, FabricClient::Identity{"job", r, 3, kPreset}, 5));
+  clients[2]->park(true);
+  const auto w0 = std::chrono::steady_clock::now();
+  std::vector<std::future<FabricClient::Completion>> done;
+  for (int r : {0, 1}) {
+    auto c = allReduce({0, 1}, 1'000'000);
+    c.seq = clients[r]->nextSeq(c.group);
+    done.push_back(std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); }));
+  }
+  EXPECT_EQ(done[0].get().end_ps, 1'000'000 + model::secondsToPs(aloneSeconds(1 << 20, {0, 1})));
+  done[1].get();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count(), 15.0);
+  server.stop(1.0);
+}

@@ -20,7 +20,7 @@ const std::vector<FlagSpec> kFlags = {
     {"preset", true, false, "device preset whose fabric is modelled (default mlu370-x8); ranks must use the same"},
     {"set", true, true, "key.path=value override of the preset"},
     {"settle-s", true, false, "wall seconds a ready collective waits for every rank of its job to be waiting "
-                               "(so that overlapping collectives are timed together; default 1)"},
+                               "(so that overlapping collectives are timed together; default 3)"},
     {"quiet", false, false, "no line per connection on stderr"},
     {"help", false, false, "this help"},
 };
@@ -43,7 +43,7 @@ int runFabricd(const std::vector<std::string>& argv) {
   so.bind = a.get("bind", "0.0.0.0");
   so.port = static_cast<uint16_t>(port);
   so.log = !a.has("quiet");
-  so.settle_s = a.number("settle-s", 1.0);
+  so.settle_s = a.number("settle-s", 3.0);
   if (!(so.settle_s >= 0) || so.settle_s > 3600)
     throw UsageError("cardsim fabricd: --settle-s must be 0..3600 seconds, got " + a.get("settle-s", ""));
   // Signals are taken by sigwait below, not by whichever thread they land on.

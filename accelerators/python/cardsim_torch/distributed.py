@@ -71,7 +71,7 @@ class _PendingWork(dist._Work):
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         if not self._done:
-            self._inner.wait() if timeout is None else self._inner.wait(timeout)
+            _parked_wait(self._inner, timeout)
             self._finish()
             self._done = True
         return True
@@ -98,6 +98,20 @@ class _PendingWork(dist._Work):
 # all, whose ranks may send different amounts) never move bytes in timing mode.
 _SYMMETRIC_ARG = {"allreduce": 0, "broadcast": 0, "reduce": 0, "allgather": 1, "_allgather_base": 1,
                   "gather": 1, "scatter": 0, "send": 0, "recv": 0, "recv_anysource": 0, "barrier": None}
+
+
+def _parked_wait(work, timeout: timedelta | None = None):
+    """Waits for a Gloo transfer that only another rank's progress completes (nothing was
+    reported to the fabric server for it): parked on the server meanwhile, so that the
+    collectives other ranks wait for need not wait for this rank's next one."""
+    if not _fabric_joined or work.is_completed():
+        return work.wait() if timeout is None else work.wait(timeout)
+    from . import _C
+    _C._fabric_park(True)
+    try:
+        return work.wait() if timeout is None else work.wait(timeout)
+    finally:
+        _C._fabric_park(False)
 
 
 def _tensors(x):
@@ -313,12 +327,17 @@ class CardsimProcessGroup(dist.ProcessGroup):
                 f"card (stream {module.current_stream().stream_id} of device "
                 f"{module.current_device()} is capturing); run them outside the capture")
 
+    def _wait(self, work):
+        # A collective reported to the fabric server completed there, so every member has
+        # started Gloo's side of it; one on CPU tensors only was not reported.
+        return work.wait() if getattr(self, "_reported", False) else _parked_wait(work)
+
     def _done(self, h: _Host, work, result):
         # Each collective starts Gloo's transfer first and queues its fabric time while Gloo
         # moves the bytes: the fabric server's round trip and Gloo's overlap. (A fabric error
         # raises before this wait; Gloo's transfer then ends by itself, at the latest at the
         # process group's timeout.)
-        work.wait()
+        self._wait(work)
         h.finish()
         return _DoneWork(result)
 
@@ -326,6 +345,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         """Queues the collective's fabric time on the device's current stream. `tensors`
         carry nccl-tests' size for `kind` (see shim CollectiveDesc); `root` and `peer` are
         group ranks."""
+        self._reported = False
         if tensors is None:
             return
         if isinstance(tensors, torch.Tensor):
@@ -338,6 +358,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
                     self._ranks if ranks is None else ranks, root, peer, str(dev[0].dtype).removeprefix("torch."))
 
     def _timed(self, device: int, op: str, nbytes: float, ranks, root: int, peer: int, dtype: str = "") -> None:
+        self._reported = True
         try:
             self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype)
         except dist.DistBackendError as e:
@@ -365,7 +386,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         o.reduceOp = self._reduce_op(op)
         work = self._gloo.allreduce(host, o)
         self._charge("all_reduce", tensors)   # while Gloo moves the bytes (see _done)
-        work.wait()
+        self._wait(work)
         # AVG divides on the host views: the vendor libraries average inside the collective,
         # so a division kernel on the stream would cost time the card does not spend.
         self._average(op, host)
@@ -430,7 +451,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
             o.reduceOp = self._reduce_op(op)
             work = self._gloo.allreduce([full], o)
             self._charge("reduce_scatter", ins)
-            work.wait()
+            self._wait(work)
             self._average(op, [full])
             h(out, written=True).copy_(full[self.rank()].reshape(out.shape))
             h.finish()
@@ -468,7 +489,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         o.rootTensor = opts.rootTensor
         work = self._gloo.reduce(host, o)
         self._charge("reduce", tensors, root=opts.rootRank)
-        work.wait()
+        self._wait(work)
         if self.rank() == opts.rootRank:
             self._average(op, host)
         h.finish()
@@ -503,8 +524,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         ins = torch.cat([h(t).reshape(-1) for t in input_tensors])
         outs = torch.empty(sum(t.numel() for t in output_tensors), dtype=ins.dtype)
-        self._gloo.alltoall_base(outs, ins, [t.numel() for t in output_tensors],
-                                 [t.numel() for t in input_tensors], opts or dist.AllToAllOptions()).wait()
+        self._wait(self._gloo.alltoall_base(outs, ins, [t.numel() for t in output_tensors],
+                                            [t.numel() for t in input_tensors], opts or dist.AllToAllOptions()))
         off = 0
         for t in output_tensors:
             h(t, written=True).copy_(outs[off:off + t.numel()].reshape(t.shape))
@@ -544,12 +565,13 @@ class CardsimProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         self._refuse_in_capture()
+        self._reported = False
         module = getattr(torch, self._device_type)
         if module.is_initialized():
             ids = list(getattr(opts, "device_ids", None) or [])
             device = ids[0] if ids else module.current_device()
             self._timed(device, "barrier", 4.0, self._ranks, 0, 1 if self.size() > 1 else 0)
-        self._gloo.barrier(dist.BarrierOptions()).wait()
+        self._wait(self._gloo.barrier(dist.BarrierOptions()))
         return _DoneWork([])
 
     # -- point to point ------------------------------------------------------------------

@@ -278,6 +278,11 @@ Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port)
 Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size);
 // The connected server's address, or empty.
 Status fabricAddress(std::string* address);
+// This rank waits (parked) or no longer waits on something outside the fabric server that
+// only another rank's progress ends (a point-to-point receive, say), so that the server
+// need not wait for this rank's next collective before answering the others'. Nothing
+// without a fabric server.
+Status fabricPark(bool parked);
 
 // Runs `fn` on the host in stream order (as cnrtInvokeHostFunc / a host function node). Work
 // is functional first, so outside a capture `fn` runs now, on this thread, for one launch

@@ -136,6 +136,24 @@ elif scenario == "two_groups":
     dist.barrier()
     mod.synchronize()
     out["host_ns"] = _C._host_time_ns()
+elif scenario == "p2p_parked":
+    # Rank 2 waits in a receive that rank 0 sends only after its all_reduce with rank 1:
+    # parked on the fabric server meanwhile, it does not hold that all_reduce.
+    pair = dist.new_group([0, 1])
+    dist.barrier()
+    t0 = time.monotonic()
+    if rank == 2:
+        got = torch.zeros(4, device=d)
+        dist.recv(got, src=0)
+        out["got"] = got[0].item()
+    else:
+        t = torch.ones(1 << 10, device=d) * (rank + 1)
+        dist.all_reduce(t, group=pair)
+        out["sum"] = t[0].item()
+        if rank == 0:
+            dist.send(torch.full((4,), 7.0, device=d), dst=2)
+    out["wall_s"] = time.monotonic() - t0
+    dist.barrier()
 elif scenario == "simple":
     t = torch.ones(1 << 12, device=d) * (rank + 1)
     dist.all_reduce(t)
@@ -292,6 +310,16 @@ def test_collectives_of_two_groups_at_once_share_the_link_they_both_cross(tmp_pa
     assert together[0] == together[1], together          # the same size over the same links
     assert 1.8 * alone < together[0] < 2.05 * alone, (alone, together)
     assert runs[1] == runs[0]
+
+
+def test_a_rank_waiting_in_a_receive_does_not_hold_the_collectives_it_waits_for(tmp_path):
+    """A rank blocked in a point-to-point receive is parked on the fabric server: the
+    all_reduce whose end lets its sender go on is answered at once, not after the settle time
+    (here 30 s, so that holding it would show)."""
+    res, errs = run_ranks(tmp_path, 3, "p2p_parked", CARDSIM_FABRIC_SETTLE_S=30, timeout=120)
+    assert all(res[r] for r in range(3)), errs
+    assert res[0]["sum"] == res[1]["sum"] == 3.0 and res[2]["got"] == 7.0
+    assert max(res[r]["wall_s"] for r in range(3)) < 15, res
 
 
 def _start_fabricd(*args):
