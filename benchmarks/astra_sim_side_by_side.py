@@ -44,19 +44,26 @@ def best_of(n, cmd, env=None):
     return best, out
 
 
-def astra(bin_, src, workload, npus, repeat, groups=None):
+def run_astra(bin_, src, workload, system, network, npus, repeat, groups=None):
+    """Runs ASTRA-sim with one of its example system files and its example network file
+    resized to `npus`; returns (wall seconds, the finished process)."""
     src = pathlib.Path(src)
     with tempfile.TemporaryDirectory() as tmp:
         net = pathlib.Path(tmp) / "net.yml"
-        base = (src / "examples/network/analytical/HGX-H100-validated.yml").read_text()
+        base = (src / "examples/network/analytical" / network).read_text()
         net.write_text(re.sub(r"npus_count:\s*\[\s*\d+\s*\]", f"npus_count: [ {npus} ]", base))
         cmd = [bin_, f"--workload-configuration={workload}",
-               f"--system-configuration={src / 'examples/system/native_collectives/HGX-H100-validated.json'}",
+               f"--system-configuration={src / 'examples/system/native_collectives' / system}",
                f"--remote-memory-configuration={src / 'examples/remote_memory/analytical/no_memory_expansion.json'}",
                f"--network-configuration={net}"]
         if groups:
             cmd.append(f"--comm-group-configuration={groups}")
-        wall, res = best_of(repeat, cmd)
+        return best_of(repeat, cmd)
+
+
+def astra(bin_, src, workload, npus, repeat, groups=None):
+    wall, res = run_astra(bin_, src, workload, "HGX-H100-validated.json", "HGX-H100-validated.yml", npus, repeat,
+                          groups)
     text = res.stdout + res.stderr
     if "unreleased nodes" in text or "Unsupported" in text:
         raise SystemExit(f"ASTRA-sim did not finish {workload}:\n{text[-3000:]}")
@@ -94,19 +101,11 @@ def astra_big_ring(bin_, src, ranks, nbytes):
     """ASTRA-sim's time for one ring all-reduce over `ranks` NPUs on its Ring example network
     (50 GB/s, 500 ns per hop); cardsim's counterpart is one switch of `ranks` devices with
     50 GB/s links of 0.25 us each (0.5 us per hop)."""
-    src = pathlib.Path(src)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         for r in range(ranks):
             one_all_reduce_et(tmp / f"ar.{r}.et", nbytes)
-        net = tmp / "net.yml"
-        base = (src / "examples/network/analytical/Ring_8npus.yml").read_text()
-        net.write_text(re.sub(r"npus_count:\s*\[\s*\d+\s*\]", f"npus_count: [ {ranks} ]", base))
-        cmd = [bin_, f"--workload-configuration={tmp / 'ar'}",
-               f"--system-configuration={src / 'examples/system/native_collectives/Ring_4chunks.json'}",
-               f"--remote-memory-configuration={src / 'examples/remote_memory/analytical/no_memory_expansion.json'}",
-               f"--network-configuration={net}"]
-        wall, res = best_of(1, cmd)
+        wall, res = run_astra(bin_, src, tmp / "ar", "Ring_4chunks.json", "Ring_8npus.yml", ranks, 1)
     cycles = [int(c) for c in re.findall(r"sys\[\d+\] finished, (\d+) cycles", res.stdout + res.stderr)]
     if len(cycles) != ranks:
         raise SystemExit(f"ASTRA-sim finished {len(cycles)} of {ranks} ranks")

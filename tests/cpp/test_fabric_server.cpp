@@ -286,54 +286,54 @@ TEST(FabricServer, CollectivesOfTwoGroupsOverlappingInTimeShareTheLinksTheyCross
   EXPECT_EQ(apart.second, t2 + 2 * model::secondsToPs(alone) + model::secondsToPs(alone));
 }
 
-TEST(FabricServer, ARankBusyElsewhereHoldsTheOthersOnceForTheSettleTime) {
-  FabricServer::Options o{kPreset, "127.0.0.1", 0, false};
-  o.settle_s = 1.0;
-  FabricServer server(params(), o);
-  server.start();
-  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+namespace {
+
+// A server with the given settle time and three connected ranks, of which 0 and 1 run
+// all-reduces together (each call returns its wall seconds).
+struct ThreeRanks {
+  FabricServer server;
   std::vector<std::unique_ptr<FabricClient>> clients;
-  for (uint32_t r = 0; r < 3; ++r)
-    clients.push_back(std::make_unique<FabricClient>(address, FabricClient::Identity{"job", r, 3, kPreset}, 5));
-  // Rank 2 is connected but never reports: the group {0, 1} waits for it once, then not.
-  auto call = [&](uint64_t at) {
+  explicit ThreeRanks(double settle_s) : server(params(), options(settle_s)) {
+    server.start();
+    const std::string address = "127.0.0.1:" + std::to_string(server.port());
+    for (uint32_t r = 0; r < 3; ++r)
+      clients.push_back(std::make_unique<FabricClient>(address, FabricClient::Identity{"job", r, 3, kPreset}, 5));
+  }
+  ~ThreeRanks() { server.stop(1.0); }
+  static FabricServer::Options options(double settle_s) {
+    FabricServer::Options o{kPreset, "127.0.0.1", 0, false};
+    o.settle_s = settle_s;
+    return o;
+  }
+  double pairAllReduce(uint64_t at, uint64_t* end_ps = nullptr) {
     const auto w0 = std::chrono::steady_clock::now();
     std::vector<std::future<FabricClient::Completion>> done;
     for (int r : {0, 1}) {
       auto c = allReduce({0, 1}, at);
       c.seq = clients[r]->nextSeq(c.group);
-      done.push_back(std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); }));
+      done.push_back(std::async(std::launch::async, [this, r, c] { return clients[r]->collective(c); }));
     }
-    EXPECT_EQ(done[0].get().end_ps, done[1].get().end_ps);
+    const uint64_t e0 = done[0].get().end_ps;
+    EXPECT_EQ(e0, done[1].get().end_ps);
+    if (end_ps) *end_ps = e0;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-  };
+  }
+};
+
+}  // namespace
+
+TEST(FabricServer, ARankBusyElsewhereHoldsTheOthersOnceForTheSettleTime) {
+  ThreeRanks job(1.0);
+  // Rank 2 is connected but never reports: the group {0, 1} waits for it once, then not.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const double first = call(1'000'000);
-  EXPECT_GT(first, 0.8);   // held until rank 2 had been busy for the settle time
-  const double second = call(1'000'000'000);
-  EXPECT_LT(second, 0.8);  // rank 2 now counts as away
-  server.stop(1.0);
+  EXPECT_GT(job.pairAllReduce(1'000'000), 0.8);       // held until rank 2 had been busy for the settle time
+  EXPECT_LT(job.pairAllReduce(1'000'000'000), 0.8);   // rank 2 now counts as away
 }
 
 TEST(FabricServer, AParkedRankCountsAsWaiting) {
-  FabricServer::Options o{kPreset, "127.0.0.1", 0, false};
-  o.settle_s = 30;   // holding the collective for rank 2 would show
-  FabricServer server(params(), o);
-  server.start();
-  const std::string address = "127.0.0.1:" + std::to_string(server.port());
-  std::vector<std::unique_ptr<FabricClient>> clients;
-  for (uint32_t r = 0; r < 3; ++r)
-    clients.push_back(std::make_unique<FabricClient>(address, FabricClient::Identity{"job", r, 3, kPreset}, 5));
-  clients[2]->park(true);
-  const auto w0 = std::chrono::steady_clock::now();
-  std::vector<std::future<FabricClient::Completion>> done;
-  for (int r : {0, 1}) {
-    auto c = allReduce({0, 1}, 1'000'000);
-    c.seq = clients[r]->nextSeq(c.group);
-    done.push_back(std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); }));
-  }
-  EXPECT_EQ(done[0].get().end_ps, 1'000'000 + model::secondsToPs(aloneSeconds(1 << 20, {0, 1})));
-  done[1].get();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count(), 15.0);
-  server.stop(1.0);
+  ThreeRanks job(30);   // holding the collective for rank 2 would show
+  job.clients[2]->park(true);
+  uint64_t end = 0;
+  EXPECT_LT(job.pairAllReduce(1'000'000, &end), 15.0);
+  EXPECT_EQ(end, 1'000'000 + model::secondsToPs(aloneSeconds(1 << 20, {0, 1})));
 }
