@@ -89,7 +89,18 @@ struct Job {
   uint32_t world = 0;                        // from the ranks' Hello
   std::map<int, int> waiting;                // rank -> its arrivals not answered yet
   std::set<int> parked;                      // ranks waiting outside the server (Park)
-  std::map<int, std::chrono::steady_clock::time_point> idle_since;   // rank -> when it last stopped waiting
+  std::set<int> connected;
+  // Connected ranks neither waiting nor parked, and since when: what holds a settle. Kept
+  // as ranks change state, so that a collective's cost does not grow with the job's size.
+  std::map<int, std::chrono::steady_clock::time_point> active;
+  std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
+
+  // Recomputes whether `rank` is active after a change of its state.
+  void refresh(int rank) {
+    const bool busy = connected.count(rank) && !parked.count(rank) && !waiting.count(rank);
+    if (!busy) active.erase(rank);
+    else if (!active.count(rank)) active.emplace(rank, std::chrono::steady_clock::now());
+  }
   std::vector<InFlight> in_flight;
   std::unique_ptr<asio::steady_timer> settle_timer;
 };
@@ -270,7 +281,8 @@ void FabricServer::Impl::onHello(Session& s, const rpc::Hello& h) {
   job.gone.erase(rank);
   ++job.sessions;
   job.world = std::max(job.world, h.world_size());
-  job.idle_since[rank] = std::chrono::steady_clock::now();
+  job.connected.insert(rank);
+  job.refresh(rank);
   log(s.who() + " joined");
   rpc::ToClient w;
   w.mutable_welcome()->set_protocol_version(wire::kProtocolVersion);
@@ -347,6 +359,7 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
   p.bytes = std::max(p.bytes, a.bytes());   // uneven all_to_all: the largest send bounds it
   p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps()};
   ++job.waiting[s.rank];
+  job.refresh(s.rank);
   if (p.arrived.size() == p.ranks.size()) {
     p.ready = true;
     for (const auto& [r, arr] : p.arrived) p.start_ps = std::max(p.start_ps, arr.arrival_ps);
@@ -366,26 +379,20 @@ bool FabricServer::Impl::quiescent(const Job& job, std::chrono::steady_clock::du
   const auto now = Clock::now();
   const auto settle = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.settle_s));
   Clock::duration longest{0};
-  for (uint32_t r = 0; r < job.world; ++r) {
-    const int rank = static_cast<int>(r);
-    if (job.gone.count(rank) || job.parked.count(rank)) continue;
-    if (auto w = job.waiting.find(rank); w != job.waiting.end() && w->second > 0) continue;
-    auto idle = job.idle_since.find(rank);
-    const Clock::duration left = idle == job.idle_since.end() ? settle : idle->second + settle - now;
-    if (left > Clock::duration::zero()) longest = std::max(longest, left);
-  }
+  // Ranks not yet connected count as away once the job has existed for the settle time.
+  if (job.connected.size() + job.gone.size() < job.world) longest = std::max(longest, job.created + settle - now);
+  for (const auto& [rank, since] : job.active) longest = std::max(longest, since + settle - now);
+  if (longest < Clock::duration::zero()) longest = Clock::duration::zero();
   *wait = longest;
   return longest == Clock::duration::zero();
 }
 
 void FabricServer::Impl::onPark(Session& s, bool parked) {
   Job& job = jobs[s.job];
-  if (parked) {
-    job.parked.insert(s.rank);
-    return maybeSettle(s.job);
-  }
-  job.parked.erase(s.rank);
-  job.idle_since[s.rank] = std::chrono::steady_clock::now();
+  if (parked) job.parked.insert(s.rank);
+  else job.parked.erase(s.rank);
+  job.refresh(s.rank);
+  if (parked) maybeSettle(s.job);
 }
 
 void FabricServer::Impl::maybeSettle(const std::string& job_name) {
@@ -532,7 +539,7 @@ void FabricServer::Impl::forget(Job& job, Pending& p) {
   for (const auto& [r, a] : p.arrived)
     if (auto w = job.waiting.find(r); w != job.waiting.end() && --w->second <= 0) {
       job.waiting.erase(w);
-      job.idle_since[r] = std::chrono::steady_clock::now();
+      job.refresh(r);
     }
   if (p.timer) p.timer->cancel();
 }
@@ -569,6 +576,8 @@ void FabricServer::Impl::onClosed(Session& s) {
   log(s.who() + " left");
   job.gone[s.rank] = "left the job (its connection to the fabric server closed: the process exited or was killed)";
   job.parked.erase(s.rank);
+  job.connected.erase(s.rank);
+  job.refresh(s.rank);
   std::vector<std::string> doomed;
   for (const auto& [key, p] : job.pending)
     if (!p.arrived.count(s.rank) && std::find(p.ranks.begin(), p.ranks.end(), s.rank) != p.ranks.end())
