@@ -280,7 +280,10 @@ def test_a_rank_that_hangs_fails_the_others_within_the_timeout(tmp_path):
         e = res[r]["error"]
         assert e and "timed out after 3 s" in e and f"rank(s) [{world - 1}]" in e, e
         assert "all_reduce #1 of process group [0, 1, 2]" in e, e
-        assert 2.5 <= res[r]["wall_s"] < 11, res[r]
+        assert res[r]["wall_s"] < 11, res[r]
+    # the timeout runs from the first arrival: the first rank there waited all of it (a rank
+    # arriving later, on a loaded machine, waits that much less)
+    assert max(res[r]["wall_s"] for r in range(world - 1)) >= 2.5, res
 
 
 def test_the_rank_hosting_the_server_may_leave_while_other_groups_go_on(tmp_path):
