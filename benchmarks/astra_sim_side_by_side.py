@@ -32,11 +32,11 @@ CARDSIM = str(ROOT / ".venv" / "bin" / "cardsim")
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
-def best_of(n, cmd, env=None):
+def best_of(n, cmd, env=None, cwd=None):
     best, out = float("inf"), None
     for _ in range(n):
         t = time.perf_counter()
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
         took = time.perf_counter() - t
         if res.returncode != 0:
             raise SystemExit(f"{' '.join(map(str, cmd))} failed:\n{res.stderr[-3000:]}{res.stdout[-3000:]}")
@@ -58,7 +58,7 @@ def run_astra(bin_, src, workload, system, network, npus, repeat, groups=None):
                f"--network-configuration={net}"]
         if groups:
             cmd.append(f"--comm-group-configuration={groups}")
-        return best_of(repeat, cmd)
+        return best_of(repeat, cmd, cwd=tmp)   # ASTRA-sim writes its log/ where it runs
 
 
 def astra(bin_, src, workload, npus, repeat, groups=None):
