@@ -43,6 +43,10 @@ struct FabricClient::Impl : std::enable_shared_from_this<Impl> {
   std::promise<std::string> welcome;   // "" when welcomed, else why not
   bool welcomed = false;
   std::map<std::string, uint64_t> seqs;
+  // Eager sends are never answered; an error about one (its receiver left, the two sides
+  // disagree) is kept here and raised by this rank's next call. Their ids have the top bit set.
+  std::string deferred;
+  static constexpr uint64_t kEagerBit = uint64_t{1} << 63;
 
   void failAll(const std::string& why) {
     std::map<uint64_t, std::promise<Result>> doomed;
@@ -110,6 +114,11 @@ struct FabricClient::Impl : std::enable_shared_from_this<Impl> {
       id = m.error().id();
       r.error = m.error().message();
       if (id == 0) return failAll(r.error);
+      if (id & kEagerBit) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (deferred.empty()) deferred = "an earlier send failed: " + r.error;
+        return;
+      }
     } else {
       return;
     }
@@ -201,15 +210,8 @@ uint64_t FabricClient::nextSeq(const std::string& group) {
   return impl_->seqs[group]++;
 }
 
-FabricClient::Completion FabricClient::collective(const Collective& c) {
-  std::future<Impl::Result> f;
-  uint64_t id;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (!impl_->fatal.empty()) throw FabricError(impl_->fatal);
-    id = impl_->next_id++;
-    f = impl_->waiting[id].get_future();
-  }
+namespace {
+std::string arriveFrame(const FabricClient::Collective& c, uint64_t id, bool eager) {
   rpc::ToServer m;
   auto* a = m.mutable_arrive();
   a->set_id(id);
@@ -223,7 +225,41 @@ FabricClient::Completion FabricClient::collective(const Collective& c) {
   a->set_algorithm(c.algorithm);
   a->set_arrival_ps(c.arrival_ps);
   a->set_timeout_ms(c.timeout_s > 0 ? static_cast<uint32_t>(std::min(c.timeout_s * 1000.0, 4.0e9)) : 0);
-  impl_->send(wire::frame(m.SerializeAsString()));
+  a->set_eager(eager);
+  return wire::frame(m.SerializeAsString());
+}
+}  // namespace
+
+// Raises what went wrong with the connection, or with an earlier eager send (once).
+void FabricClient::throwIfFailedLocked() {
+  if (!impl_->fatal.empty()) throw FabricError(impl_->fatal);
+  if (!impl_->deferred.empty()) {
+    std::string why;
+    why.swap(impl_->deferred);
+    throw FabricError(why);
+  }
+}
+
+void FabricClient::post(const Collective& c) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    throwIfFailedLocked();
+    id = Impl::kEagerBit | impl_->next_id++;
+  }
+  impl_->send(arriveFrame(c, id, true));
+}
+
+FabricClient::Completion FabricClient::collective(const Collective& c) {
+  std::future<Impl::Result> f;
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    throwIfFailedLocked();
+    id = impl_->next_id++;
+    f = impl_->waiting[id].get_future();
+  }
+  impl_->send(arriveFrame(c, id, false));
   if (c.timeout_s > 0) {
     // The server enforces the timeout and names the missing ranks; this is the backstop
     // for a server that stopped answering.

@@ -50,6 +50,11 @@ class FabricClient {
   };
   // Reports the arrival and blocks until the server completes (or fails) the collective.
   Completion collective(const Collective& c);
+  // Reports the sending side of a point-to-point transfer (op "send_recv", ranks [source,
+  // destination]) and returns at once: a send does not wait for its receiver, whose
+  // collective() call completes at the later arrival plus the transfer. An error about it
+  // (the receiver left, the two disagree) is raised by this rank's next call.
+  void post(const Collective& c);
 
   const std::string& address() const { return address_; }
   // The next sequence number of `group` (each group's collectives are numbered in call order).
@@ -64,6 +69,7 @@ class FabricClient {
 
  private:
   struct Impl;
+  void throwIfFailedLocked();
   std::string address_;
   std::shared_ptr<Impl> impl_;
 };

@@ -67,8 +67,10 @@ struct Pending {
     std::weak_ptr<Session> session;
     uint64_t id = 0;
     uint64_t arrival_ps = 0;
+    bool answer = true;             // false: the eager side of a point-to-point transfer
   };
   std::map<int, Arrival> arrived;   // by global rank
+  bool p2p = false;                 // a point-to-point transfer: answered as soon as both are in
   std::unique_ptr<asio::steady_timer> timer;
   bool ready = false;               // every member has arrived; answered at the next settle
   uint64_t start_ps = 0;            // the latest arrival, once ready
@@ -141,6 +143,8 @@ struct FabricServer::Impl {
   // how long until the ranks busy elsewhere count as away.
   bool quiescent(const Job& job, std::chrono::steady_clock::duration* wait) const;
   void answer(Job& job, const std::string& key, uint64_t end_ps, const FabricModel::Timed& alone);
+  void answerPointToPoint(Job& job, const std::string& key);
+  void addLoads(const FabricModel::LinkLoads& used);
   void forget(Job& job, Pending& p);
   void failPending(Job& job, const std::string& key, const std::string& why);
   void startStopping();
@@ -326,27 +330,9 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     p.peer = a.peer();
     p.algorithm = a.algorithm();
     pending_count.fetch_add(1);
-    if (a.timeout_ms() > 0) {
-      p.timer = std::make_unique<asio::steady_timer>(io, std::chrono::milliseconds(a.timeout_ms()));
-      const std::string job_name = s.job;
-      const uint32_t ms = a.timeout_ms();
-      p.timer->async_wait([this, job_name, key, ms](boost::system::error_code ec) {
-        if (ec) return;   // completed or failed before the deadline
-        auto j = jobs.find(job_name);
-        if (j == jobs.end()) return;
-        auto pit = j->second.pending.find(key);
-        if (pit == j->second.pending.end()) return;
-        std::vector<int> missing;
-        for (int r : pit->second.ranks)
-          if (!pit->second.arrived.count(r)) missing.push_back(r);
-        char secs[32];
-        std::snprintf(secs, sizeof secs, "%.3g", ms / 1000.0);
-        failPending(j->second, key, "timed out after " + std::string(secs) + " s (the process group's timeout) waiting for rank(s) " +
-                                        rankList(missing) + ", which never started it (hung, or calling collectives in another order?)");
-      });
-    }
-  } else if (p.op != a.op() || (p.bytes != a.bytes() && !unevenOk(p.op)) || p.ranks != ranks || p.root != a.root() ||
-             p.peer != a.peer() || p.algorithm != a.algorithm()) {
+  }
+  if (!created && (p.op != a.op() || (p.bytes != a.bytes() && !unevenOk(p.op)) || p.ranks != ranks ||
+                   p.root != a.root() || p.peer != a.peer() || p.algorithm != a.algorithm())) {
     const int first = p.arrived.empty() ? -1 : p.arrived.begin()->first;
     char detail[256];
     std::snprintf(detail, sizeof detail, "rank %d called %s of %.0f bytes (root %u, algorithm '%s') but rank %d %s of %.0f bytes (root %u, algorithm '%s')",
@@ -355,11 +341,41 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     error(what + ": the ranks disagree: " + detail);
     return failPending(job, key, "the ranks disagree: " + std::string(detail));
   }
+  // Only a side that waits counts down the group's timeout: an eager send waits for nothing.
+  if (!a.eager() && a.timeout_ms() > 0 && !p.timer) {
+    p.timer = std::make_unique<asio::steady_timer>(io, std::chrono::milliseconds(a.timeout_ms()));
+    const std::string job_name = s.job;
+    const uint32_t ms = a.timeout_ms();
+    p.timer->async_wait([this, job_name, key, ms](boost::system::error_code ec) {
+      if (ec) return;   // completed or failed before the deadline
+      auto j = jobs.find(job_name);
+      if (j == jobs.end()) return;
+      auto pit = j->second.pending.find(key);
+      if (pit == j->second.pending.end()) return;
+      std::vector<int> missing;
+      for (int r : pit->second.ranks)
+        if (!pit->second.arrived.count(r)) missing.push_back(r);
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.3g", ms / 1000.0);
+      failPending(j->second, key, "timed out after " + std::string(secs) + " s (the process group's timeout) waiting for rank(s) " +
+                                      rankList(missing) + ", which never started it (hung, or calling collectives in another order?)");
+    });
+  }
   if (p.arrived.count(s.rank)) return error(what + ": rank " + std::to_string(s.rank) + " reported it twice");
   p.bytes = std::max(p.bytes, a.bytes());   // uneven all_to_all: the largest send bounds it
-  p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps()};
-  ++job.waiting[s.rank];
-  job.refresh(s.rank);
+  p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps(), !a.eager()};
+  if (a.eager()) {
+    p.p2p = true;
+  } else {
+    ++job.waiting[s.rank];
+    job.refresh(s.rank);
+  }
+  if (p.arrived.size() == p.ranks.size() && p.p2p) {
+    // Timed alone and answered at once: its answer depends on the two arrivals only, and
+    // the receiver should not wait for a settle of collectives it has no part in.
+    for (const auto& [r, arr] : p.arrived) p.start_ps = std::max(p.start_ps, arr.arrival_ps);
+    return answerPointToPoint(job, key);
+  }
   if (p.arrived.size() == p.ranks.size()) {
     p.ready = true;
     for (const auto& [r, arr] : p.arrived) p.start_ps = std::max(p.start_ps, arr.arrival_ps);
@@ -455,14 +471,7 @@ void FabricServer::Impl::settle(Job& job) {
     r.request.root = p.root;
     r.request.peer = p.peer;
     r.request.algorithm = p.algorithm;
-    {
-      std::lock_guard<std::mutex> lock(loads_mutex);
-      for (const auto& [name, u] : used) {
-        FabricModel::LinkUse& sum = loads[name];
-        sum.bytes += u.bytes;
-        sum.bandwidth_bytes_per_s = u.bandwidth_bytes_per_s;
-      }
-    }
+    addLoads(used);
     ready.push_back(std::move(r));
   }
   if (ready.empty()) return;
@@ -515,12 +524,36 @@ void FabricServer::Impl::settle(Job& job) {
     job.in_flight.erase(job.in_flight.begin(), job.in_flight.end() - kMaxInFlight);
 }
 
+void FabricServer::Impl::addLoads(const FabricModel::LinkLoads& used) {
+  std::lock_guard<std::mutex> lock(loads_mutex);
+  for (const auto& [name, u] : used) {
+    FabricModel::LinkUse& sum = loads[name];
+    sum.bytes += u.bytes;
+    sum.bandwidth_bytes_per_s = u.bandwidth_bytes_per_s;
+  }
+}
+
+// A point-to-point transfer starts once both sides have posted it and takes the model's
+// time alone; only its receiver hears back (the sender went on at its own arrival).
+void FabricServer::Impl::answerPointToPoint(Job& job, const std::string& key) {
+  Pending& p = job.pending.at(key);
+  FabricModel::LinkLoads used;
+  FabricModel::Timed alone;
+  try {
+    alone = model.time(fabric::parseOp(p.op), p.bytes, p.ranks, p.root, p.peer, p.algorithm, &used);
+  } catch (const std::exception& e) {
+    return failPending(job, key, e.what());
+  }
+  addLoads(used);
+  answer(job, key, p.start_ps + model::secondsToPs(alone.seconds), alone);
+}
+
 void FabricServer::Impl::answer(Job& job, const std::string& key, uint64_t end_ps, const FabricModel::Timed& alone) {
   auto it = job.pending.find(key);
   Pending& p = it->second;
   for (const auto& [r, a] : p.arrived) {
     auto s = a.session.lock();
-    if (!s) continue;
+    if (!s || !a.answer) continue;
     rpc::ToClient m;
     auto* c = m.mutable_complete();
     c->set_id(a.id);
@@ -537,7 +570,7 @@ void FabricServer::Impl::answer(Job& job, const std::string& key, uint64_t end_p
 
 void FabricServer::Impl::forget(Job& job, Pending& p) {
   for (const auto& [r, a] : p.arrived)
-    if (auto w = job.waiting.find(r); w != job.waiting.end() && --w->second <= 0) {
+    if (auto w = job.waiting.find(r); a.answer && w != job.waiting.end() && --w->second <= 0) {
       job.waiting.erase(w);
       job.refresh(r);
     }

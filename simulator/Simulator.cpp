@@ -515,6 +515,15 @@ TimePs Simulator::waitFor(const std::vector<QueuePoint>& points, double overhead
   return after;
 }
 
+void Simulator::reach(const QueuePoint& point) {
+  if (point.seq == 0) return;
+  auto r = std::make_unique<Request>();
+  r->kind = Request::Kind::Peek;
+  r->points.push_back(point);
+  impl_->ask(std::move(r));
+  hostclock::noteReturn();
+}
+
 TimePs Simulator::queueFreeAt(DeviceId device, QueueId queue) {
   const QueuePoint p = tail(device, queue);
   auto r = std::make_unique<Request>();

@@ -107,6 +107,9 @@ class Simulator {
   // is never started in the simulation's past). Blocks until the simulation gets there,
   // without moving the host clock. A rank's arrival at a collective on the fabric server.
   TimePs queueFreeAt(DeviceId device, QueueId queue);
+  // Blocks until `point` has completed (the simulation runs to it), without moving the host
+  // clock: an event's time is then in its slot.
+  void reach(const QueuePoint& point);
   // Advances the host clock by `overhead_s`; true if every point had completed by then.
   bool query(const std::vector<QueuePoint>& points, double overhead_s);
 

@@ -393,10 +393,12 @@ PYBIND11_MODULE(_C, m) {
   // A collective on the device's current stream for the time the fabric model gives it
   // (the group's global ranks are its devices on the fabric). Returns (seconds, algorithm).
   // With a fabric server (_fabric_connect), it completes when the server says, the same on
-  // every member; `group` keys the process group's sequence of collectives.
+  // every member; `group` keys the process group's sequence of collectives. `p2p` (1 send,
+  // 2 receive) joins the two sides of a send_recv by `tag`; `posted`, a receive's event
+  // recorded when it was posted (see shim CollectiveDesc).
   m.def("_launch_collective", [](int64_t d, const std::string& op, double bytes, const std::vector<int>& ranks,
                                  int root, int peer, const std::string& group, double timeout_s,
-                                 const std::string& dtype) {
+                                 const std::string& dtype, int p2p, int tag, uintptr_t posted) {
     const c10::DeviceIndex dev = resolve(d);
     shim::CollectiveDesc desc;
     desc.op = op;
@@ -407,6 +409,10 @@ PYBIND11_MODULE(_C, m) {
     desc.group = group;
     desc.timeout_s = timeout_s;
     desc.dtype = dtype;
+    TORCH_CHECK(p2p >= 0 && p2p <= 2, "_launch_collective: p2p must be 0 (none), 1 (send) or 2 (receive), got ", p2p);
+    desc.p2p = static_cast<shim::CollectiveDesc::PointToPoint>(p2p);
+    desc.tag = tag;
+    desc.posted = reinterpret_cast<shim::Event>(posted);
     double seconds = 0;
     std::string algorithm;
     c10::DeviceGuard guard(c10::Device(kDev, dev));
@@ -417,7 +423,8 @@ PYBIND11_MODULE(_C, m) {
     }
     return py::make_tuple(seconds, algorithm);
   }, py::arg("device"), py::arg("op"), py::arg("bytes"), py::arg("ranks"), py::arg("root") = 0,
-     py::arg("peer") = 1, py::arg("group") = "", py::arg("timeout_s") = 0.0, py::arg("dtype") = "");
+     py::arg("peer") = 1, py::arg("group") = "", py::arg("timeout_s") = 0.0, py::arg("dtype") = "",
+     py::arg("p2p") = 0, py::arg("tag") = 0, py::arg("posted") = 0);
   // The job's fabric server: start one in this process (returns its port), join one.
   m.def("_fabric_serve", [](const std::string& bind, int port) {
     uint16_t bound = 0;

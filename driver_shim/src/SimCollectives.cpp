@@ -70,6 +70,13 @@ std::string groupKey(const CollectiveDesc& desc) {
   return key;
 }
 
+// A point-to-point transfer's sequence on the server: each (source, destination, tag) of a
+// group is its own, numbered in call order on each side (as the libraries match them).
+std::string pointToPointKey(const CollectiveDesc& desc) {
+  const auto at = [&](int i) { return std::to_string(desc.ranks[static_cast<size_t>(i)]); };
+  return groupKey(desc) + " p2p " + at(desc.root) + ">" + at(desc.peer) + " tag " + std::to_string(desc.tag);
+}
+
 }  // namespace
 
 Status SimBackend::fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) {
@@ -164,14 +171,35 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   cmd.duration_ps = model::secondsToPs(t.seconds);
   const std::string name = desc.op + ":" + t.algorithm;
   double took = t.seconds;
+  using P2P = CollectiveDesc::PointToPoint;
+  const bool p2p = op == fabric::CollectiveOp::SendRecv && desc.p2p != P2P::None;
+  if (desc.p2p != P2P::None && (op != fabric::CollectiveOp::SendRecv || desc.ranks.size() != 2 || desc.root < 0 ||
+                                desc.root > 1 || desc.peer < 0 || desc.peer > 1 || desc.root == desc.peer))
+    return Status(Code::InvalidValue, "launchFabricCollective '" + desc.op +
+                                          "': a point-to-point side needs op send_recv over ranks [source, destination] "
+                                          "(root and peer 0 and 1)");
+  model::TimePs posted_at = 0;
+  if (desc.posted) {
+    if (Status st = checkEvent(desc.posted, "launchFabricCollective"); !st.ok()) return st;
+    model::QueuePoint point;
+    std::shared_ptr<model::EventSlot> slot;
+    {
+      std::lock_guard<std::mutex> lock(desc.posted->mutex);
+      if (!desc.posted->recorded)
+        return Status(Code::InvalidHandle, "launchFabricCollective: the event of the receive's posting was never recorded");
+      point = desc.posted->point;
+      slot = desc.posted->slot;
+    }
+    // Run to it (it is behind this stream's work already queued), without moving the host.
+    if (Status st = guard([&] { sim_.reach(point); return Status::Ok(); }); !st.ok()) return st;
+    posted_at = slot->time_ps.load();
+  }
   sim::FabricClient* client = fabricClient();
-  // Point to point stays per rank: a send and its receive may be posted in either order
-  // on the two ranks, so neither may block on the other's arrival.
-  if (client && desc.ranks.size() > 1 && op != fabric::CollectiveOp::SendRecv && !capturing(s)) {
+  if (client && desc.ranks.size() > 1 && (op != fabric::CollectiveOp::SendRecv || p2p) && !capturing(s)) {
     const model::TimePs free_at = sim_.queueFreeAt(model::DeviceId{static_cast<uint32_t>(s->device)}, s->queue);
     const model::TimePs ready = sim_.hostNow() + model::secondsToPs(params_.host.launch_overhead_s);
     sim::FabricClient::Collective c;
-    c.group = groupKey(desc);
+    c.group = p2p ? pointToPointKey(desc) : groupKey(desc);
     c.ranks = desc.ranks;
     c.seq = client->nextSeq(c.group);
     c.op = fabric::opName(op);
@@ -179,16 +207,20 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     c.root = static_cast<uint32_t>(std::max(desc.root, 0));
     c.peer = static_cast<uint32_t>(std::max(desc.peer, 0));
     c.algorithm = algo;
-    c.arrival_ps = std::max(free_at, ready);
+    // A receive may start once it was posted, even if this stream has moved on since.
+    c.arrival_ps = desc.posted && desc.p2p == P2P::Recv ? posted_at : std::max(free_at, ready);
     c.timeout_s = desc.timeout_s;
-    sim::FabricClient::Completion done;
     try {
-      done = client->collective(c);
+      if (desc.p2p == P2P::Send) {
+        client->post(c);   // buffered: the send takes its own time from its own arrival
+      } else {
+        const sim::FabricClient::Completion done = client->collective(c);
+        cmd.end_at_ps = done.end_ps;
+        took = done.alone_s;
+      }
     } catch (const std::exception& e) {
       return Status(Code::CommFailed, e.what());
     }
-    cmd.end_at_ps = done.end_ps;
-    took = done.alone_s;
   }
   if (seconds) *seconds = took;
   if (algorithm) *algorithm = t.algorithm;

@@ -383,6 +383,9 @@ Status TraceBackend::launchFabricCollective(Stream stream, const CollectiveDesc&
     c->set_algorithm(desc.algorithm);
     c->set_group(desc.group);
     c->set_dtype(desc.dtype);
+    c->set_p2p(static_cast<trace::Collective::PointToPoint>(desc.p2p));
+    c->set_tag(desc.tag);
+    if (desc.posted) c->set_posted_event(recorder_->eventId(desc.posted));
     if (st_.ok() && algorithm) c->set_algorithm_used(*algorithm);
     if (st_.ok() && seconds) c->set_seconds(*seconds);
     c->set_stream(t.stream);

@@ -8,7 +8,7 @@ namespace cardsim::trace {
 
 // The format this build writes and the newest major it reads.
 constexpr uint32_t kFormatMajor = 1;
-constexpr uint32_t kFormatMinor = 0;
+constexpr uint32_t kFormatMinor = 1;   // 1: Collective.p2p, tag, posted_event
 
 // The first bytes of every trace file.
 constexpr char kMagic[] = "CSTRACE\n";

@@ -328,6 +328,12 @@ void RankReplayer::replay(const trace::Envelope& e) {
       d.algorithm = c.algorithm();
       d.group = c.group();
       d.timeout_s = options_.collective_timeout_s;
+      d.tag = c.tag();
+      // Replicated ranks time their transfers alone: the other side is not replayed.
+      if (options_.scale_ranks <= 0) {
+        d.p2p = static_cast<shim::CollectiveDesc::PointToPoint>(c.p2p());
+        if (c.posted_event() != 0) d.posted = event(c.posted_event(), e);
+      }
       if (options_.scale_ranks > 0) {
         bool world = static_cast<int>(d.ranks.size()) == world_;
         for (int i = 0; world && i < world_; ++i) world = d.ranks[static_cast<std::size_t>(i)] == i;

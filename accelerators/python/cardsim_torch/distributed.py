@@ -15,8 +15,11 @@ on each rank when its stream gets to it, and completes on every member at the la
 arrival plus the model's time, whatever order the processes reach it in. It is reported to
 the server before the bytes move, so a member that died or hangs fails the others with an
 error naming the group, the collective and the missing rank, within the group's timeout.
-Point-to-point transfers are timed per rank (a send and its receive may be posted in either
-order).
+Point-to-point transfers are joined there too, without ever blocking a sender: a send is
+reported and takes the model's time from its own arrival (a buffered send); a receive is
+reported when its Work is waited on, as posted when it was called (an event recorded then),
+and completes at the later of the two arrivals plus the transfer's time, so a receiver never
+finishes before its sender began. ``recv_anysource`` stays timed on its own rank.
 """
 from __future__ import annotations
 
@@ -341,10 +344,12 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h.finish()
         return _DoneWork(result)
 
-    def _charge(self, kind: str, tensors, root: int = 0, peer: int = 1, ranks=None) -> None:
+    def _charge(self, kind: str, tensors, root: int = 0, peer: int = 1, ranks=None, p2p: int = 0,
+                tag: int = 0, posted=None) -> None:
         """Queues the collective's fabric time on the device's current stream. `tensors`
         carry nccl-tests' size for `kind` (see shim CollectiveDesc); `root` and `peer` are
-        group ranks."""
+        group ranks; `p2p` (1 send, 2 receive), `tag` and `posted` (the receive's event)
+        join the two sides of a point-to-point transfer."""
         self._reported = False
         if tensors is None:
             return
@@ -355,12 +360,15 @@ class CardsimProcessGroup(dist.ProcessGroup):
             return
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
         self._timed(dev[0].device.index, _FABRIC_OP[kind], float(nbytes),
-                    self._ranks if ranks is None else ranks, root, peer, str(dev[0].dtype).removeprefix("torch."))
+                    self._ranks if ranks is None else ranks, root, peer, str(dev[0].dtype).removeprefix("torch."),
+                    p2p, tag, 0 if posted is None else posted.event_id)
 
-    def _timed(self, device: int, op: str, nbytes: float, ranks, root: int, peer: int, dtype: str = "") -> None:
+    def _timed(self, device: int, op: str, nbytes: float, ranks, root: int, peer: int, dtype: str = "",
+               p2p: int = 0, tag: int = 0, posted: int = 0) -> None:
         self._reported = True
         try:
-            self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype)
+            self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
+                         p2p, tag, posted)
         except dist.DistBackendError as e:
             raise dist.DistBackendError(f"{self._name}: {e}") from None
 
@@ -579,14 +587,27 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def send(self, tensors, dst: int, tag: int = 0):
         h = self._host()
         host = [h(t) for t in tensors]
-        self._charge("send", tensors, ranks=[self._ranks[self.rank()], self._ranks[dst]])
+        self._charge("send", tensors, ranks=[self._ranks[self.rank()], self._ranks[dst]], p2p=1, tag=tag)
         return _PendingWork(self._gloo.send(host, dst, tag), h.finish, tensors)
 
     def recv(self, tensors, src: int, tag: int = 0):
         h = self._host()
         host = [h(t, written=True) for t in tensors]
-        self._charge("recv", tensors, ranks=[self._ranks[src], self._ranks[self.rank()]])
-        return _PendingWork(self._gloo.recv(host, src, tag), h.finish, tensors)
+        # Posted now, on the stream current now; timed when waited on (when the sender has
+        # reported its side: Gloo's bytes have arrived), so that posting a receive before
+        # one's own send, as exchanges do, never blocks.
+        dev = [t for t in tensors if t.device.type == self._device_type]
+        posted = None
+        if dev:
+            posted = torch.Event(device=dev[0].device)
+            posted.record(getattr(torch, self._device_type).current_stream(dev[0].device.index))
+        ranks = [self._ranks[src], self._ranks[self.rank()]]
+
+        def finish():
+            self._charge("recv", tensors, ranks=ranks, p2p=2, tag=tag, posted=posted)
+            h.finish()
+
+        return _PendingWork(self._gloo.recv(host, src, tag), finish, tensors)
 
     def recv_anysource(self, tensors, tag: int = 0):
         h = self._host()

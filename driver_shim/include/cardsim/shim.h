@@ -254,16 +254,29 @@ struct CollectiveDesc {
                                // collectives are numbered in call order); empty: the ranks
   double timeout_s = 0;        // the process group's timeout; 0: none
   std::string dtype;           // the element type, for traces ("bfloat16"); empty: unknown
+  // Point to point (op "send_recv", ranks [source, destination], root 0, peer 1): which side
+  // this rank is. None: the transfer is timed on this rank alone. Send and Recv are joined
+  // on a fabric server by (group, source, destination, tag), in call order on each side.
+  enum class PointToPoint : uint8_t { None, Send, Recv };
+  PointToPoint p2p = PointToPoint::None;
+  int tag = 0;
+  // Recv: an event recorded on the receiving stream when the receive was posted; the
+  // transfer may start from then on (the receive's arrival). Null: when `stream` gets to it.
+  Event posted{};
 };
 
 // Queues the collective on `stream`. Connected to a fabric server (fabricConnect) and with
-// more than one rank (send_recv excepted), it starts when the stream can start it (this
-// rank's arrival) and completes at the time the server computes from every member's
-// arrival, the same on every rank; the call blocks until every member has arrived, and a
-// member that left or did not arrive within `timeout_s` fails it with CommFailed naming
-// the group, the collective and the missing ranks. Otherwise the collective takes the time
-// the fabric model gives it alone on an idle fabric, from this rank's own arrival. Returns
-// the model's time for the collective (from the last member's arrival) and the algorithm.
+// more than one rank, it starts when the stream can start it (this rank's arrival) and
+// completes at the time the server computes from every member's arrival, the same on every
+// rank; the call blocks until every member has arrived, and a member that left or did not
+// arrive within `timeout_s` fails it with CommFailed naming the group, the collective and
+// the missing ranks. Point to point with a server: a Send is reported and does not wait (it
+// takes the model's time from its own arrival, as a buffered send does); a Recv blocks until
+// its Send is reported and completes at the later of the two arrivals (the Recv's from
+// `posted`) plus the model's time, so a receiver never finishes before its sender began.
+// Otherwise the collective takes the time the fabric model gives it alone on an idle
+// fabric, from this rank's own arrival. Returns the model's time for the collective (from
+// the last member's arrival) and the algorithm.
 Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                               std::string* algorithm);
 
