@@ -551,6 +551,10 @@ void FabricServer::Impl::answerPointToPoint(Job& job, const std::string& key) {
 void FabricServer::Impl::answer(Job& job, const std::string& key, uint64_t end_ps, const FabricModel::Timed& alone) {
   auto it = job.pending.find(key);
   Pending& p = it->second;
+  // Counted before answering: a client may read the answer before this function returns
+  // (asio writes at once when it can), and the stats must already include it.
+  completed.fetch_add(1);
+  pending_count.fetch_sub(1);
   for (const auto& [r, a] : p.arrived) {
     auto s = a.session.lock();
     if (!s || !a.answer) continue;
@@ -562,8 +566,6 @@ void FabricServer::Impl::answer(Job& job, const std::string& key, uint64_t end_p
     c->set_alone_s(alone.seconds);
     s->send(m);
   }
-  completed.fetch_add(1);
-  pending_count.fetch_sub(1);
   forget(job, p);
   job.pending.erase(it);
 }
@@ -583,6 +585,8 @@ void FabricServer::Impl::failPending(Job& job, const std::string& key, const std
   Pending& p = it->second;
   const std::string msg = p.what() + ": " + why;
   log(msg);
+  failed.fetch_add(1);   // before the errors go out, as in answer()
+  pending_count.fetch_sub(1);
   for (const auto& [r, a] : p.arrived) {
     auto s = a.session.lock();
     if (!s) continue;
@@ -591,8 +595,6 @@ void FabricServer::Impl::failPending(Job& job, const std::string& key, const std
     m.mutable_error()->set_message(msg);
     s->send(m);
   }
-  failed.fetch_add(1);
-  pending_count.fetch_sub(1);
   forget(job, p);
   job.pending.erase(it);
 }

@@ -7,7 +7,8 @@
 // Collectives ready together (answered when every rank of the job waits for an answer)
 // and those still running when they start share the links: each is timed with the others
 // on the fabric. The answer depends only on the arrivals, never on the wall-clock order
-// in which they came, so reruns are bit-identical. A member that disconnects, or does not arrive within
+// in which they came, so reruns are bit-identical. Point-to-point transfers pair a send,
+// which never waits (Arrive.eager), with its receive, answered as soon as both are in. A member that disconnects, or does not arrive within
 // the group's timeout, fails the collective for the others with a message naming the
 // group, the collective and the missing ranks. Garbage, an oversized frame or another
 // protocol version costs that connection only; the server keeps serving the others.

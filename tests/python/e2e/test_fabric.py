@@ -154,6 +154,40 @@ elif scenario == "p2p_parked":
             dist.send(torch.full((4,), 7.0, device=d), dst=2)
     out["wall_s"] = time.monotonic() - t0
     dist.barrier()
+elif scenario == "pipeline":
+    # Rank 0 computes for milliseconds of simulated time, then sends; rank 1 posts its
+    # receive at once. The receive cannot end before the data left rank 0.
+    _C._set_activity_recording(True)
+    n = int(os.environ.get("ELEMS", str(1 << 20)))
+    if rank == 0:
+        x = torch.randn(2048, 2048, device=d)
+        for _ in range(4):
+            x = x @ x / 2048
+        dist.send(torch.full((n,), 3.0, device=d), dst=1)
+    else:
+        got = torch.zeros(n, device=d)
+        dist.recv(got, src=0)
+        out["got"] = got[0].item()
+    mod.synchronize()
+    out["acts"] = coll_acts()
+elif scenario == "exchange":
+    # Each rank posts its receive before its send (as ring exchanges do): it must not block.
+    _C._set_activity_recording(True)
+    n = int(os.environ.get("ELEMS", str(1 << 18)))
+    other = 1 - rank
+    x = torch.randn(512 * (rank + 1), 512, device=d)
+    y = x @ x.T   # rank 1 reaches the exchange later in simulated time
+    got = torch.zeros(n, device=d)
+    ops = [dist.P2POp(dist.irecv, got, other), dist.P2POp(dist.isend, torch.full((n,), rank + 1.0, device=d), other)]
+    if os.environ.get("BATCHED") == "1":
+        reqs = dist.batch_isend_irecv(ops)
+    else:
+        reqs = [dist.irecv(got, src=other), dist.isend(torch.full((n,), rank + 1.0, device=d), dst=other)]
+    for q in reqs:
+        q.wait()
+    mod.synchronize()
+    out["got"] = got[0].item()
+    out["acts"] = coll_acts()
 elif scenario == "simple":
     t = torch.ones(1 << 12, device=d) * (rank + 1)
     dist.all_reduce(t)
@@ -323,6 +357,47 @@ def test_a_rank_waiting_in_a_receive_does_not_hold_the_collectives_it_waits_for(
     assert all(res[r] for r in range(3)), errs
     assert res[0]["sum"] == res[1]["sum"] == 3.0 and res[2]["got"] == 7.0
     assert max(res[r]["wall_s"] for r in range(3)) < 15, res
+
+
+def _p2p(acts):
+    return [a for a in acts if a[0].startswith("send_recv")]
+
+
+def test_a_receive_ends_after_its_sender_began_plus_the_transfer(tmp_path):
+    """Point to point is joined on the fabric server: rank 1 posts its receive long before
+    rank 0, busy computing, sends; the receive ends at the send's start plus the model's time
+    for the transfer (before, each side was timed alone and the receive ended first)."""
+    n = 1 << 20
+    res, errs = run_ranks(tmp_path, 2, "pipeline", ELEMS=n)
+    assert res[0] and res[1], errs
+    assert res[1]["got"] == 3.0
+    (send,), (recv,) = _p2p(res[0]["acts"]), _p2p(res[1]["acts"])
+    transfer_ns = model_us("send_recv", 2, 4 * n) * 1e3
+    assert send[2] - send[1] == pytest.approx(transfer_ns, abs=0.5)      # the sender goes on alone
+    assert send[1] > 1e6                                                  # after its milliseconds of compute
+    assert recv[2] == pytest.approx(send[1] + transfer_ns, abs=0.5), (send, recv)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_an_exchange_posting_receives_first_completes_and_is_timed_by_both_sides(tmp_path, batched):
+    n = 1 << 18
+    res, errs = run_ranks(tmp_path, 2, "exchange", ELEMS=n, BATCHED=int(batched), timeout=120)
+    assert res[0] and res[1], errs
+    assert res[0]["got"] == 2.0 and res[1]["got"] == 1.0
+    transfer_ns = model_us("send_recv", 2, 4 * n) * 1e3
+    sends, recvs = {}, {}
+    for r in (0, 1):
+        acts = sorted(_p2p(res[r]["acts"]), key=lambda a: (a[1], a[2]))
+        assert len(acts) == 2, acts
+        # the send is queued when called; the receive (posted first) when waited on
+        sends[r], recvs[r] = acts
+        assert sends[r][2] - sends[r][1] == pytest.approx(transfer_ns, abs=0.5)   # never waits
+    # rank 1 computed more first: its send starts later
+    assert sends[1][1] > sends[0][1]
+    for r in (0, 1):
+        # a receive ends once the peer's data has arrived, and after its stream's send
+        assert recvs[r][2] == pytest.approx(max(sends[r][2], sends[1 - r][1] + transfer_ns), abs=0.5), (r, sends, recvs)
+    assert recvs[0][2] == pytest.approx(sends[1][1] + transfer_ns, abs=0.5)   # rank 0 waited for rank 1
 
 
 def _start_fabricd(*args):

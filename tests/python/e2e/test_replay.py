@@ -205,6 +205,41 @@ def test_what_if_double_memory_bandwidth_speeds_up_memory_bound_work_only(tmp_pa
     assert base["total_us"] / fast["total_us"] < 1.15
 
 
+PIPELINE = r"""
+import os, torch, torch_mlu, torch.distributed as dist
+dist.init_process_group("cncl")
+rank = dist.get_rank()
+d = torch.device("mlu", 0)
+for step in range(2):
+    if rank == 0:
+        x = torch.randn(1024, 1024, device=d)
+        for _ in range(3):
+            x = x @ x / 1024
+        dist.send(x[:256].contiguous(), dst=1)
+        back = torch.empty(256, 1024, device=d)
+        dist.recv(back, src=1)
+    else:
+        got = torch.empty(256, 1024, device=d)
+        dist.recv(got, src=0)
+        dist.send(got * 2, dst=0)
+torch.mlu.synchronize()
+dist.destroy_process_group()
+"""
+
+
+def test_replay_of_point_to_point_transfers_reproduces_the_recorded_times(tmp_path):
+    """A two-stage pipeline: each receive waits for its sender on the fabric server, in the
+    recording and in the replay; a faster fabric shortens the step."""
+    trace = record(tmp_path, "pipe", PIPELINE, world=2)
+    listing = cardsim("info", trace / "rank1.cstrace", "--records").stdout
+    assert "p2p: RECV" in listing and "posted_event:" in listing and "p2p: SEND" in listing, listing[:2000]
+    rep = replay(tmp_path, trace)
+    assert rep["total_us"] == pytest.approx(recorded_total_us(trace), abs=1e-6)
+    fast = replay(tmp_path, trace, "--set", "fabric.on_card.bandwidth=2000 GB/s", "--set",
+                  "fabric.link.bandwidth=2000 GB/s")
+    assert fast["total_us"] < rep["total_us"]
+
+
 def test_replay_on_another_preset_differs_and_names_it(tmp_path):
     trace = record(tmp_path, "p", COMPUTE_BOUND)
     res = cardsim("replay", trace, "--preset", "mlu590")
