@@ -11,6 +11,7 @@
 #include "device_models/DeviceParams.h"
 #include "device_models/DmaEngine.h"
 #include "device_models/EventUnit.h"
+#include "device_models/FabricLinks.h"
 #include "device_models/HostLink.h"
 #include "device_models/MemorySystem.h"
 #include "device_models/StreamQueue.h"
@@ -34,6 +35,9 @@ class Card : public sc_core::sc_module {
   EventUnit& events() { return events_; }
   const std::vector<std::unique_ptr<DmaEngine>>& dmaEngines() const { return dma_; }
 
+  // Peer copies to devices `fabric` joins go over it (null: through the host links).
+  void setFabric(FabricLinks* fabric) { fabric_ = fabric; }
+
   // Executes one command for `queue`, in that queue's thread.
   void execute(StreamQueue& queue, const Command& cmd, Waiter& waiter);
   void completed(StreamQueue& queue, const Command& cmd, TimePs start, TimePs end);
@@ -53,6 +57,7 @@ class Card : public sc_core::sc_module {
   std::vector<std::unique_ptr<DmaEngine>> dma_;
   std::vector<std::unique_ptr<StreamQueue>> queues_;
   sc_core::sc_event engine_freed_;
+  FabricLinks* fabric_ = nullptr;
 };
 
 }  // namespace cardsim::model

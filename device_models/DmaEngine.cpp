@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "device_models/FabricLinks.h"
 #include "device_models/SimTime.h"
 
 namespace cardsim::model {
@@ -17,8 +18,12 @@ void DmaEngine::transfer(CopyKind kind, uint64_t bytes, bool pageable, const Pee
   switch (kind) {
     case CopyKind::HostToDevice:
     case CopyKind::DeviceToHost:
-    case CopyKind::PeerToPeer:
       latency = link_.params().latency_s;
+      break;
+    case CopyKind::PeerToPeer:
+      latency = peer.fabric ? (peer.peer_is_source ? peer.fabric->latencySeconds(peer.other, peer.self)
+                                                   : peer.fabric->latencySeconds(peer.self, peer.other))
+                            : link_.params().latency_s;
       break;
     case CopyKind::DeviceToDevice:
     case CopyKind::Memset:
@@ -49,6 +54,14 @@ void DmaEngine::transfer(CopyKind kind, uint64_t bytes, bool pageable, const Pee
       memory_.transferForDma(b, w, &waiter);
       break;
     case CopyKind::PeerToPeer:
+      if (peer.fabric) {
+        waiter.pending = 3;
+        memory_.transferForDma(b, w, &waiter);
+        peer.memory->transferForDma(b, w, &waiter);
+        if (peer.peer_is_source) peer.fabric->transfer(peer.other, peer.self, b, &waiter);
+        else peer.fabric->transfer(peer.self, peer.other, b, &waiter);
+        break;
+      }
       waiter.pending = 4;
       memory_.transferForDma(b, w, &waiter);
       peer.memory->transferForDma(b, w, &waiter);

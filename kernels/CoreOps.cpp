@@ -128,6 +128,13 @@ void deviceCopyKernel(const at::Tensor& src, const at::Tensor& dst) {
   launch(dst.device().index(), "aten::copy_", cost, [s, d]() mutable { d.copy_(s); }, {&src, &dst});
 }
 
+// The runtime's device of a card tensor's memory.
+int runtimeDeviceOf(const at::Tensor& t) {
+  shim::PointerAttributes attr;
+  throwIfFailed(shim::pointerGetAttributes(&attr, t.data_ptr()), "copy between devices");
+  return attr.device;
+}
+
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (dst.numel() == 0) return dst;
   const at::Tensor src = self.sizes().equals(dst.sizes()) ? self : self.expand_as(dst);
@@ -158,8 +165,10 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
       // target's stream) follows the work queued on the source's stream before it, and the
       // source's later work follows the copy.
       streamWaitsFor(dd, sd);
-      throwIfFailed(shim::memcpyPeerAsync(landed.data_ptr(), dd, packed.data_ptr(), sd,
-                                          landed.nbytes(), currentStream(dd)),
+      // The runtime numbers devices physically; torch's indices are the visible ones
+      // (MLU_VISIBLE_DEVICES=1,2 makes chip 1 mlu:0), so ask the runtime whose memory it is.
+      throwIfFailed(shim::memcpyPeerAsync(landed.data_ptr(), runtimeDeviceOf(landed), packed.data_ptr(),
+                                          runtimeDeviceOf(packed), landed.nbytes(), currentStream(dd)),
                     "copy between devices");
       streamWaitsFor(sd, dd);
       if (!landed.is_same(dst)) deviceCopyKernel(landed, dst);

@@ -15,6 +15,8 @@
 #include <unordered_map>
 
 #include "device_models/Card.h"
+#include "device_models/FabricLinks.h"
+#include "simulator/FabricConfig.h"
 #include "simulator/HostClock.h"
 
 namespace cardsim::sim {
@@ -107,6 +109,9 @@ struct Simulator::Impl : model::ICompletionSink {
 
   // Touched only by the thread running the simulation (the driver or the simulation thread).
   std::vector<std::unique_ptr<Card>> cards;
+  // The preset's fabric among this process's devices (none: the preset has no fabric).
+  std::unique_ptr<fabric::FabricParams> fabric_params;
+  std::unique_ptr<model::FabricLinks> fabric;
   std::vector<uint64_t> completed;     // per (device, queue)
   std::vector<TimePs> last_end;        // per (device, queue): end of the latest completed command
   std::vector<PendingWait> waits;
@@ -146,6 +151,13 @@ void Simulator::Impl::buildModel() {
     for (uint32_t d = 0; d < devices; ++d)
       cards.push_back(std::make_unique<Card>(("device_" + std::to_string(d)).c_str(), DeviceId{d},
                                              params, *this, cards));
+    if (fabric_params && devices > 1) {
+      fabric::FabricParams p = *fabric_params;
+      const uint32_t per = std::max(1u, p.devices_per_node);
+      p.nodes = std::max(p.nodes, (devices + per - 1) / per);
+      fabric = std::make_unique<model::FabricLinks>("fabric", fabric::buildTopology(p));
+      for (auto& c : cards) c->setFabric(fabric.get());
+    }
     sc_core::sc_start(sc_core::SC_ZERO_TIME);  // elaborate and start every process
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("cardsim: could not build the device model: ") + e.what());
@@ -424,6 +436,13 @@ Simulator::Simulator(const SimOptions& options) : impl_(std::make_unique<Impl>()
   if (options.devices < 1) throw ConfigError("device count must be at least 1");
   impl_->options = options;
   impl_->params = loadDeviceParams(options);
+  // Peer copies cross the fabric where the preset has one; a preset without one (or one
+  // the fabric configuration refuses: collectives report that) copies over PCIe.
+  try {
+    impl_->fabric_params = std::make_unique<fabric::FabricParams>(loadFabricParams(options));
+  } catch (const std::exception&) {
+    impl_->fabric_params.reset();
+  }
   hostclock::configureFromEnvironment();
   impl_->devices = options.devices;
   impl_->queues_per_device = impl_->params.queues.hardware_queues;

@@ -1,0 +1,57 @@
+// The fabric's links between the cards one process drives, in simulated time. A peer copy
+// between two devices the fabric joins (chips of an MLU-Link group, BR100s in their BLink
+// mesh, GPUs on an NVSwitch) moves over the fabric route between them instead of through
+// both cards' PCIe links: it waits the route's latency, then its bytes cross every link of
+// the route at the max-min fair rate among the copies under way (fabric::FlowSolver's rule,
+// recomputed whenever a copy starts or ends). Device d of the process is device rank d of
+// the topology, as a job's rank r is on the fabric server.
+#pragma once
+
+#include <cstdint>
+#include <systemc>
+#include <vector>
+
+#include "device_models/Command.h"
+#include "device_models/SharedPipe.h"
+#include "device_models/fabric/FlowSolver.h"
+#include "device_models/fabric/Topology.h"
+
+namespace cardsim::model {
+
+class FabricLinks : public sc_core::sc_module {
+ public:
+  FabricLinks(sc_core::sc_module_name name, fabric::Topology topology);
+
+  // True when both devices are on the topology and distinct.
+  bool joins(DeviceId a, DeviceId b) const;
+  // The route's latency (its links and the switches it crosses), seconds.
+  double latencySeconds(DeviceId src, DeviceId dst) const;
+  // Starts moving `bytes` from src to dst; `w->pending` must already count this flow.
+  void transfer(DeviceId src, DeviceId dst, double bytes, Waiter* w);
+
+  const fabric::Topology& topology() const { return topology_; }
+  // Bytes that have crossed each link (indexed by fabric::LinkId), for reports and tests.
+  const std::vector<double>& linkBytes() const { return link_bytes_; }
+  std::size_t active() const { return flows_.size(); }
+
+ private:
+  struct Flow {
+    const std::vector<fabric::LinkId>* path;
+    double remaining;
+    double rate;
+    Waiter* waiter;
+  };
+  void advance();
+  void assignRates();
+  void reschedule();
+  void onWake();
+
+  fabric::Topology topology_;
+  fabric::FlowSolver solver_;
+  std::vector<Flow> flows_;
+  std::vector<double> link_bytes_;
+  double now_s_ = 0;
+  sc_core::sc_event wake_;
+};
+
+}  // namespace cardsim::model
