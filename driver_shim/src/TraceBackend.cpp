@@ -178,7 +178,7 @@ Status TraceBackend::openLocked(const std::string& directory, const char* starte
   if (Status st = makeDirectories(directory); !st.ok()) return st;
   const std::string path = directory + "/rank" + std::to_string(envInt("RANK", 0)) + trace::kFileExtension;
   try {
-    recorder_ = std::make_unique<TraceRecorder>(path, header(started_by));
+    recorder_ = std::make_unique<TraceRecorder>(path, header(started_by), trace::compressionFromEnvironment());
   } catch (const std::exception& e) {
     return Status(Code::InvalidValue, e.what());
   }

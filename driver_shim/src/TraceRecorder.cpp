@@ -24,8 +24,8 @@ trace::DeviceCommand::Kind commandKind(ActivityRecord::Kind k) {
 }
 }  // namespace
 
-TraceRecorder::TraceRecorder(const std::string& path, trace::Header header)
-    : writer_(path, std::move(header)), arena_block_(new char[kArenaBlock]) {
+TraceRecorder::TraceRecorder(const std::string& path, trace::Header header, trace::Compression compression)
+    : writer_(path, std::move(header), compression), arena_block_(new char[kArenaBlock]) {
   google::protobuf::ArenaOptions options;
   options.initial_block = arena_block_.get();
   options.initial_block_size = kArenaBlock;

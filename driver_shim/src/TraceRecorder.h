@@ -44,7 +44,7 @@ class TraceRecorder {
   };
 
   // Creates the file (throws trace::TraceError naming it) and writes the header.
-  TraceRecorder(const std::string& path, trace::Header header);
+  TraceRecorder(const std::string& path, trace::Header header, trace::Compression compression = {});
 
   // A cleared record on the arena for the caller to fill; valid until the next call.
   trace::Envelope* newRecord();

@@ -187,3 +187,27 @@ TEST(FabricPointToPoint, ASendWhoseReceiverLeftFailsTheSendersNextCall) {
   EXPECT_NE(e.find("an earlier send failed"), std::string::npos) << e;
   EXPECT_NE(e.find("rank 1 left the job"), std::string::npos) << e;
 }
+
+TEST(FabricPointToPoint, AReceiveCompletesWhenItsSenderPostedThenLeft) {
+  // A send never waits: its process may finish and exit before the receiver reaches the
+  // server (a replay's last stage does). The receive still completes from the send's arrival.
+  Job job(2);
+  const double bytes = 1 << 20;
+  auto send = side(0, 1, 5'000'000, bytes);
+  auto recv = side(0, 1, 1'000'000, bytes);
+  send.seq = job.clients[0]->nextSeq(send.group);
+  recv.seq = job.clients[1]->nextSeq(recv.group);
+  job.clients[0]->post(send);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));   // the send is in
+  job.clients[0]->close();
+  for (int i = 0; i < 100 && job.server.stats().connections_open > 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(job.server.stats().connections_open, 1u);
+  const FabricClient::Completion done = job.clients[1]->collective(recv);
+  EXPECT_EQ(done.end_ps, 5'000'000 + model::secondsToPs(transferSeconds(bytes, 0, 1)));
+  // A receive of a send that was never posted still fails naming the rank that left.
+  auto late = side(0, 1, 0, bytes);
+  late.seq = job.clients[1]->nextSeq(late.group);
+  const std::string e = errorOf([&] { job.clients[1]->collective(late); });
+  EXPECT_NE(e.find("rank 0 left the job"), std::string::npos) << e;
+}

@@ -42,9 +42,9 @@ trace::Header sampleHeader() {
 }
 
 // A file with `kernels` kernel launches and as many device commands.
-std::string writeSample(const std::string& name, int kernels) {
+std::string writeSample(const std::string& name, int kernels, trace::Compression compression = {}) {
   const std::string path = tempPath(name);
-  trace::TraceWriter w(path, sampleHeader());
+  trace::TraceWriter w(path, sampleHeader(), compression);
   trace::Envelope e;
   e.mutable_name()->set_id(1);
   e.mutable_name()->set_text("aten::mm");
@@ -262,4 +262,115 @@ TEST(TraceFormat, CorruptLengthPrefixNamesRecordAndOffset) {
   EXPECT_NE(err.find("corrupt length"), std::string::npos) << err;
   std::remove(path.c_str());
   std::remove(good.c_str());
+}
+
+namespace {
+trace::Compression gzip(int level = 6) {
+  trace::Compression c;
+  c.gzip = true;
+  c.level = level;
+  return c;
+}
+}  // namespace
+
+TEST(TraceFormat, CompressedTraceIsGzipOfThePlainFileAndReadsTheSame) {
+  const int n = 40000;   // several buffer write-outs, each a sync flush of the gzip stream
+  const std::string plain = writeSample("plain", n), packed = writeSample("packed", n, gzip());
+  const std::string pbytes = readAll(plain), zbytes = readAll(packed);
+  ASSERT_GE(zbytes.size(), 2u);
+  EXPECT_EQ(static_cast<uint8_t>(zbytes[0]), 0x1f);
+  EXPECT_EQ(static_cast<uint8_t>(zbytes[1]), 0x8b);
+  EXPECT_LT(zbytes.size() * 2, pbytes.size()) << "compressed " << zbytes.size() << " of " << pbytes.size();
+  trace::TraceReader a(plain), b(packed);
+  EXPECT_EQ(a.header().SerializeAsString(), b.header().SerializeAsString());
+  trace::Envelope ea, eb;
+  uint64_t records = 0;
+  for (;;) {
+    const bool more_a = a.next(&ea), more_b = b.next(&eb);
+    ASSERT_EQ(more_a, more_b) << "after " << records << " records";
+    if (!more_a) break;
+    ASSERT_EQ(ea.SerializeAsString(), eb.SerializeAsString()) << "record " << records;
+    ++records;
+  }
+  EXPECT_EQ(records, 1u + 2u * n);
+  EXPECT_EQ(a.end().crc32(), b.end().crc32());   // the CRC is of the plain bytes
+  EXPECT_EQ(b.offset(), pbytes.size());           // offsets count decompressed bytes
+  trace::TraceReader v(packed);
+  v.verify();
+  EXPECT_EQ(v.end().records(), a.end().records());
+  std::remove(plain.c_str());
+  std::remove(packed.c_str());
+}
+
+TEST(TraceFormat, EveryTruncationOfACompressedTraceIsDetected) {
+  const std::string good = writeSample("zwhole", 50, gzip(1));
+  const std::string bytes = readAll(good);
+  const std::string path = tempPath("zcut");
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
+    writeAll(path, bytes.substr(0, cut));
+    const std::string err = readError(path);
+    ASSERT_FALSE(err.empty()) << "cut at " << cut << " of " << bytes.size() << " read cleanly";
+    EXPECT_EQ(err.rfind(path, 0), 0u) << err;
+    ASSERT_FALSE(verifyError(path).empty()) << "cut at " << cut << " verified cleanly";
+  }
+  std::remove(path.c_str());
+  std::remove(good.c_str());
+}
+
+TEST(TraceFormat, CompressedTraceOfAKilledWriterReadsAsIncomplete) {
+  const std::string path = tempPath("znoend");
+  {
+    trace::TraceWriter w(path, sampleHeader(), gzip());
+    trace::Envelope e;
+    e.mutable_alloc()->set_bytes(64);
+    w.write(e);
+    w.flush();   // what a process has written out when it is killed
+    const std::string err = readError(path);
+    EXPECT_NE(err.find(path + ": incomplete"), std::string::npos) << err;
+    EXPECT_NE(err.find("after record #1"), std::string::npos) << err;
+  }
+  std::remove(path.c_str());
+}
+
+TEST(TraceFormat, EveryCorruptedByteOfACompressedTraceIsDetected) {
+  const std::string good = writeSample("zcorrupt", 20, gzip());
+  const std::string bytes = readAll(good);
+  const std::string path = tempPath("zflipped");
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    // The gzip header's modification time, extra flags and OS (bytes 4-9) carry no data.
+    if (i >= 4 && i <= 9) continue;
+    std::string bad = bytes;
+    bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    writeAll(path, bad);
+    const std::string err = readError(path);
+    ASSERT_FALSE(err.empty()) << "byte " << i << " of " << bytes.size() << " flipped read cleanly";
+    EXPECT_EQ(err.rfind(path, 0), 0u) << err;
+  }
+  std::remove(path.c_str());
+  std::remove(good.c_str());
+}
+
+TEST(TraceFormat, CompressionFromTheEnvironmentNamesABadValue) {
+  const auto with = [](const char* v) {
+    if (v) ::setenv("CARDSIM_TRACE_COMPRESS", v, 1);
+    else ::unsetenv("CARDSIM_TRACE_COMPRESS");
+    return trace::compressionFromEnvironment();
+  };
+  EXPECT_FALSE(with(nullptr).gzip);
+  EXPECT_FALSE(with("none").gzip);
+  EXPECT_FALSE(with("0").gzip);
+  EXPECT_TRUE(with("gzip").gzip);
+  EXPECT_EQ(with("gzip").level, 6);
+  EXPECT_EQ(with("gzip:9").level, 9);
+  EXPECT_TRUE(with("1").gzip);
+  for (const char* bad : {"zstd", "gzip:0", "gzip:10", "yes"}) {
+    try {
+      with(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const trace::TraceError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("\"") + bad + "\""), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("gzip:1 .. gzip:9"), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv("CARDSIM_TRACE_COMPRESS");
 }

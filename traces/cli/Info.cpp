@@ -85,7 +85,7 @@ RankSummary summarize(const std::string& path, bool print) {
       s.any_device = true;
     } else if (e.call() != 0) {
       ++s.calls;
-      s.first_host_ps = std::min(s.first_host_ps, e.host_begin_ps());
+      if (!trace::movesClockOnly(e)) s.first_host_ps = std::min(s.first_host_ps, e.host_begin_ps());
       s.last_host_ps = std::max(s.last_host_ps, e.host_end_ps());
     }
   }

@@ -49,14 +49,35 @@ bool hasEndField(const uint8_t* p, const uint8_t* end) {
 TraceReader::TraceReader(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "rb");
   if (!file_) throw TraceError(path + ": cannot open: " + std::strerror(errno));
+  try {
+    open();
+  } catch (...) {
+    close();   // a constructor that throws gets no destructor
+    throw;
+  }
+}
+
+void TraceReader::open() {
+  const std::string& path = path_;
   // A small file gets a small buffer.
   struct stat st {};
   const bool sized = ::fstat(::fileno(file_), &st) == 0 && st.st_size > 0;
   buffer_.resize(sized ? std::min<std::size_t>(kChunk, static_cast<std::size_t>(st.st_size) + 16) : kChunk);
+  // gzip's magic: decompress as we read (the plain file is inside).
+  const int b0 = std::fgetc(file_), b1 = b0 == EOF ? EOF : std::fgetc(file_);
+  if (b0 == 0x1f && b1 == 0x8b) {
+    gz_ = new z_stream{};
+    if (inflateInit2(gz_, 15 + 16) != Z_OK) {
+      delete gz_;
+      gz_ = nullptr;
+      throw TraceError(path + ": cannot start gzip decompression");
+    }
+    buffer_.resize(kChunk);
+    raw_.resize(kChunk);
+  }
+  std::rewind(file_);
   if (!fill(kMagicSize) || std::memcmp(buffer_.data() + pos_, kMagic, kMagicSize) != 0) {
     const bool empty = size_ == 0;
-    std::fclose(file_);
-    file_ = nullptr;
     throw TraceError(path + ": not a cardsim trace (" +
                      (empty ? std::string("the file is empty") : "it does not start with the CSTRACE magic") + ")");
   }
@@ -65,32 +86,60 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
   pos_ += kMagicSize;
   offset_ = kMagicSize;
   Envelope first;
-  try {
-    if (!readRecord(&first))
-      throw TraceError(path + ": truncated: the file ends after the magic, before the header");
-  } catch (...) {
-    std::fclose(file_);
-    file_ = nullptr;
-    throw;
-  }
-  if (first.record_case() != Envelope::kHeader) {
-    std::fclose(file_);
-    file_ = nullptr;
-    throw TraceError(path + ": corrupt: record #0 is not the header");
-  }
+  if (!readRecord(&first)) throw TraceError(path + ": truncated: the file ends after the magic, before the header");
+  if (first.record_case() != Envelope::kHeader) throw TraceError(path + ": corrupt: record #0 is not the header");
   header_ = first.header();
-  if (header_.format_major() > kFormatMajor) {
-    std::fclose(file_);
-    file_ = nullptr;
+  if (header_.format_major() > kFormatMajor)
     throw TraceError(path + ": trace format " + std::to_string(header_.format_major()) + "." +
                      std::to_string(header_.format_minor()) + " is newer than this cardsim reads (" +
                      std::to_string(kFormatMajor) + "." + std::to_string(kFormatMinor) +
                      "); use a newer cardsim");
+}
+
+TraceReader::~TraceReader() { close(); }
+
+void TraceReader::close() {
+  if (file_) std::fclose(file_);
+  file_ = nullptr;
+  if (gz_) {
+    inflateEnd(gz_);
+    delete gz_;
+    gz_ = nullptr;
   }
 }
 
-TraceReader::~TraceReader() {
-  if (file_) std::fclose(file_);
+std::size_t TraceReader::readSome(uint8_t* dst, std::size_t n) {
+  if (!gz_) {
+    const std::size_t got = std::fread(dst, 1, n, file_);
+    if (got == 0 && std::ferror(file_)) throw TraceError(path_ + ": read error at offset " + std::to_string(offset_ + size_));
+    return got;
+  }
+  if (gz_end_) return 0;
+  gz_->next_out = dst;
+  gz_->avail_out = static_cast<uInt>(n);
+  while (gz_->avail_out == n) {
+    if (gz_->avail_in == 0 && !raw_eof_) {
+      const std::size_t got = std::fread(raw_.data(), 1, raw_.size(), file_);
+      if (got == 0 && std::ferror(file_))
+        throw TraceError(path_ + ": read error at compressed offset " + std::to_string(raw_offset_));
+      raw_eof_ = got == 0;
+      raw_offset_ += got;
+      gz_->next_in = raw_.data();
+      gz_->avail_in = static_cast<uInt>(got);
+    }
+    const int rc = inflate(gz_, Z_NO_FLUSH);
+    if (rc == Z_STREAM_END) {
+      gz_end_ = true;
+      if (gz_->avail_in > 0 || (!raw_eof_ && std::fgetc(file_) != EOF))
+        throw TraceError(path_ + ": corrupt: data after the end of the gzip stream");
+      break;
+    }
+    if (rc == Z_BUF_ERROR && raw_eof_) break;   // the compressed stream stops early: a cut file
+    if (rc != Z_OK && rc != Z_BUF_ERROR)
+      throw TraceError(path_ + ": corrupt: the gzip data does not decompress near compressed offset " +
+                       std::to_string(raw_offset_ - gz_->avail_in) + " (" + (gz_->msg ? gz_->msg : "zlib error") + ")");
+  }
+  return n - gz_->avail_out;
 }
 
 std::string TraceReader::where() const {
@@ -114,11 +163,8 @@ bool TraceReader::fill(std::size_t need) {
   }
   if (buffer_.size() < need) buffer_.resize(need);
   while (size_ < need) {
-    const std::size_t n = std::fread(buffer_.data() + size_, 1, buffer_.size() - size_, file_);
-    if (n == 0) {
-      if (std::ferror(file_)) throw TraceError(path_ + ": read error at offset " + std::to_string(offset_ + size_));
-      return false;
-    }
+    const std::size_t n = readSome(buffer_.data() + size_, buffer_.size() - size_);
+    if (n == 0) return false;
     size_ += n;
   }
   return true;
@@ -188,6 +234,9 @@ bool TraceReader::nextRecord(Envelope* record, bool only_end) {
   Envelope extra;
   if (readRecord(&extra))
     throw TraceError(path_ + ": corrupt: data after the End record (offset " + std::to_string(offset_) + ")");
+  if (gz_ && !gz_end_)
+    throw TraceError(path_ + ": truncated: the compressed file ends before its gzip trailer (compressed offset " +
+                     std::to_string(raw_offset_) + ")");
   done_ = true;
   return false;
 }

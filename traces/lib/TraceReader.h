@@ -2,6 +2,8 @@
 // file), the format version (a newer major is refused), every length prefix and record
 // (truncation, corruption), and at the End record the record count and CRC-32. Errors are
 // TraceError naming the file and, where it applies, the record index and byte offset.
+// A gzip-compressed trace (CARDSIM_TRACE_COMPRESS) reads the same: it is decompressed on
+// the fly, offsets counting the decompressed bytes.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +13,18 @@
 
 #include "traces/proto/trace.pb.h"
 
+struct z_stream_s;
+
 namespace cardsim::trace {
+
+// Records that only move a host thread's virtual clock (a join, the autograd hand-off) and
+// do no work: a makespan starts at the first call that is not one of them. Their begin is
+// where the clock was before the jump (0 for a replay's first alignment).
+inline bool movesClockOnly(const Envelope& e) {
+  if (e.record_case() != Envelope::kApi) return false;
+  const ApiCall::Api a = e.api().api();
+  return a == ApiCall::CLOCK_JOIN || a == ApiCall::CLOCK_SHARE_BEGIN || a == ApiCall::CLOCK_SHARE_END;
+}
 
 class TraceReader {
  public:
@@ -43,6 +56,10 @@ class TraceReader {
   bool readRecord(Envelope* record, bool only_end = false);
   bool nextRecord(Envelope* record, bool only_end);
   bool fill(std::size_t need);   // at least `need` unread bytes buffered; false at EOF
+  // Up to `n` bytes of the (decompressed) file into `dst`; 0 at its end.
+  std::size_t readSome(uint8_t* dst, std::size_t n);
+  void open();    // the constructor's checks, after the file is open
+  void close();
   std::string where() const;
 
   std::string path_;
@@ -59,6 +76,10 @@ class TraceReader {
   Header header_;
   End end_;
   bool done_ = false;
+  z_stream_s* gz_ = nullptr;        // the inflate stream of a compressed file
+  std::vector<uint8_t> raw_;        // its compressed input
+  bool raw_eof_ = false, gz_end_ = false;
+  uint64_t raw_offset_ = 0;         // compressed bytes read from the file
 };
 
 }  // namespace cardsim::trace

@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "traces/lib/TraceError.h"
@@ -23,9 +24,38 @@ uint8_t* putVarint(uint64_t v, uint8_t* p) {
 }
 }  // namespace
 
-TraceWriter::TraceWriter(const std::string& path, Header header) : path_(path), buffer_(kBufferBytes) {
+Compression compressionFromEnvironment() {
+  Compression c;
+  const char* env = std::getenv("CARDSIM_TRACE_COMPRESS");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "0" || v == "none") return c;
+  c.gzip = true;
+  if (v == "gzip" || v == "1") return c;
+  if (v.size() == 6 && v.compare(0, 5, "gzip:") == 0 && v[5] >= '1' && v[5] <= '9') {
+    c.level = v[5] - '0';
+    return c;
+  }
+  throw TraceError("CARDSIM_TRACE_COMPRESS: \"" + v + "\" is not a compression (valid: none, gzip, gzip:1 .. gzip:9)");
+}
+
+TraceWriter::TraceWriter(const std::string& path, Header header, Compression compression)
+    : path_(path), buffer_(kBufferBytes) {
+  if (compression.gzip) {
+    gz_ = new z_stream{};
+    // windowBits 15 + 16: a gzip wrapper, so that zcat and gzip -t read the file too.
+    if (deflateInit2(gz_, compression.level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+      delete gz_;
+      gz_ = nullptr;
+      throw TraceError(path + ": cannot start gzip compression (level " + std::to_string(compression.level) + ")");
+    }
+    deflated_.resize(deflateBound(gz_, kBufferBytes) + 64);
+  }
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw TraceError(path + ": cannot create the trace file: " + std::strerror(errno));
+  if (fd_ < 0) {
+    if (gz_) deflateEnd(gz_);
+    delete gz_;
+    throw TraceError(path + ": cannot create the trace file: " + std::strerror(errno));
+  }
   std::memcpy(buffer_.data(), kMagic, kMagicSize);
   used_ = kMagicSize;
   header.set_format_major(kFormatMajor);
@@ -37,12 +67,17 @@ TraceWriter::TraceWriter(const std::string& path, Header header) : path_(path), 
 }
 
 TraceWriter::~TraceWriter() {
-  if (fd_ < 0) return;
-  try {
-    flush();   // no End: readers report the file as incomplete
-  } catch (const TraceError&) {
+  if (fd_ >= 0) {
+    try {
+      flush();   // no End: readers report the file as incomplete
+    } catch (const TraceError&) {
+    }
+    ::close(fd_);
   }
-  ::close(fd_);
+  if (gz_) {
+    deflateEnd(gz_);
+    delete gz_;
+  }
 }
 
 void TraceWriter::write(const Envelope& record) {
@@ -71,7 +106,22 @@ void TraceWriter::flush() {
   used_ = 0;
 }
 
-void TraceWriter::writeOut(const uint8_t* data, std::size_t size) {
+void TraceWriter::writeOut(const uint8_t* data, std::size_t size, bool finish) {
+  if (!gz_) return writeRaw(data, size);
+  // A sync flush per write-out: everything so far decodes even if the process dies next.
+  gz_->next_in = const_cast<Bytef*>(data);
+  gz_->avail_in = static_cast<uInt>(size);
+  for (;;) {
+    gz_->next_out = deflated_.data();
+    gz_->avail_out = static_cast<uInt>(deflated_.size());
+    const int rc = deflate(gz_, finish ? Z_FINISH : Z_SYNC_FLUSH);
+    if (rc == Z_STREAM_ERROR) throw TraceError(path_ + ": gzip compression failed");
+    writeRaw(deflated_.data(), deflated_.size() - gz_->avail_out);
+    if (finish ? rc == Z_STREAM_END : (gz_->avail_out != 0 && gz_->avail_in == 0)) break;
+  }
+}
+
+void TraceWriter::writeRaw(const uint8_t* data, std::size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd_, data, size);
     if (n < 0 && errno == EINTR) continue;
@@ -89,7 +139,9 @@ void TraceWriter::close(End end) {
   Envelope last;
   *last.mutable_end() = std::move(end);
   append(last);
-  flush();
+  crc_ = static_cast<uint32_t>(::crc32(crc_, buffer_.data(), static_cast<uInt>(used_)));
+  writeOut(buffer_.data(), used_, /*finish=*/true);
+  used_ = 0;
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) throw TraceError(path_ + ": cannot close the trace: " + std::strerror(errno));

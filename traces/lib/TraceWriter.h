@@ -3,6 +3,10 @@
 // costs no system call and no heap allocation per record; the caller builds its Envelopes
 // on an arena it resets (TraceRecorder does).
 //
+// With gzip compression the file is one gzip stream of exactly those bytes (zcat restores
+// the plain file), flushed to a decodable point at every buffer write-out, so that a
+// process killed mid-run still leaves a readable (incomplete) trace.
+//
 // close() writes the End record with a CRC-32 of every byte before it; a writer destroyed
 // without close() still writes out what it buffered, and readers report that file as
 // incomplete. Not thread-safe: the caller serializes writes.
@@ -14,7 +18,17 @@
 
 #include "traces/proto/trace.pb.h"
 
+struct z_stream_s;
+
 namespace cardsim::trace {
+
+struct Compression {
+  bool gzip = false;
+  int level = 6;   // zlib's 1 (fastest) .. 9 (smallest)
+};
+// CARDSIM_TRACE_COMPRESS: unset, "", "0" or "none": none; "gzip" or "1": gzip at level 6;
+// "gzip:N": level N. Throws TraceError naming the value otherwise.
+Compression compressionFromEnvironment();
 
 class TraceWriter {
  public:
@@ -22,7 +36,7 @@ class TraceWriter {
 
   // Creates or truncates `path` and writes the magic and `header`, whose format version
   // this sets. Throws TraceError naming the path.
-  TraceWriter(const std::string& path, Header header);
+  TraceWriter(const std::string& path, Header header, Compression compression = {});
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
@@ -40,14 +54,17 @@ class TraceWriter {
 
  private:
   void append(const Envelope& record);
-  void writeOut(const uint8_t* data, std::size_t size);
+  void writeOut(const uint8_t* data, std::size_t size, bool finish = false);
+  void writeRaw(const uint8_t* data, std::size_t size);
 
   std::string path_;
   int fd_ = -1;
   std::vector<uint8_t> buffer_;
   std::size_t used_ = 0;
   uint64_t records_ = 0;
-  uint32_t crc_ = 0;   // of every byte handed to the file so far
+  uint32_t crc_ = 0;   // of every byte handed to the file so far (before compression)
+  z_stream_s* gz_ = nullptr;        // the deflate stream, when compressing
+  std::vector<uint8_t> deflated_;   // its output, on its way to the file
 };
 
 }  // namespace cardsim::trace

@@ -328,7 +328,7 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
       Call call;
       call.begin = e.host_begin_ps();
       call.end = e.host_end_ps();
-      rd.first_host = std::min(rd.first_host, e.host_begin_ps());
+      if (!trace::movesClockOnly(e)) rd.first_host = std::min(rd.first_host, e.host_begin_ps());
       last_host = std::max(last_host, e.host_end_ps());
       if (e.record_case() == trace::Envelope::kKernel) {
         const trace::KernelLaunch& k = e.kernel();

@@ -63,10 +63,23 @@ def trace_path() -> str | None:
 
 
 @contextlib.contextmanager
-def record_trace(directory):
+def record_trace(directory, compress=None):
     """Records what the block does on the cards into ``<directory>/rank<N>.cstrace``;
-    yields the file's path."""
-    path = start_trace(directory)
+    yields the file's path. ``compress``: None follows ``CARDSIM_TRACE_COMPRESS``; "gzip",
+    "gzip:1" .. "gzip:9" or True write a gzip stream; "none" or False a plain file."""
+    if compress is None:
+        path = start_trace(directory)
+    else:
+        value = {True: "gzip", False: "none"}.get(compress, compress) if isinstance(compress, bool) else str(compress)
+        saved = os.environ.get("CARDSIM_TRACE_COMPRESS")
+        os.environ["CARDSIM_TRACE_COMPRESS"] = value
+        try:
+            path = start_trace(directory)
+        finally:
+            if saved is None:
+                os.environ.pop("CARDSIM_TRACE_COMPRESS", None)
+            else:
+                os.environ["CARDSIM_TRACE_COMPRESS"] = saved
     try:
         yield path
     finally:
