@@ -64,7 +64,11 @@ bool memoryBound(const model::DeviceParams& p, const KernelShape& k) {
   const double peak = model::peakFor(p.compute, k.kernel_class, k.dtype) *
                       std::max(p.compute.efficiency[static_cast<std::size_t>(k.kernel_class)], 1e-9);
   const double compute_s = peak > 0 ? k.flops / peak : 0;
-  const double memory_s = p.memory.bandwidth_bytes_per_s > 0 ? k.bytes / p.memory.bandwidth_bytes_per_s : 0;
+  // What a kernel on every cluster can draw: the memory's bandwidth, or the clusters' ports.
+  double bw = p.memory.bandwidth_bytes_per_s;
+  if (p.memory.cluster_bandwidth_bytes_per_s > 0)
+    bw = std::min(bw, p.memory.cluster_bandwidth_bytes_per_s * std::max<uint32_t>(1, p.compute.clusters));
+  const double memory_s = bw > 0 ? k.bytes / bw : 0;
   return memory_s > compute_s;
 }
 
