@@ -90,7 +90,8 @@ struct FabricClient::Impl : std::enable_shared_from_this<Impl> {
     }
     failAll(ours ? "the connection to the fabric server was closed"
                  : "the fabric server at " + address + " closed the connection (" + ec.message() +
-                       "): the server, or the rank hosting it, has stopped");
+                       "): the server, or the rank hosting it (rank 0, when the job started it), has stopped "
+                       "(exited or was killed)");
   }
 
   void onMessage(const rpc::ToClient& m) {
@@ -250,12 +251,30 @@ void FabricClient::post(const Collective& c) {
   impl_->send(arriveFrame(c, id, true));
 }
 
+namespace {
+// As the server names a collective: "all_reduce #3 of process group [0, 1]".
+std::string describe(const FabricClient::Collective& c) {
+  std::string ranks;
+  for (int r : c.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  return c.op + " #" + std::to_string(c.seq) + " of process group [" + ranks + "]";
+}
+// An error about the connection (not from the server about this collective) gets the
+// collective's name in front, so that the user learns what was under way.
+std::string named(const FabricClient::Collective& c, const std::string& why) {
+  return why.find(" of process group [") != std::string::npos ? why : describe(c) + ": " + why;
+}
+}  // namespace
+
 FabricClient::Completion FabricClient::collective(const Collective& c) {
   std::future<Impl::Result> f;
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    throwIfFailedLocked();
+    try {
+      throwIfFailedLocked();
+    } catch (const FabricError& e) {
+      throw FabricError(named(c, e.what()));
+    }
     id = impl_->next_id++;
     f = impl_->waiting[id].get_future();
   }
@@ -266,12 +285,12 @@ FabricClient::Completion FabricClient::collective(const Collective& c) {
     if (f.wait_for(std::chrono::duration<double>(c.timeout_s + 10)) != std::future_status::ready) {
       std::lock_guard<std::mutex> lock(impl_->mutex);
       impl_->waiting.erase(id);
-      throw FabricError("no answer from the fabric server at " + address_ + " within " +
+      throw FabricError(describe(c) + ": no answer from the fabric server at " + address_ + " within " +
                         std::to_string(static_cast<int>(c.timeout_s + 10)) + " s");
     }
   }
   Impl::Result r = f.get();
-  if (!r.ok) throw FabricError(r.error);
+  if (!r.ok) throw FabricError(named(c, r.error));
   return r.completion;
 }
 

@@ -34,6 +34,10 @@ FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const
                                     uint32_t root, uint32_t peer, const std::string& algorithm,
                                     const fabric::Topology& t) const {
   if (!(bytes >= 0)) throw std::invalid_argument("a collective's size must be a non-negative number of bytes");
+  // Far beyond any card's memory; past it the times lose their meaning in double precision.
+  if (bytes > kMaxCollectiveBytes)
+    throw std::invalid_argument("a collective of " + std::to_string(bytes) + " bytes is over the model's limit of " +
+                                std::to_string(kMaxCollectiveBytes) + " bytes (256 TiB)");
   const bool p2p = op == fabric::CollectiveOp::SendRecv;
   if (root >= ranks.size() || (p2p && peer >= ranks.size()))
     throw std::invalid_argument(std::string(p2p && peer >= ranks.size() ? "peer" : "root") + " index " +

@@ -17,6 +17,7 @@ namespace cardsim::sim {
 
 class FabricModel {
  public:
+  static constexpr double kMaxCollectiveBytes = 281474976710656.0;   // 2^48
   explicit FabricModel(fabric::FabricParams params) : params_(std::move(params)) {}
   const fabric::FabricParams& params() const { return params_; }
 

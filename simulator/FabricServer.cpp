@@ -308,6 +308,9 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
   if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end())
     return error(what + ": rank " + std::to_string(s.rank) + " is not a member of the group");
   Job& job = jobs[s.job];
+  for (int r : ranks)
+    if (r < 0 || static_cast<uint32_t>(r) >= job.world)   // it would wait for a rank that never comes
+      return error(what + ": rank " + std::to_string(r) + " is outside the job's world of " + std::to_string(job.world));
   const std::string key = a.group() + "\n" + std::to_string(a.seq());
   // A rank that left after arriving here (a send, which never waits for its receiver, then
   // the end of its process) still counts: its part is in.

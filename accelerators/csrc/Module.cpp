@@ -432,11 +432,12 @@ PYBIND11_MODULE(_C, m) {
     throwIfFailed(shim::fabricServe(bind, static_cast<uint16_t>(port), &bound), "fabricServe");
     return static_cast<int>(bound);
   });
-  m.def("_fabric_connect", [](const std::string& address, const std::string& job, int rank, int world) {
+  m.def("_fabric_connect", [](const std::string& address, const std::string& job, int rank, int world,
+                              double timeout_s) {
     py::gil_scoped_release nogil;
     accel::start();
-    throwIfFailed(shim::fabricConnect(address, job, rank, world), "fabricConnect");
-  });
+    throwIfFailed(shim::fabricConnect(address, job, rank, world, timeout_s), "fabricConnect");
+  }, py::arg("address"), py::arg("job"), py::arg("rank"), py::arg("world"), py::arg("timeout_s") = 30.0);
   m.def("_fabric_park", [](bool parked) {
     py::gil_scoped_release nogil;
     throwIfFailed(shim::fabricPark(parked), "fabricPark");

@@ -85,7 +85,7 @@ class IBackend {
   virtual Status fabricServe(const std::string&, uint16_t, uint16_t*) {
     return Status(Code::NotSupported, std::string("fabricServe: the ") + name() + " backend has no fabric model");
   }
-  virtual Status fabricConnect(const std::string&, const std::string&, int, int) {
+  virtual Status fabricConnect(const std::string&, const std::string&, int, int, double) {
     return Status(Code::NotSupported, std::string("fabricConnect: the ") + name() + " backend has no fabric model");
   }
   virtual Status fabricAddress(std::string* address) {

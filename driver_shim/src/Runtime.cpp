@@ -356,8 +356,9 @@ Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double*
 Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) {
   CARDSIM_FORWARD(fabricServe(bind, port, bound_port));
 }
-Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size) {
-  CARDSIM_FORWARD(fabricConnect(address, job, rank, world_size));
+Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
+                     double connect_timeout_s) {
+  CARDSIM_FORWARD(fabricConnect(address, job, rank, world_size, connect_timeout_s));
 }
 Status fabricAddress(std::string* address) { CARDSIM_FORWARD(fabricAddress(address)); }
 Status fabricPark(bool parked) { CARDSIM_FORWARD(fabricPark(parked)); }

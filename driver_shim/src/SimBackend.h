@@ -266,7 +266,8 @@ class SimBackend final : public IBackend {
   Status timingNoteHostWrite(const void* ptr, std::size_t bytes) override;
   Status timingScrub(void* ptr, std::size_t bytes) override;
   Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) override;
-  Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size) override;
+  Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
+                       double connect_timeout_s) override;
   Status fabricAddress(std::string* address) override;
   Status fabricPark(bool parked) override;
 

@@ -110,7 +110,8 @@ Status SimBackend::fabricServe(const std::string& bind, uint16_t port, uint16_t*
   return Status::Ok();
 }
 
-Status SimBackend::fabricConnect(const std::string& address, const std::string& job, int rank, int world_size) {
+Status SimBackend::fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
+                                 double connect_timeout_s) {
   if (!fabric_) return Status(Code::NotSupported, "fabricConnect: " + fabric_error_);
   if (rank < 0 || world_size < 1 || rank >= world_size)
     return Status(Code::InvalidValue, "fabricConnect: rank " + std::to_string(rank) + " is outside a world of " +
@@ -127,7 +128,7 @@ Status SimBackend::fabricConnect(const std::string& address, const std::string& 
   who.world_size = static_cast<uint32_t>(world_size);
   who.preset = sim_.options().preset;
   try {
-    g_client = new sim::FabricClient(address, who);
+    g_client = new sim::FabricClient(address, who, connect_timeout_s > 0 ? connect_timeout_s : 30.0);
   } catch (const std::exception& e) {
     return Status(Code::CommFailed, std::string("fabricConnect: ") + e.what());
   }

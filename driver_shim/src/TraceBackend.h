@@ -123,8 +123,9 @@ class TraceBackend final : public IBackend {
   Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) override {
     return inner_->fabricServe(bind, port, bound_port);
   }
-  Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size) override {
-    return inner_->fabricConnect(address, job, rank, world_size);
+  Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
+                       double connect_timeout_s) override {
+    return inner_->fabricConnect(address, job, rank, world_size, connect_timeout_s);
   }
   Status fabricAddress(std::string* address) override { return inner_->fabricAddress(address); }
   Status fabricPark(bool parked) override { return inner_->fabricPark(parked); }

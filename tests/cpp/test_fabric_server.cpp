@@ -6,6 +6,7 @@
 #include <boost/asio.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -336,4 +337,59 @@ TEST(FabricServer, AParkedRankCountsAsWaiting) {
   uint64_t end = 0;
   EXPECT_LT(job.pairAllReduce(1'000'000, &end), 15.0);
   EXPECT_EQ(end, 1'000'000 + model::secondsToPs(aloneSeconds(1 << 20, {0, 1})));
+}
+
+TEST(FabricServer, AnAbsurdSizeOrARankOutsideTheJobIsRefusedAndTheServerGoesOn) {
+  // Sizes past the model's limit (where double-precision times stop moving) and groups
+  // naming ranks the job does not have (they would be waited for forever) get an error at
+  // once; the server keeps serving.
+  Fixture fx;
+  auto c0 = fx.client(0, 2), c1 = fx.client(1, 2);
+  for (double bytes : {1e30, std::numeric_limits<double>::infinity()}) {
+    auto f = std::async(std::launch::async, [&] { return errorOf([&] { c0->collective(allReduce({0, 1}, 0, bytes)); }); });
+    const std::string e1 = errorOf([&] { c1->collective(allReduce({0, 1}, 0, bytes)); });
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the server hangs on " << bytes;
+    const std::string e0 = f.get();
+    for (const std::string& e : {e0, e1}) EXPECT_NE(e.find("over the model's limit"), std::string::npos) << e;
+  }
+  auto outside = allReduce({0, 5}, 0, 4096);
+  outside.group = "outside";
+  const std::string e = errorOf([&] { c0->collective(outside); });
+  EXPECT_NE(e.find("rank 5 is outside the job's world of 2"), std::string::npos) << e;
+  auto ok = allReduce({0, 1}, 0, 4096);
+  ok.group = "after";
+  auto f = std::async(std::launch::async, [&] { return c0->collective(ok); });
+  const auto done = c1->collective(ok);
+  EXPECT_EQ(f.get().end_ps, done.end_ps);
+  EXPECT_GT(done.end_ps, 0u);
+}
+
+TEST(FabricServer, LosingTheServerNamesTheCollectiveUnderWay) {
+  // Rank 0's process hosts the server: when it dies, the others learn which collective of
+  // which group was cut off, not only that a socket closed.
+  auto fx = std::make_unique<Fixture>();
+  auto c1 = fx->client(1, 2);
+  auto f = std::async(std::launch::async, [&] { return errorOf([&] { c1->collective(allReduce({0, 1}, 0, 4096, 60)); }); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  fx->server.stop(0);
+  const std::string e = f.get();
+  EXPECT_NE(e.find("all_reduce #0 of process group [0, 1]"), std::string::npos) << e;
+  EXPECT_NE(e.find("closed the connection"), std::string::npos) << e;
+  EXPECT_NE(e.find("rank 0, when the job started it"), std::string::npos) << e;
+}
+
+TEST(FabricServer, AClientGivesUpOnASilentListenerWithinItsTimeout) {
+  // Something listens but never answers the hello: the rank's connect timeout (the process
+  // group's) bounds the wait.
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  const uint16_t port = acceptor.local_endpoint().port();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string e = errorOf([&] {
+    FabricClient("127.0.0.1:" + std::to_string(port), FabricClient::Identity{"job", 0, 1, kPreset}, 1.5);
+  });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(e.find("no answer from 127.0.0.1:" + std::to_string(port)), std::string::npos) << e;
+  EXPECT_LT(took, 5.0);
+  EXPECT_GE(took, 1.4);
 }

@@ -122,3 +122,55 @@ def test_bad_input_is_named_with_exit_status_2(args, needle):
 def test_unknown_subcommand_lists_the_valid_ones():
     res = run("frobnicate")
     assert res.returncode == 2 and "collbench" in res.stderr, res.stderr
+
+
+def test_send_recv_times_every_rank_sending_to_the_next():
+    # nccl-tests' sendrecv: 16 ranks of h100-sxm span two nodes, so ranks 7 -> 8 and 15 -> 0
+    # cross the NICs and bound the row; 8 ranks stay on the NVSwitch.
+    def t(ranks):
+        res = run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", str(ranks), "--op", "send_recv",
+                  "--min-bytes", "1G", "--max-bytes", "1G", "--csv")
+        assert res.returncode == 0, res.stderr
+        return float(rows(res.stdout)[0]["time_us"])
+    assert t(2) == pytest.approx(t(8), rel=1e-9)
+    assert t(16) > 5 * t(8)
+
+
+def test_sizes_are_whole_float32_shares_as_the_live_run_moves():
+    res = run("collbench", "--model-only", "--ranks", "3", "--op", "all_gather", "--min-bytes", "100K",
+              "--max-bytes", "100K", "--csv")
+    assert res.returncode == 0, res.stderr
+    assert rows(res.stdout)[0]["bytes"] == "102396"     # 25599 elements: 8533 per rank
+    res = run("collbench", "--model-only", "--ranks", "8", "--op", "all_reduce", "--min-bytes", "1001",
+              "--max-bytes", "1001", "--csv")
+    assert rows(res.stdout)[0]["bytes"] == "1000"
+
+
+def test_a_factor_below_two_still_grows_every_row():
+    res = run("collbench", "--model-only", "--min-bytes", "4", "--max-bytes", "64", "--factor", "1.2", "--csv")
+    assert res.returncode == 0, res.stderr
+    sizes = [int(r["bytes"]) for r in rows(res.stdout)]
+    assert sizes == sorted(set(sizes)) and sizes[0] == 4 and sizes[-1] <= 64 and len(sizes) > 5, sizes
+
+
+def test_a_barrier_moves_no_bytes_so_reports_no_bandwidth():
+    res = run("collbench", "--model-only", "--op", "barrier", "--min-bytes", "1K", "--max-bytes", "1G",
+              "--factor", "1024", "--csv")
+    assert res.returncode == 0, res.stderr
+    for r in rows(res.stdout):
+        assert float(r["time_us"]) > 0 and float(r["algbw_GBps"]) == 0 and float(r["busbw_GBps"]) == 0, r
+
+
+def test_sizes_past_the_models_limit_are_refused_at_once():
+    for size in ("1e30", "1024T"):
+        res = run("collbench", "--model-only", "--algo", "tree", "--min-bytes", "1K", "--max-bytes", size)
+        assert res.returncode == 2 and "limit" in res.stderr, (size, res.stderr)
+
+
+def test_cardsim_nodes_sets_the_node_count():
+    res = run("collbench", "--model-only", "--ranks", "8", "--min-bytes", "1M", "--max-bytes", "1M",
+              env={"CARDSIM_NODES": "2"})
+    assert res.returncode == 0, res.stderr
+    assert "2 node(s) x 8 devices" in res.stdout, res.stdout
+    res = run("collbench", "--model-only", "--ranks", "1", "--op", "send_recv")
+    assert res.returncode == 2 and "send_recv needs --ranks 2" in res.stderr, res.stderr

@@ -4,6 +4,7 @@
 // an idle fabric). Both give the same times. Sizes double from --min-bytes to --max-bytes
 // (or grow by --factor); algbw = bytes / time and busbw = algbw x nccl-tests' bus factor
 // (GB = 1e9 bytes).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include "device_models/fabric/Algorithms.h"
 #include "device_models/fabric/CollectiveEngine.h"
 #include "simulator/FabricConfig.h"
+#include "simulator/FabricModel.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
 #include "traces/cli/LiveCollbench.h"
@@ -52,8 +54,12 @@ int runCollbench(const std::vector<std::string>& argv) {
   const double lo = a.size("min-bytes", 1024), hi = a.size("max-bytes", 1024.0 * 1024 * 1024);
   const double factor = a.number("factor", 2);
   if (!(lo > 0) || hi < lo) throw UsageError("cardsim collbench: need 0 < --min-bytes <= --max-bytes");
+  if (hi > sim::FabricModel::kMaxCollectiveBytes)
+    throw UsageError("cardsim collbench: --max-bytes " + a.get("max-bytes") + " is over the model's limit of 256T");
   if (!(factor > 1)) throw UsageError("cardsim collbench: --factor must be above 1");
   const fabric::CollectiveOp op = fabric::parseOp(a.get("op", "all_reduce"));
+  if (op == fabric::CollectiveOp::SendRecv && ranks < 2)
+    throw UsageError("cardsim collbench: send_recv needs --ranks 2 or more");
   const char* env_algo = std::getenv("CARDSIM_COLL_ALGO");
   const std::string algo = a.get("algo", env_algo ? env_algo : "");
   if (!algo.empty()) fabric::algorithm(algo);   // unknown names fail before any work
@@ -63,7 +69,8 @@ int runCollbench(const std::vector<std::string>& argv) {
   o.overrides = a.all("set");
   if (const char* file = std::getenv("CARDSIM_CONFIG"); file && *file) o.overrides_file = file;
   fabric::FabricParams fp = sim::loadFabricParams(o);
-  const long long nodes = a.integer("nodes", (ranks + fp.devices_per_node - 1) / fp.devices_per_node);
+  // Default: the preset's (or CARDSIM_NODES') node count, or as many as the ranks need.
+  const long long nodes = a.integer("nodes", std::max<long long>(fp.nodes, (ranks + fp.devices_per_node - 1) / fp.devices_per_node));
   if (nodes < 1 || nodes * fp.devices_per_node < ranks)
     throw UsageError("cardsim collbench: " + std::to_string(nodes) + " node(s) of " +
                      std::to_string(fp.devices_per_node) + " devices cannot hold " + std::to_string(ranks) + " ranks");
@@ -77,12 +84,40 @@ int runCollbench(const std::vector<std::string>& argv) {
   r.channels = fp.channels;
   r.chunk_bytes = fp.chunk_bytes;
   r.peer = ranks > 1 ? 1 : 0;
+  // nccl-tests' buffer for the op, rounded down so that every rank's share is whole float32
+  // elements (as the live run's buffers are).
+  const auto moved = [&](double bytes) {
+    double n = std::floor(bytes / 4);
+    const bool shared = op == fabric::CollectiveOp::AllGather || op == fabric::CollectiveOp::ReduceScatter ||
+                        op == fabric::CollectiveOp::AllToAll;
+    if (shared) n -= std::fmod(n, static_cast<double>(ranks));
+    return 4 * std::max(n, shared ? static_cast<double>(ranks) : 1.0);
+  };
+  // The sizes asked for, each at least a byte more than the last (a factor near 1 must not
+  // repeat a size forever), one row per size moved.
   std::vector<double> sizes;
-  for (double bytes = lo; bytes <= hi * (1 + 1e-12); bytes = std::floor(bytes * factor)) sizes.push_back(bytes);
+  for (double bytes = lo; bytes <= hi * (1 + 1e-12); bytes = std::max(std::floor(bytes * factor), bytes + 1))
+    if (sizes.empty() || moved(bytes) != moved(sizes.back())) sizes.push_back(bytes);
   for (double bytes : sizes) {   // an algorithm the topology cannot run fails before any work
-    r.bytes = bytes;
+    r.bytes = moved(bytes);
     fabric::pickAlgorithm(algo, r, topo);
   }
+  // send_recv as nccl-tests' sendrecv: every rank sends to the next and receives from the
+  // previous at once; point-to-point transfers are timed alone (as on the fabric server), so
+  // the row's time is the slowest pair's.
+  const auto timeOf = [&](const fabric::ICollectiveAlgorithm& alg) {
+    if (ranks < 2) return 0.0;
+    if (op != fabric::CollectiveOp::SendRecv) return engine.timeAlone(alg.schedule(r, topo));
+    double worst = 0;
+    fabric::CollectiveRequest pair = r;
+    for (long long i = 0; i < ranks; ++i) {
+      pair.ranks = {topo.devices()[i], topo.devices()[(i + 1) % ranks]};
+      pair.root = 0;
+      pair.peer = 1;
+      worst = std::max(worst, engine.timeAlone(fabric::pickAlgorithm(algo, pair, topo).schedule(pair, topo)));
+    }
+    return worst;
+  };
 
   std::vector<LiveRow> measured;
   if (live) {
@@ -101,8 +136,6 @@ int runCollbench(const std::vector<std::string>& argv) {
       throw UsageError("cardsim collbench: --iters must be at least 1 and --warmup at least 0");
     if (job.execution != "timing" && job.execution != "full")
       throw UsageError("cardsim collbench: --execution must be timing or full, got '" + job.execution + "'");
-    if (op == fabric::CollectiveOp::SendRecv && ranks < 2)
-      throw UsageError("cardsim collbench: send_recv needs --ranks 2 or more");
     measured = runLiveCollbench(job);
   }
 
@@ -121,11 +154,12 @@ int runCollbench(const std::vector<std::string>& argv) {
   }
   const double bus = fabric::busBandwidthFactor(op, static_cast<uint32_t>(ranks));
   for (size_t i = 0; i < sizes.size(); ++i) {
-    const double bytes = live ? measured[i].bytes : sizes[i];
+    const double bytes = live ? measured[i].bytes : moved(sizes[i]);
     r.bytes = bytes;
     const fabric::ICollectiveAlgorithm& alg = fabric::pickAlgorithm(algo, r, topo);
-    const double t = live ? measured[i].time_us * 1e-6 : ranks > 1 ? engine.timeAlone(alg.schedule(r, topo)) : 0.0;
-    const double algbw = t > 0 ? bytes / t / 1e9 : 0.0;
+    const double t = live ? measured[i].time_us * 1e-6 : timeOf(alg);
+    // A barrier moves no data: no bandwidth to speak of, whatever the row's size.
+    const double algbw = t > 0 && op != fabric::CollectiveOp::Barrier ? bytes / t / 1e9 : 0.0;
     if (csv)
       std::printf("%s,%s,%lld,%.0f,%.3f,%.3f,%.3f\n", fabric::opName(op), alg.name(), ranks, bytes, t * 1e6,
                   algbw, algbw * bus);

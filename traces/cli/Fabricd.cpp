@@ -7,6 +7,8 @@
 #include <pthread.h>
 
 #include "simulator/FabricConfig.h"
+#include <boost/asio/ip/address.hpp>
+
 #include "simulator/FabricServer.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
@@ -41,6 +43,11 @@ int runFabricd(const std::vector<std::string>& argv) {
   sim::FabricServer::Options so;
   so.preset = o.preset;
   so.bind = a.get("bind", "0.0.0.0");
+  {
+    boost::system::error_code ec;
+    (void)boost::asio::ip::make_address(so.bind, ec);
+    if (ec) throw UsageError("cardsim fabricd: --bind " + so.bind + " is not an IP address (" + ec.message() + ")");
+  }
   so.port = static_cast<uint16_t>(port);
   so.log = !a.has("quiet");
   so.settle_s = a.number("settle-s", 3.0);

@@ -5,6 +5,7 @@
 // the top kernels; --json FILE writes the same as JSON, --keep DIR the replayed traces.
 // PATH may also be Chakra execution traces (PREFIX of PREFIX.<rank>.et, or one .et file):
 // converted first (traces/replay/ChakraImport), then replayed the same way.
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -286,8 +287,24 @@ int runReplay(const std::vector<std::string>& argv) {
   try {
     if (job.env.count("CARDSIM_NODES")) ::setenv("CARDSIM_NODES", job.env["CARDSIM_NODES"].c_str(), 1);
     fp = sim::loadFabricParams(so);
-  } catch (const std::exception&) {
-    have_fabric = false;   // a preset without a fabric: collectives fail in the ranks, naming it
+  } catch (const std::exception& e) {
+    // A preset without a fabric replays all but collectives (they fail in the ranks, naming
+    // it); a fabric the overrides break is the user's input, refused now by key.
+    sim::SimOptions plain = so;
+    plain.overrides.clear();
+    bool preset_has_fabric = true;
+    try {
+      (void)sim::loadFabricParams(plain);
+    } catch (const std::exception&) {
+      preset_has_fabric = false;
+    }
+    if (preset_has_fabric && !so.overrides.empty()) {
+      std::string msg = e.what();
+      for (std::size_t at; !a.has("preset") && (at = msg.find(job.preset)) != std::string::npos;)
+        msg.replace(at, job.preset.size(), "the configuration recorded in " + files.begin()->second);
+      throw sim::ConfigError(msg);
+    }
+    have_fabric = false;
   }
   if (job.scale > 0 && have_fabric) {
     const long long need = (job.scale + fp.devices_per_node - 1) / fp.devices_per_node;
@@ -297,6 +314,27 @@ int runReplay(const std::vector<std::string>& argv) {
     }
   }
   job.out_dir = a.has("keep") ? a.get("keep") : tmp + "/replayed";
+  if (a.has("keep")) {
+    // The replay writes rank<N>.cstrace there: never over a recording (the input's own
+    // directory included) or another replay's files.
+    struct stat st {};
+    if (::stat(job.out_dir.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) throw UsageError("cardsim replay: --keep " + job.out_dir + " is not a directory");
+      if (DIR* d = ::opendir(job.out_dir.c_str())) {
+        std::string held;
+        while (dirent* ent = ::readdir(d)) {
+          const std::string n = ent->d_name;
+          if (n.rfind("rank", 0) == 0 && n.size() > std::strlen(trace::kFileExtension) &&
+              n.compare(n.size() - std::strlen(trace::kFileExtension), std::string::npos, trace::kFileExtension) == 0)
+            held = n;
+        }
+        ::closedir(d);
+        if (!held.empty())
+          throw UsageError("cardsim replay: --keep " + job.out_dir + " already holds trace files (" + held +
+                           "); give a new or empty directory (the replay would overwrite them)");
+      }
+    }
+  }
   ::mkdir(job.out_dir.c_str(), 0777);
 
   // Which recorded ranks run: all of them, or rank 0 standing for --ranks N.
@@ -344,14 +382,22 @@ int runReplay(const std::vector<std::string>& argv) {
       ::close(fd);
     }
   }
+  // Whichever rank ends first: one that fails takes the others down at once (they could be
+  // waiting for it, or for a rank that does not exist, in a collective).
   bool failed = false;
-  for (pid_t p : pids) {
+  std::size_t left = pids.size();
+  while (left > 0) {
     int status = 0;
-    while (::waitpid(p, &status, 0) < 0 && errno == EINTR) {
+    const pid_t p = ::waitpid(-1, &status, 0);
+    if (p < 0) {
+      if (errno == EINTR) continue;
+      break;
     }
+    if (std::find(pids.begin(), pids.end(), p) == pids.end()) continue;
+    --left;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       if (!failed)
-        for (pid_t q : pids) ::kill(q, SIGKILL);   // the others would wait for it in a collective
+        for (pid_t q : pids) ::kill(q, SIGKILL);
       failed = true;
     }
   }
@@ -381,7 +427,8 @@ int runReplay(const std::vector<std::string>& argv) {
   std::stable_sort(report.links.begin(), report.links.end(),
                    [](const replay::LinkLoad& x, const replay::LinkLoad& y) { return x.busy_us > y.busy_us; });
   std::string what = path;
-  if (job.scale > 0) what += " (rank 0 replicated to " + std::to_string(job.scale) + " ranks)";
+  if (job.scale > 0)
+    what += " (rank " + std::to_string(run.begin()->first) + " replicated to " + std::to_string(job.scale) + " ranks)";
   printReport(report, what, stdout);
   if (a.has("json")) {
     std::ofstream out(a.get("json"));

@@ -13,10 +13,12 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
+#include "simulator/Config.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
 #include "traces/cli/LiveCollbench.h"
@@ -118,9 +120,30 @@ int runSweep(const std::vector<std::string>& argv) {
     else dims.push_back(std::move(d));
   }
   if (dims.empty()) throw UsageError("cardsim sweep: nothing to sweep: give at least one --set key.path=v1,v2,...");
+  {
+    std::set<std::string> keys;
+    for (const std::string& s : a.all("set"))
+      if (!keys.insert(s.substr(0, s.find('='))).second)
+        throw UsageError("cardsim sweep: --set " + s.substr(0, s.find('=')) +
+                         " is given twice; give its values once, comma-separated");
+  }
   const std::string prefix = a.get("out", "sweep");
   long long jobs = a.integer("jobs", std::max(1u, std::thread::hardware_concurrency()));
   if (jobs < 1) throw UsageError("cardsim sweep: --jobs must be at least 1");
+  // What every replay would refuse, refused once before any runs.
+  if (a.has("ranks") && a.integer("ranks", 0) < 1)
+    throw UsageError("cardsim sweep: --ranks must be at least 1, got " + a.get("ranks"));
+  if (a.has("preset")) {
+    sim::SimOptions so;
+    so.preset = a.get("preset");
+    (void)sim::loadDeviceParams(so);   // ConfigError names an unknown preset
+  }
+  {
+    const std::size_t slash = prefix.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : prefix.substr(0, slash));
+    if (::access(dir.c_str(), W_OK) != 0)
+      throw UsageError("cardsim sweep: --out " + prefix + ": cannot write into " + dir + " (" + std::strerror(errno) + ")");
+  }
 
   // The combinations, in order: the last dimension varies fastest.
   std::vector<std::vector<std::size_t>> combos(1);

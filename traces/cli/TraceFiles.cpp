@@ -53,6 +53,7 @@ std::map<int, std::string> traceRankFiles(const std::string& path) {
   if (out.empty()) throw trace::TraceError(path + ": no rank files (rank<N>" + trace::kFileExtension + ") in the directory");
   int world = -1;
   std::string first;
+  trace::Header h0;
   for (const auto& [n, file] : out) {
     const trace::Header h = checkedHeader(file);
     if (h.rank() != n)
@@ -61,9 +62,19 @@ std::map<int, std::string> traceRankFiles(const std::string& path) {
     if (world < 0) {
       world = h.world_size();
       first = file;
+      h0 = h;
     } else if (h.world_size() != world) {
       throw trace::TraceError(file + ": world size " + std::to_string(h.world_size()) + ", but " + first + " says " +
                               std::to_string(world));
+    } else if (h.preset() != h0.preset() || h.config_text() != h0.config_text() ||
+               h.execution_mode() != h0.execution_mode()) {
+      // The ranks of one job run one configuration: files of two recordings were mixed.
+      throw trace::TraceError(file + ": not of the same job as " + first + " (recorded on " +
+                              (h.preset() != h0.preset() ? "preset '" + h.preset() + "', not '" + h0.preset() + "'"
+                               : h.execution_mode() != h0.execution_mode()
+                                   ? "execution mode '" + h.execution_mode() + "', not '" + h0.execution_mode() + "'"
+                                   : std::string("another configuration (preset overrides differ)")) +
+                              "); a directory holds the rank files of one recording");
     }
   }
   for (int n = 0; n < world; ++n)

@@ -482,6 +482,13 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
             throw TraceError(where(n) + ": process group '" + pg + "' is not in the groups file (" + source_ +
                              " needs its PREFIX.comm_groups.json)");
           ranks = g->second;
+          for (int r : ranks)
+            if (r < 0 || r >= world_)
+              throw TraceError(where(n) + ": process group '" + pg + "' of the groups file names rank " +
+                               std::to_string(r) + ", outside the job's " + std::to_string(world_) + " ranks");
+          if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end())
+            throw TraceError(where(n) + ": rank " + std::to_string(rank_) + " runs a collective of process group '" +
+                             pg + "', which the groups file does not make it a member of");
         }
         trace::Envelope e = call(p.device);
         trace::Collective* c = e.mutable_collective();

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "cardsim/trace.h"
 #include "traces/lib/TraceReader.h"
 
 namespace cardsim::replay {
@@ -216,6 +217,12 @@ void RankReplayer::replay(const trace::Envelope& e) {
       cost.bytes_read = k.bytes_read();
       cost.bytes_written = k.bytes_written();
       cost.tiles = k.tiles();
+      if (k.shapes_size() > 0) {   // the replay's own trace keeps them, as the recording did
+        std::vector<std::vector<int64_t>> shapes;
+        shapes.reserve(static_cast<std::size_t>(k.shapes_size()));
+        for (const trace::Shape& sh : k.shapes()) shapes.emplace_back(sh.dims().begin(), sh.dims().end());
+        shim::traceNextKernelShapes(std::move(shapes), k.output_shapes());
+      }
       auto name = names_.find(k.name());
       check(shim::launchKernel(stream(k.stream(), e), name == names_.end() ? "kernel" : name->second, cost, [] {}), e,
             "launchKernel");
@@ -286,7 +293,9 @@ void RankReplayer::replay(const trace::Envelope& e) {
       const trace::GraphOp& op = e.graph();
       switch (op.op()) {
         case trace::GraphOp::CAPTURE_BEGIN:
-          check(shim::streamBeginCapture(stream(op.stream(), e)), e, "streamBeginCapture");
+          // Relaxed: the recorded run already kept to its capture mode, and what it did during
+          // the capture (an allocator's own allocation, say) is replayed as calls of its own.
+          check(shim::streamBeginCapture(stream(op.stream(), e), shim::CaptureMode::Relaxed), e, "streamBeginCapture");
           return;
         case trace::GraphOp::CAPTURE_END: {
           shim::Graph g = nullptr;

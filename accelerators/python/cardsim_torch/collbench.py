@@ -64,7 +64,7 @@ def _worker(args) -> int:
             return torch.full((share,), fill, device=dev), torch.empty(n, device=dev)
         if op == "reduce_scatter":
             return torch.full((n,), fill, device=dev), torch.empty(share, device=dev)
-        if op == "all_to_all":
+        if op in ("all_to_all", "send_recv"):
             return torch.full((n,), fill, device=dev), torch.empty(n, device=dev)
         return torch.full((n,), fill, device=dev), None
 
@@ -82,10 +82,10 @@ def _worker(args) -> int:
         elif op == "all_to_all":
             dist.all_to_all_single(dst, src)
         elif op == "send_recv":
-            if rank == 0:
-                dist.send(src, 1)
-            elif rank == 1:
-                dist.recv(src, 0)
+            # nccl-tests' sendrecv: every rank sends to the next and receives from the previous
+            ops = [dist.P2POp(dist.isend, src, (rank + 1) % world), dist.P2POp(dist.irecv, dst, (rank - 1) % world)]
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
         elif op == "barrier":
             dist.barrier()
 
@@ -107,12 +107,12 @@ def _worker(args) -> int:
         elif op == "reduce":
             want = None     # non-root buffers may serve as scratch; the root's depends on them
         elif op == "send_recv":
-            want = 1.0 if rank in (0, 1) else None
+            want = float((rank - 1) % world + 1)     # the previous rank's fill
         else:
             return
         if want is None:
             return
-        got = (dst if op in ("all_gather", "reduce_scatter", "all_to_all") else src).cpu()
+        got = (dst if op in ("all_gather", "reduce_scatter", "all_to_all", "send_recv") else src).cpu()
         want_t = want if isinstance(want, torch.Tensor) else torch.full_like(got, want)
         if not torch.equal(got, want_t):
             bad = (got != want_t).nonzero()[0].item()
@@ -140,8 +140,7 @@ def _worker(args) -> int:
         us = start.elapsed_time(end) * 1e3 / args.iters
         if full:
             check(args.op, n, src, dst)
-        if args.op != "send_recv" or rank < 2:     # ranks outside the pair take no part
-            print(f"T {n * 4} {us:.6f}", flush=True)
+        print(f"T {n * 4} {us:.6f}", flush=True)
         del src, dst
     dist.barrier()
     dist.destroy_process_group()

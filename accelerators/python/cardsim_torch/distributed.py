@@ -235,7 +235,9 @@ def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
         store.wait(["cardsim/fabric/address", "cardsim/fabric/job"], timeout)
         where = store.get("cardsim/fabric/address").decode()
     job = store.get("cardsim/fabric/job").decode()
-    _C._fabric_connect(where, job, rank, size)
+    # The process group's timeout bounds the wait for the server too (a server started by
+    # hand that is not there, or not answering).
+    _C._fabric_connect(where, job, rank, size, timeout.total_seconds())
 
 
 # How long the exit handler waits for the process groups to shut down.

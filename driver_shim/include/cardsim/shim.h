@@ -288,7 +288,10 @@ Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double*
 Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port);
 // Joins the job's fabric at "host:port" as `rank` of `world_size` (`job` the same string on
 // every rank). Once per process; a second call with another address fails.
-Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size);
+// `connect_timeout_s`: how long to retry a refused connection and wait for the server's
+// welcome (the process group's timeout; <= 0: 30 s).
+Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
+                     double connect_timeout_s = 30);
 // The connected server's address, or empty.
 Status fabricAddress(std::string* address);
 // This rank waits (parked) or no longer waits on something outside the fabric server that

@@ -1,0 +1,141 @@
+"""`cardsim replay` and `cardsim sweep` on input a user gets wrong, and on runs that used to
+replay wrongly: nothing recorded is overwritten, a job that cannot finish fails at once
+naming why, bad overrides and mixed recordings are refused up front (exit status 2), a
+captured graph replays, what-ifs with more memory bandwidth never slow a run down, and the
+replay's own trace keeps the kernels' shapes."""
+import json
+import pathlib
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from test_replay import cardsim, record, recorded_total_us
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+GOLDEN = ROOT / "tests" / "data" / "golden" / "traces"
+
+
+def total_us(res):
+    assert res.returncode == 0, res.stderr[-3000:]
+    return float(next(l for l in res.stdout.splitlines() if l.startswith("total_us:")).split()[1])
+
+
+def test_keep_never_overwrites_trace_files(tmp_path):
+    rec = tmp_path / "rec"
+    shutil.copytree(GOLDEN / "two_streams", rec)
+    before = (rec / "rank0.cstrace").read_bytes()
+    for target in (rec, tmp_path / "other"):
+        if target != rec:
+            shutil.copytree(GOLDEN / "dp_step", target)
+        res = cardsim("replay", rec, "--keep", target)
+        assert res.returncode == 2, res.stderr
+        assert "--keep" in res.stderr and "already holds trace files" in res.stderr and str(target) in res.stderr
+    assert (rec / "rank0.cstrace").read_bytes() == before
+    assert recorded_total_us(tmp_path / "other") == recorded_total_us(GOLDEN / "dp_step")
+    # A new directory (or an empty one) is fine.
+    (tmp_path / "empty").mkdir()
+    for target in (tmp_path / "new", tmp_path / "empty"):
+        res = cardsim("replay", rec, "--keep", target)
+        assert total_us(res) == pytest.approx(recorded_total_us(rec), abs=1e-3)
+        assert (target / "rank0.cstrace").exists()
+
+
+def test_a_groups_file_naming_ranks_outside_the_job_fails_at_once(tmp_path):
+    prefix = tmp_path / "dp"
+    res = cardsim("export", GOLDEN / "dp_step", "--chakra", prefix)
+    assert res.returncode == 0, res.stderr
+    groups = json.loads(pathlib.Path(f"{prefix}.comm_groups.json").read_text())
+    key = next(iter(groups))
+    groups[key] = [0, 5]
+    pathlib.Path(f"{prefix}.comm_groups.json").write_text(json.dumps(groups))
+    t = time.monotonic()
+    res = cardsim("replay", prefix)
+    assert time.monotonic() - t < 60, "the replay waited for a rank that does not exist"
+    assert res.returncode == 2, res.stderr
+    assert "names rank 5" in res.stderr and f"'{key}'" in res.stderr
+
+
+GRAPH_PROG = r"""
+import torch, torch_mlu
+x = torch.randn(256, 256, device="mlu")
+s = torch.mlu.Stream()
+s.wait_stream(torch.mlu.current_stream())
+with torch.mlu.stream(s):
+    y = x * 3
+torch.mlu.current_stream().wait_stream(s)
+g = torch.mlu.MLUGraph()
+with torch.mlu.graph(g):            # global capture mode; the capture allocates its memory
+    w = (x @ x) * 2 + y
+for _ in range(3):
+    g.replay()
+torch.mlu.synchronize()
+"""
+
+
+def test_a_recorded_graph_capture_replays_to_its_recorded_times(tmp_path):
+    out = record(tmp_path, "graph", GRAPH_PROG)
+    assert total_us(cardsim("replay", out)) == pytest.approx(recorded_total_us(out), abs=1e-3)
+
+
+def test_more_memory_bandwidth_never_slows_a_run(tmp_path):
+    for name in ("compute_bound", "memory_bound"):
+        totals = [total_us(cardsim("replay", GOLDEN / name, "--set", f"memory.bandwidth={bw}"))
+                  for bw in ("307.2 GB/s", "614.4 GB/s", "1228.8 GB/s", "4 TB/s", "10 TB/s")]
+        assert all(b <= a * (1 + 1e-9) for a, b in zip(totals, totals[1:])), (name, totals)
+
+
+def test_a_kernel_capped_by_its_clusters_ports_is_memory_bound(tmp_path):
+    # At 4 TB/s the memory outruns the MLU370's cluster ports (8 x 128 GB/s): elementwise
+    # kernels are still bound by bytes, not by compute.
+    out = tmp_path / "r.json"
+    res = cardsim("replay", GOLDEN / "memory_bound", "--set", "memory.bandwidth=4TB/s", "--json", out)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(out.read_text())
+    assert report["top_kernels"] and all(k["bound"] == "memory" for k in report["top_kernels"]), report["top_kernels"]
+    assert report["breakdown"]["memory_bound_us"] > report["breakdown"]["compute_us"]
+
+
+@pytest.mark.parametrize("override", ["fabric.link.bandwidth=-5 GB/s", "fabric.channels=0", "fabric.shape=torus"])
+def test_a_bad_fabric_override_is_refused_before_the_replay(tmp_path, override):
+    for path in (GOLDEN / "dp_step", GOLDEN / "two_streams"):
+        res = cardsim("replay", path, "--set", override)
+        assert res.returncode == 2, (path, res.stdout[-500:], res.stderr)
+        assert override.split("=")[0] in res.stderr and "cardsim-replay-" not in res.stderr, res.stderr
+
+
+def test_rank_files_of_two_recordings_are_refused(tmp_path):
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(GOLDEN / "dp_step" / "rank0.cstrace", mixed / "rank0.cstrace")
+    other = record(tmp_path, "other", "import torch, torch_mlu\ntorch.ones(4, device='mlu').sum().item()\n",
+                   world=2, extra={"CARDSIM_PRESET": "mlu370-x4"})
+    shutil.copy(other / "rank1.cstrace", mixed / "rank1.cstrace")
+    for cmd in (("info", mixed), ("replay", mixed)):
+        res = cardsim(*cmd)
+        assert res.returncode == 2, (cmd, res.stderr)
+        assert str(mixed / "rank1.cstrace") in res.stderr and "not of the same job" in res.stderr, res.stderr
+
+
+def test_sweep_refuses_a_key_given_twice_and_an_unwritable_output_before_replaying(tmp_path):
+    res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,2TB/s",
+                  "--set", "memory.bandwidth=3TB/s,4TB/s", "--out", tmp_path / "s", "--no-plot")
+    assert res.returncode == 2 and "memory.bandwidth is given twice" in res.stderr, res.stderr
+    t = time.monotonic()
+    res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,2TB/s",
+                  "--out", "/nonexistent/dir/s", "--no-plot")
+    assert res.returncode == 2 and "/nonexistent/dir" in res.stderr, res.stderr
+    assert "replays done" not in res.stderr
+    res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,2TB/s", "--preset", "nosuch",
+                  "--out", tmp_path / "s", "--no-plot")
+    assert res.returncode == 2 and "nosuch" in res.stderr and "replays done" not in res.stderr, res.stderr
+
+
+def test_the_replays_own_trace_keeps_kernel_shapes(tmp_path):
+    res = cardsim("replay", GOLDEN / "compute_bound", "--keep", tmp_path / "kept")
+    assert res.returncode == 0, res.stderr
+    orig = cardsim("info", GOLDEN / "compute_bound", "--records").stdout
+    kept = cardsim("info", tmp_path / "kept", "--records").stdout
+    count = lambda text: sum(1 for l in text.splitlines() if " kernel {" in l and "shapes {" in l)
+    assert count(orig) > 0 and count(kept) == count(orig)
