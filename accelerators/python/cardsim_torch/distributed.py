@@ -65,16 +65,39 @@ class _DoneWork(dist._Work):
         return self._fut
 
 
+def _p2p_failure(what: str, peer: int, err: Exception) -> Exception:
+    """Gloo's error for a point-to-point transfer, in the words the collectives use: what,
+    with whom, and why (the peer's process gone, or the group's timeout)."""
+    text = str(err)
+    low = text.lower()
+    if "closed by peer" in low or "connection reset" in low or "broken pipe" in low or "connection closed" in low:
+        why = f"rank {peer} left the job (its connection closed: the process exited or was killed)"
+    elif "timed out" in low or "timeout" in low:
+        why = f"rank {peer} did not take part within the process group's timeout"
+    else:
+        why = "the transfer failed"
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return dist.DistBackendError(f"{what}: {why} [{first}]")
+
+
 class _PendingWork(dist._Work):
     """A point-to-point transfer in flight on Gloo; copies back on completion."""
 
-    def __init__(self, inner, finish, result):
+    def __init__(self, inner, finish, result, what: str = "", peer: int = -1):
         super().__init__()
         self._inner, self._finish, self._result, self._done = inner, finish, result, False
+        self._what, self._peer = what, peer
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         if not self._done:
-            _parked_wait(self._inner, timeout)
+            try:
+                _parked_wait(self._inner, timeout)
+            except dist.DistBackendError:
+                raise
+            except RuntimeError as e:
+                if not self._what:
+                    raise
+                raise _p2p_failure(self._what, self._peer, e) from e
             self._finish()
             self._done = True
         return True
@@ -590,7 +613,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         host = [h(t) for t in tensors]
         self._charge("send", tensors, ranks=[self._ranks[self.rank()], self._ranks[dst]], p2p=1, tag=tag)
-        return _PendingWork(self._gloo.send(host, dst, tag), h.finish, tensors)
+        return _PendingWork(self._gloo.send(host, dst, tag), h.finish, tensors,
+                            self._p2p_what("send to", dst, tensors, tag), self._ranks[dst])
 
     def recv(self, tensors, src: int, tag: int = 0):
         h = self._host()
@@ -609,7 +633,13 @@ class CardsimProcessGroup(dist.ProcessGroup):
             self._charge("recv", tensors, ranks=ranks, p2p=2, tag=tag, posted=posted)
             h.finish()
 
-        return _PendingWork(self._gloo.recv(host, src, tag), finish, tensors)
+        return _PendingWork(self._gloo.recv(host, src, tag), finish, tensors,
+                            self._p2p_what("recv from", src, tensors, tag), self._ranks[src])
+
+    def _p2p_what(self, verb: str, peer: int, tensors, tag: int) -> str:
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        return (f"{verb} rank {self._ranks[peer]} ({nbytes} bytes, tag {tag}) in process group "
+                f"[{', '.join(map(str, self._ranks))}]")
 
     def recv_anysource(self, tensors, tag: int = 0):
         h = self._host()

@@ -81,6 +81,23 @@ elif scenario == "kill":
         # This worker leaves with os._exit (no atexit), so the server rank 0 hosts would go
         # at once; a normal exit keeps it up while other ranks are connected. Stand in for that.
         time.sleep(3)
+elif scenario in ("p2p_kill", "p2p_hang"):
+    t = torch.ones(16, device=d)
+    dist.all_reduce(t)
+    mod.synchronize()
+    if rank == 1:
+        if scenario == "p2p_kill":
+            os._exit(3)          # the sender dies before sending
+        time.sleep(8)            # the sender never sends within rank 0's timeout
+        os._exit(0)
+    t0 = time.monotonic()
+    try:
+        dist.recv(torch.zeros(256, device=d), src=1)
+        out["error"] = None
+    except Exception as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["wall_s"] = time.monotonic() - t0
+    time.sleep(1)
 elif scenario == "hang":
     t = torch.ones(16, device=d)
     dist.all_reduce(t)
@@ -318,6 +335,18 @@ def test_a_rank_that_hangs_fails_the_others_within_the_timeout(tmp_path):
     # the timeout runs from the first arrival: the first rank there waited all of it (a rank
     # arriving later, on a loaded machine, waits that much less)
     assert max(res[r]["wall_s"] for r in range(world - 1)) >= 2.5, res
+
+
+@pytest.mark.parametrize("scenario", ["p2p_kill", "p2p_hang"])
+def test_a_receive_whose_sender_dies_or_hangs_fails_naming_the_transfer(tmp_path, scenario):
+    res, errs = run_ranks(tmp_path, 2, scenario, timeout=120, PG_TIMEOUT=3)
+    assert res[0], errs[0]
+    e = res[0]["error"]
+    assert e and e.startswith("DistBackendError"), e
+    assert "recv from rank 1 (1024 bytes, tag 0) in process group [0, 1]" in e, e
+    why = "rank 1 left the job" if scenario == "p2p_kill" else "within the process group's timeout"
+    assert why in e, e
+    assert res[0]["wall_s"] < 10, res[0]
 
 
 def test_the_rank_hosting_the_server_may_leave_while_other_groups_go_on(tmp_path):
