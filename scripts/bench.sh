@@ -11,6 +11,12 @@ build/traces/cardsim collbench --model-only --preset h100-sxm --ranks 1024 --alg
   --min-bytes 1G --max-bytes 1G --csv > /dev/null
 end=$(date +%s.%N)
 awk -v a="$start" -v b="$end" 'BEGIN { printf "fabric_1024rank_allreduce_s: %.4f\n", b - a }'
+# And a 1 MiB all-to-all over the same 1024 ranks: a million transfers at once.
+start=$(date +%s.%N)
+build/traces/cardsim collbench --model-only --preset h100-sxm --ranks 1024 --op all_to_all \
+  --min-bytes 1M --max-bytes 1M --csv > /dev/null
+end=$(date +%s.%N)
+awk -v a="$start" -v b="$end" 'BEGIN { printf "fabric_1024rank_alltoall_s: %.4f\n", b - a }'
 # The fabric model against published A100/H200 measurements: geometric-mean error per
 # system x collective x algorithm (the per-point table: benchmarks/collective_fidelity.py).
 .venv/bin/python benchmarks/collective_fidelity.py | grep '^collective_fidelity_geomean_error_pct'

@@ -17,6 +17,7 @@ NodeId Topology::addNode(NodeKind kind, std::string name, uint32_t group) {
   out_.emplace_back();
   if (kind == NodeKind::Device) devices_.push_back(id);
   routes_.clear();
+  via_.clear();
   return id;
 }
 
@@ -47,6 +48,7 @@ LinkId Topology::addLink(NodeId from, NodeId to, const LinkParams& p) {
   links_.push_back(Link{from, to, p, node(from).name + "->" + node(to).name});
   out_[index(from)].push_back(id);
   routes_.clear();
+  via_.clear();
   return id;
 }
 
@@ -55,29 +57,37 @@ void Topology::connect(NodeId a, NodeId b, const LinkParams& p) {
   addLink(b, a, p);
 }
 
+const std::vector<uint32_t>& Topology::routesFrom(NodeId src) const {
+  auto& via = via_[index(src)];
+  if (!via.empty()) return via;
+  // Breadth-first over links in id order: the fewest hops, ties to the lowest link ids.
+  // Devices other than the source do not forward. One search per source serves every
+  // destination (an all-to-all over 1024 ranks asks for a million routes).
+  via.assign(nodes_.size(), kNoLink);
+  std::deque<NodeId> todo{src};
+  via[index(src)] = kNoLink - 1;
+  while (!todo.empty()) {
+    const NodeId n = todo.front();
+    todo.pop_front();
+    if (n != src && node(n).kind == NodeKind::Device) continue;
+    for (LinkId l : out_[index(n)]) {
+      const NodeId t = links_[index(l)].to;
+      if (via[index(t)] != kNoLink) continue;
+      via[index(t)] = index(l);
+      todo.push_back(t);
+    }
+  }
+  return via;
+}
+
 const std::vector<LinkId>& Topology::route(NodeId src, NodeId dst) const {
-  const auto key = std::make_pair(index(src), index(dst));
+  const uint64_t key = (static_cast<uint64_t>(index(src)) << 32) | index(dst);
   if (auto it = routes_.find(key); it != routes_.end()) return it->second;
   std::vector<LinkId> path;
   if (src != dst) {
-    // Breadth-first over links in id order: the fewest hops, ties to the lowest link ids.
-    // Devices other than the endpoints do not forward.
-    constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
-    std::vector<uint32_t> via(nodes_.size(), kNone);
-    std::deque<NodeId> todo{src};
-    via[index(src)] = kNone - 1;
-    while (!todo.empty() && via[index(dst)] == kNone) {
-      const NodeId n = todo.front();
-      todo.pop_front();
-      if (n != src && node(n).kind == NodeKind::Device) continue;
-      for (LinkId l : out_[index(n)]) {
-        const NodeId t = links_[index(l)].to;
-        if (via[index(t)] != kNone) continue;
-        via[index(t)] = index(l);
-        todo.push_back(t);
-      }
-    }
-    if (via[index(dst)] == kNone)
+    if (via_.size() < nodes_.size()) via_.resize(nodes_.size());
+    const std::vector<uint32_t>& via = routesFrom(src);
+    if (via[index(dst)] == kNoLink)
       throw std::invalid_argument("fabric: no route from " + node(src).name + " to " + node(dst).name);
     for (NodeId n = dst; n != src;) {
       const LinkId l{via[index(n)]};

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -77,7 +78,12 @@ class Topology {
   std::vector<Link> links_;
   std::vector<std::vector<LinkId>> out_;   // per node: its outgoing links
   std::vector<NodeId> devices_;
-  mutable std::map<std::pair<uint32_t, uint32_t>, std::vector<LinkId>> routes_;
+  // Caches: per source, the link each node is reached by on the breadth-first tree (filled
+  // on first use); per (source, destination), the route. References stay valid as they grow.
+  static constexpr uint32_t kNoLink = 0xffffffffu;
+  const std::vector<uint32_t>& routesFrom(NodeId src) const;
+  mutable std::vector<std::vector<uint32_t>> via_;
+  mutable std::unordered_map<uint64_t, std::vector<LinkId>> routes_;
   double collective_latency_s_ = 0;
 };
 

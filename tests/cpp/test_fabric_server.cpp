@@ -371,7 +371,7 @@ TEST(FabricServer, LosingTheServerNamesTheCollectiveUnderWay) {
   auto c1 = fx->client(1, 2);
   auto f = std::async(std::launch::async, [&] { return errorOf([&] { c1->collective(allReduce({0, 1}, 0, 4096, 60)); }); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  fx->server.stop(0);
+  fx->server.stop(2.0);   // closes every connection, as the death of its process does
   const std::string e = f.get();
   EXPECT_NE(e.find("all_reduce #0 of process group [0, 1]"), std::string::npos) << e;
   EXPECT_NE(e.find("closed the connection"), std::string::npos) << e;

@@ -174,3 +174,20 @@ def test_cardsim_nodes_sets_the_node_count():
     assert "2 node(s) x 8 devices" in res.stdout, res.stdout
     res = run("collbench", "--model-only", "--ranks", "1", "--op", "send_recv")
     assert res.returncode == 2 and "send_recv needs --ranks 2" in res.stderr, res.stderr
+
+
+def test_an_all_to_all_over_a_thousand_ranks_is_bounded_by_the_nics():
+    # A million transfers at once (every pair): all but 7 of each rank's 1023 peers are on
+    # other nodes, so nearly all its bytes leave through its NIC; the time is at least that.
+    res = run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", "1024", "--op", "all_to_all",
+              "--min-bytes", "64M", "--max-bytes", "64M", "--csv")
+    assert res.returncode == 0, res.stderr
+    (r,) = rows(res.stdout)
+    nic = run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", "16", "--op", "send_recv",
+              "--min-bytes", "1G", "--max-bytes", "1G", "--csv")
+    assert nic.returncode == 0, nic.stderr
+    leaving = (64 << 20) * 1016 / 1024
+    assert r["algo"] == "direct" and float(r["time_us"]) > 0
+    # no faster than the bytes leaving over the NIC at the NIC-bound pair's own rate
+    pair_gbps = float(rows(nic.stdout)[0]["algbw_GBps"])
+    assert float(r["time_us"]) * 1e-6 >= leaving / (pair_gbps * 1e9) * 0.99, (r, pair_gbps)

@@ -6,8 +6,9 @@ CUDA events.
 ``python -m cardsim_torch.collbench --preset P --ranks N --op OP --sizes B1,B2,...
 [--iters K] [--warmup W] [--execution timing|full]`` starts the ranks and prints one line
 per size, ``<bytes> <time_us>``: the bytes actually moved (nccl-tests' size, rounded down
-so that every rank's share is whole float32 elements) and the mean over the ranks taking part of the
-event-measured time per iteration. The ``cardsim`` CLI formats them. CARDSIM_COLL_ALGO,
+so that every rank's share is whole float32 elements) and the mean over the ranks of the
+event-measured time per iteration (send_recv, where every rank sends to the next: the slowest
+rank's). The ``cardsim`` CLI formats them. CARDSIM_COLL_ALGO,
 CARDSIM_NODES and CARDSIM_CONFIG reach the ranks through the environment.
 
 Execution: ``timing`` (the default) moves no bytes (see CARDSIM_EXECUTION), which leaves
@@ -206,13 +207,14 @@ def _launch(args) -> int:
                 if b not in times:
                     order.append(b)
                 times.setdefault(b, []).append(float(us))
-    expect = 2 if args.op == "send_recv" else args.ranks
     for b in order:
-        if len(times[b]) != expect:
-            print(f"cardsim collbench: {len(times[b])} of {expect} ranks reported {b} bytes",
+        if len(times[b]) != args.ranks:
+            print(f"cardsim collbench: {len(times[b])} of {args.ranks} ranks reported {b} bytes",
                   file=sys.stderr)
             return 1
-        print(f"{b} {sum(times[b]) / len(times[b]):.6f}")
+        # send_recv: the slowest rank's (its pair bounds the exchange); otherwise the mean
+        t = max(times[b]) if args.op == "send_recv" else sum(times[b]) / len(times[b])
+        print(f"{b} {t:.6f}")
     return 0
 
 

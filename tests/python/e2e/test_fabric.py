@@ -187,6 +187,7 @@ elif scenario == "pipeline":
         out["got"] = got[0].item()
     mod.synchronize()
     out["acts"] = coll_acts()
+    dist.barrier()   # rank 0 hosts the fabric server: it stays until rank 1's receive is answered
 elif scenario == "exchange":
     # Each rank posts its receive before its send (as ring exchanges do): it must not block.
     _C._set_activity_recording(True)
@@ -205,6 +206,7 @@ elif scenario == "exchange":
     mod.synchronize()
     out["got"] = got[0].item()
     out["acts"] = coll_acts()
+    dist.barrier()   # as in the pipeline: the server's host stays until both receives are answered
 elif scenario == "simple":
     t = torch.ones(1 << 12, device=d) * (rank + 1)
     dist.all_reduce(t)
