@@ -314,6 +314,11 @@ class CardsimProcessGroup(dist.ProcessGroup):
         self._launch = _C._launch_collective
         # The group's members as global ranks (their devices on the fabric), in group order.
         self._ranks = list(global_ranks) if global_ranks else list(range(size))
+        # Point-to-point calls issued back to back on one stream form a batch, as
+        # batch_isend_irecv's (a group on real cards): (device, stream id, the event recorded
+        # before the first of them), so a receive is posted where the batch began, not behind
+        # the batch's own sends. A call of anything else, or a wait, ends the batch.
+        self._p2p_batch = None
         self._name = backend_name
         self._device_type = device_type
         self._timeout_s = timeout.total_seconds() if timeout else 0.0
@@ -376,6 +381,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         group ranks; `p2p` (1 send, 2 receive), `tag` and `posted` (the receive's event)
         join the two sides of a point-to-point transfer."""
         self._reported = False
+        if not p2p:
+            self._p2p_batch = None
         if tensors is None:
             return
         if isinstance(tensors, torch.Tensor):
@@ -609,11 +616,35 @@ class CardsimProcessGroup(dist.ProcessGroup):
 
     # -- point to point ------------------------------------------------------------------
 
+    def _batch_posted(self, tensors):
+        """The event where the current batch of point-to-point calls began on the device's
+        current stream (recorded now if this call begins one); None for CPU tensors."""
+        dev = [t for t in tensors if t.device.type == self._device_type]
+        if not dev:
+            return None
+        index = dev[0].device.index
+        stream = getattr(torch, self._device_type).current_stream(index)
+        key = (index, stream.stream_id)
+        if self._p2p_batch is None or self._p2p_batch[0] != key:
+            event = torch.Event(device=dev[0].device)
+            event.record(stream)
+            self._p2p_batch = (key, event)
+        return self._p2p_batch[1]
+
+    def _end_p2p_batch(self):
+        self._p2p_batch = None
+
     def send(self, tensors, dst: int, tag: int = 0):
         h = self._host()
         host = [h(t) for t in tensors]
+        self._batch_posted(tensors)
         self._charge("send", tensors, ranks=[self._ranks[self.rank()], self._ranks[dst]], p2p=1, tag=tag)
-        return _PendingWork(self._gloo.send(host, dst, tag), h.finish, tensors,
+
+        def finish():
+            self._end_p2p_batch()
+            h.finish()
+
+        return _PendingWork(self._gloo.send(host, dst, tag), finish, tensors,
                             self._p2p_what("send to", dst, tensors, tag), self._ranks[dst])
 
     def recv(self, tensors, src: int, tag: int = 0):
@@ -622,14 +653,11 @@ class CardsimProcessGroup(dist.ProcessGroup):
         # Posted now, on the stream current now; timed when waited on (when the sender has
         # reported its side: Gloo's bytes have arrived), so that posting a receive before
         # one's own send, as exchanges do, never blocks.
-        dev = [t for t in tensors if t.device.type == self._device_type]
-        posted = None
-        if dev:
-            posted = torch.Event(device=dev[0].device)
-            posted.record(getattr(torch, self._device_type).current_stream(dev[0].device.index))
+        posted = self._batch_posted(tensors)
         ranks = [self._ranks[src], self._ranks[self.rank()]]
 
         def finish():
+            self._end_p2p_batch()
             self._charge("recv", tensors, ranks=ranks, p2p=2, tag=tag, posted=posted)
             h.finish()
 
