@@ -186,6 +186,7 @@ FabricClient::FabricClient(const std::string& address, const Identity& who, doub
   h->set_rank(who.rank);
   h->set_world_size(who.world_size);
   h->set_preset(who.preset);
+  h->set_fabric(who.fabric);
   std::future<std::string> welcomed = impl_->welcome.get_future();
   impl_->send(wire::frame(hello.SerializeAsString()));
   impl_->readHeader();

@@ -24,6 +24,7 @@ class FabricClient {
     uint32_t rank = 0;
     uint32_t world_size = 1;
     std::string preset;
+    std::string fabric = {};   // fabric::fabricSignature of the rank's parameters ("": not checked)
   };
   // Connects to "host:port" (retrying refused connections until `connect_timeout_s`) and
   // introduces the rank; throws FabricError naming the address and the reason.

@@ -108,10 +108,12 @@ struct Job {
 };
 
 struct FabricServer::Impl {
-  Impl(fabric::FabricParams params, Options o) : acceptor(io), model(std::move(params)), options(std::move(o)) {}
+  Impl(fabric::FabricParams params, Options o)
+      : acceptor(io), signature(fabric::fabricSignature(params)), model(std::move(params)), options(std::move(o)) {}
 
   asio::io_context io;
   tcp::acceptor acceptor;
+  std::string signature;   // fabric::fabricSignature of the model's parameters
   FabricModel model;
   Options options;
   std::thread thread;
@@ -271,6 +273,12 @@ void FabricServer::Impl::onHello(Session& s, const rpc::Hello& h) {
   if (!options.preset.empty() && h.preset() != options.preset)
     return s.fail("rank " + std::to_string(h.rank()) + " uses preset '" + h.preset() +
                   "' but this fabric server models preset '" + options.preset + "'");
+  if (!h.fabric().empty()) {
+    const std::string diff = fabric::firstDifference(h.fabric(), signature);
+    if (!diff.empty())
+      return s.fail("rank " + std::to_string(h.rank()) + " and this fabric server model different fabrics (" + diff +
+                    ", the rank's then the server's): start the server with the ranks' --set overrides");
+  }
   if (h.world_size() == 0 || h.rank() >= h.world_size())
     return s.fail("rank " + std::to_string(h.rank()) + " is outside a world of " + std::to_string(h.world_size()));
   const int rank = static_cast<int>(h.rank());

@@ -1,6 +1,10 @@
 #include "device_models/fabric/FabricParams.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace cardsim::fabric {
 
@@ -45,6 +49,58 @@ Topology buildTopology(const FabricParams& p) {
   node.setCollectiveLatency(p.collective_latency_s);
   if (p.nodes == 1) return node;
   return multiNode(p.nodes, node, p.nic, p.leaf_latency_s, p.oversubscription);
+}
+
+std::string fabricSignature(const FabricParams& p) {
+  std::string out;
+  const auto put = [&](const char* key, double v) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.17g", v);
+    out += std::string(out.empty() ? "" : "; ") + key + "=" + b;
+  };
+  out = std::string("shape=") + shapeName(p.shape);
+  put("devices_per_node", p.devices_per_node);
+  put("link.bandwidth", p.link.bandwidth_bytes_per_s);
+  put("link.latency", p.link.latency_s);
+  put("on_card.bandwidth", p.on_card.bandwidth_bytes_per_s);
+  put("on_card.latency", p.on_card.latency_s);
+  put("chips_per_card", p.chips_per_card);
+  put("switch_latency", p.switch_latency_s);
+  put("in_switch_reduction", p.in_switch_reduction ? 1 : 0);
+  put("reduction_efficiency", p.reduction_efficiency);
+  put("collective_latency", p.collective_latency_s);
+  put("nic.bandwidth", p.nic.link.bandwidth_bytes_per_s);
+  put("nic.latency", p.nic.link.latency_s);
+  put("nic.host_latency", p.nic.host_latency_s);
+  put("nic.host_bandwidth", p.nic.host_bandwidth_bytes_per_s);
+  put("leaf_latency", p.leaf_latency_s);
+  put("oversubscription", p.oversubscription);
+  put("channels", p.channels);
+  put("chunk", p.chunk_bytes);
+  return out;
+}
+
+std::string firstDifference(const std::string& a, const std::string& b) {
+  const auto split = [](const std::string& s) {
+    std::vector<std::pair<std::string, std::string>> kv;
+    std::size_t at = 0;
+    while (at < s.size()) {
+      std::size_t end = s.find("; ", at);
+      if (end == std::string::npos) end = s.size();
+      const std::string item = s.substr(at, end - at);
+      const std::size_t eq = item.find('=');
+      kv.emplace_back(item.substr(0, eq), eq == std::string::npos ? "" : item.substr(eq + 1));
+      at = end + 2;
+    }
+    return kv;
+  };
+  const auto x = split(a), y = split(b);
+  for (std::size_t i = 0; i < std::max(x.size(), y.size()); ++i) {
+    const auto l = i < x.size() ? x[i] : std::make_pair(std::string("?"), std::string("(none)"));
+    const auto r = i < y.size() ? y[i] : std::make_pair(l.first, std::string("(none)"));
+    if (l != r) return "fabric." + l.first + ": " + l.second + " vs " + r.second;
+  }
+  return "";
 }
 
 }  // namespace cardsim::fabric

@@ -40,4 +40,10 @@ struct FabricParams {
 // nodes x devices_per_node devices, node-major (device rank r is on node r / devices_per_node).
 Topology buildTopology(const FabricParams& p);
 
+// Every parameter but the node count (a job sizes that itself), as "key=value" pairs in a
+// fixed order, exact to the bit: two sides of a fabric server compare them.
+std::string fabricSignature(const FabricParams& p);
+// The first key whose value differs between two signatures, "key: A vs B" ("" when equal).
+std::string firstDifference(const std::string& a, const std::string& b);
+
 }  // namespace cardsim::fabric

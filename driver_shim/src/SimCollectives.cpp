@@ -127,6 +127,7 @@ Status SimBackend::fabricConnect(const std::string& address, const std::string& 
   who.rank = static_cast<uint32_t>(rank);
   who.world_size = static_cast<uint32_t>(world_size);
   who.preset = sim_.options().preset;
+  who.fabric = fabric::fabricSignature(fabric_->params());
   try {
     g_client = new sim::FabricClient(address, who, connect_timeout_s > 0 ? connect_timeout_s : 30.0);
   } catch (const std::exception& e) {

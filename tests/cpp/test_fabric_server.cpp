@@ -393,3 +393,20 @@ TEST(FabricServer, AClientGivesUpOnASilentListenerWithinItsTimeout) {
   EXPECT_LT(took, 5.0);
   EXPECT_GE(took, 1.4);
 }
+
+TEST(FabricServer, ARankWhoseFabricDiffersFromTheServersIsRefusedNamingTheKey) {
+  // A fabricd started without the ranks' --set overrides would time their collectives on
+  // another fabric: the hello carries the rank's parameters, and a difference is named.
+  Fixture fx;
+  fabric::FabricParams mine = params();
+  mine.link.latency_s += 50e-6;
+  FabricClient::Identity who{"job", 0, 2, kPreset, fabric::fabricSignature(mine)};
+  const std::string e = errorOf([&] { FabricClient(fx.address, who, 5); });
+  EXPECT_NE(e.find("model different fabrics"), std::string::npos) << e;
+  EXPECT_NE(e.find("fabric.link.latency"), std::string::npos) << e;
+  // The same parameters (the node count aside) are welcome.
+  fabric::FabricParams same = params();
+  same.nodes = 7;
+  FabricClient ok(fx.address, FabricClient::Identity{"job", 1, 2, kPreset, fabric::fabricSignature(same)}, 5);
+  EXPECT_EQ(ok.address(), fx.address);
+}
