@@ -21,22 +21,7 @@ KernelShape ClusterArray::shape(const KernelCost& cost) const {
   const double eff = params_.efficiency[static_cast<size_t>(cost.kernel_class)];
   const double bytes = cost.bytes_read + cost.bytes_written;
   KernelShape s;
-  s.tiles = cost.tiles;
-  if (s.tiles == 0) {
-    // Tiles of about tile_bytes of traffic, or of as much work as one cluster does while
-    // its port moves that traffic (the cluster's own ridge point), whichever gives more
-    // tiles. A kernel's decomposition is its own and the cluster's: not the card's memory
-    // bandwidth, or a what-if with more of it would cut kernels finer and pay more waves.
-    const double cluster_bw = memory_.params().cluster_bandwidth_bytes_per_s > 0
-                                  ? memory_.params().cluster_bandwidth_bytes_per_s
-                                  : memory_.params().bandwidth_bytes_per_s / params_.clusters;
-    const double ridge_ops_per_byte = peak * eff / params_.clusters / cluster_bw;
-    const double by_bytes = std::ceil(bytes / params_.tile_bytes);
-    const double by_work = ridge_ops_per_byte > 0
-                               ? std::ceil(cost.flops / (params_.tile_bytes * ridge_ops_per_byte))
-                               : 0;
-    s.tiles = static_cast<uint32_t>(std::clamp(std::max(by_bytes, by_work), 1.0, 1048576.0));
-  }
+  s.tiles = kernelTiles(params_, memory_.params(), cost.kernel_class, cost.dtype, cost.flops, bytes, cost.tiles);
   // A cluster's share of the peak, per cycle of the preset clock; a tile takes whole cycles.
   const double ops_per_cycle = peak * eff / params_.clusters / params_.clock_hz;
   if (cost.flops > 0 && ops_per_cycle > 0) {

@@ -1,5 +1,9 @@
 #include "device_models/DeviceParams.h"
 
+
+#include <algorithm>
+#include <cmath>
+
 namespace cardsim::model {
 
 const char* dtypeName(DType t) {
@@ -31,6 +35,21 @@ double pcieLaneBytesPerSecond(uint32_t generation) {
     case 6: return 64.0e9 * 242.0 / 256.0 / 8.0;
     default: return 0;
   }
+}
+
+uint32_t kernelTiles(const ComputeParams& c, const MemoryParams& m, KernelClass k, DType t, double flops,
+                     double bytes, uint32_t given) {
+  if (given > 0) return given;
+  const double peak = peakFor(c, k, t);
+  const double eff = c.efficiency[static_cast<std::size_t>(k)];
+  // A kernel's decomposition is its own and the cluster's: not the card's memory bandwidth,
+  // or a what-if with more of it would cut kernels finer and pay more waves.
+  const double cluster_bw = m.cluster_bandwidth_bytes_per_s > 0 ? m.cluster_bandwidth_bytes_per_s
+                                                                 : m.bandwidth_bytes_per_s / std::max<uint32_t>(1, c.clusters);
+  const double ridge_ops_per_byte = cluster_bw > 0 ? peak * eff / std::max<uint32_t>(1, c.clusters) / cluster_bw : 0;
+  const double by_bytes = std::ceil(bytes / c.tile_bytes);
+  const double by_work = ridge_ops_per_byte > 0 ? std::ceil(flops / (c.tile_bytes * ridge_ops_per_byte)) : 0;
+  return static_cast<uint32_t>(std::clamp(std::max(by_bytes, by_work), 1.0, 1048576.0));
 }
 
 }  // namespace cardsim::model

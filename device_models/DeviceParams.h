@@ -95,6 +95,12 @@ struct DeviceParams {
   int compute_capability_minor = 0;
 };
 
+// The tiles a kernel is cut into (ClusterArray's rule): `given` if not 0, else tiles of about
+// compute.tile_bytes of traffic or of as much work as one cluster does while its port moves
+// that traffic, whichever gives more (1 .. 2^20). Plain arithmetic, for reports too.
+uint32_t kernelTiles(const ComputeParams& c, const MemoryParams& m, KernelClass k, DType t, double flops,
+                     double bytes, uint32_t given);
+
 // Raw data rate of one PCIe lane in one direction, after line encoding, in bytes/s.
 // Returns 0 for an unknown generation.
 double pcieLaneBytesPerSecond(uint32_t generation);

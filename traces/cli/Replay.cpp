@@ -125,11 +125,12 @@ void printReport(const replay::Report& r, const std::string& what, FILE* out) {
     std::fprintf(out, "%6d %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", k.rank, b.total_us, b.compute_us,
                  b.memory_bound_us, b.copies_us, b.communication_us, b.exposed_communication_us, b.idle_us);
   }
-  std::fprintf(out, "%6s %6s %12s %12s %12s %12s\n", "rank", "device", "compute", "memory bw", "dma", "fabric");
+  std::fprintf(out, "%6s %6s %12s %12s %12s %12s %12s\n", "rank", "device", "clusters", "kernels", "memory bw",
+               "dma", "fabric");
   for (const auto& k : r.ranks)
     for (const auto& u : k.utilization)
-      std::fprintf(out, "%6d %6d %11.1f%% %11.1f%% %11.1f%% %11.1f%%\n", k.rank, u.device, 100 * u.compute,
-                   100 * u.memory_bandwidth, 100 * u.dma, 100 * u.fabric);
+      std::fprintf(out, "%6d %6d %11.1f%% %11.1f%% %11.1f%% %11.1f%% %11.1f%%\n", k.rank, u.device, 100 * u.clusters,
+                   100 * u.compute, 100 * u.memory_bandwidth, 100 * u.dma, 100 * u.fabric);
   const auto& cp = r.critical_path;
   if (cp.total_us > 0) {
     std::fprintf(out, "critical path: %.3f us:", cp.total_us);
@@ -170,8 +171,8 @@ std::string jsonReport(const replay::Report& r, const std::string& path, int sca
          num(b.exposed_communication_us) + ", \"idle_us\": " + num(b.idle_us) + "}, \"utilization\": [";
     for (std::size_t u = 0; u < r.ranks[i].utilization.size(); ++u) {
       const auto& x = r.ranks[i].utilization[u];
-      j += std::string(u ? ", " : "") + "{\"device\": " + std::to_string(x.device) + ", \"compute\": " +
-           num(x.compute) + ", \"memory_bandwidth\": " + num(x.memory_bandwidth) + ", \"dma\": " + num(x.dma) +
+      j += std::string(u ? ", " : "") + "{\"device\": " + std::to_string(x.device) + ", \"clusters\": " +
+           num(x.clusters) + ", \"compute\": " + num(x.compute) + ", \"memory_bandwidth\": " + num(x.memory_bandwidth) + ", \"dma\": " + num(x.dma) +
            ", \"fabric\": " + num(x.fabric) + "}";
     }
     j += "]}";

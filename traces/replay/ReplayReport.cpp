@@ -24,6 +24,7 @@ struct KernelShape {
   model::DType dtype;
   double bytes;
   double flops;
+  uint32_t tiles;   // as recorded (0: the model cuts it)
 };
 
 struct Cmd {
@@ -34,6 +35,7 @@ struct Cmd {
   uint64_t ready, start, end, call;
   double bytes;
   bool memory_bound = false;
+  uint32_t clusters = 0;              // kernels: the clusters it holds
 };
 
 struct Call {
@@ -321,6 +323,14 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
         if (c.kind() == trace::DeviceCommand::KERNEL) {
           auto it = launches.find(c.call());
           cmd.memory_bound = have_params && it != launches.end() && memoryBound(params, it->second);
+          // The clusters it holds: one per tile, at most all of them (while it waits for
+          // clusters others hold it holds fewer, which this does not see).
+          cmd.clusters = have_params ? params.compute.clusters : 0;
+          if (have_params && it != launches.end())
+            cmd.clusters = std::min(params.compute.clusters,
+                                    model::kernelTiles(params.compute, params.memory, it->second.kernel_class,
+                                                       it->second.dtype, it->second.flops, it->second.bytes,
+                                                       it->second.tiles));
           if (it != launches.end()) cmd.bytes = it->second.bytes;
         }
         rd.cmd_of_call[c.call()] = rd.cmds.size();
@@ -338,7 +348,7 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
         const trace::KernelLaunch& k = e.kernel();
         launches[e.call()] = KernelShape{static_cast<model::KernelClass>(k.kernel_class()),
                                          static_cast<model::DType>(k.dtype()), k.bytes_read() + k.bytes_written(),
-                                         k.flops()};
+                                         k.flops(), k.tiles()};
       } else if (e.record_case() == trace::Envelope::kEvent) {
         call.is_event = true;
         call.event = e.event().event();
@@ -357,6 +367,7 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
     if (first == std::numeric_limits<uint64_t>::max()) first = 0;
     std::vector<Interval> intervals;
     std::map<int, std::vector<std::pair<uint64_t, uint64_t>>> busy_compute, busy_dma, busy_fabric;
+    std::map<int, double> cluster_ps;   // per device: kernel ps x clusters held
     std::map<int, double> memory_bytes;
     for (std::size_t i = 0; i < rd.cmds.size(); ++i) {
       const Cmd& c = rd.cmds[i];
@@ -373,6 +384,7 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
           kt.time_us += (c.end - c.start) / 1e6;
           if (c.memory_bound) kernel_memory_ps[c.name] += static_cast<double>(c.end - c.start);
           busy_compute[c.device].emplace_back(c.start, c.end);
+          cluster_ps[c.device] += static_cast<double>(c.end - c.start) * c.clusters;
           memory_bytes[c.device] += c.bytes;
           break;
         }
@@ -391,6 +403,7 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
           if (c.name.rfind(kComputeStepPrefix, 0) == 0) {
             cat = kCompute;   // computation known only by its duration (a Chakra node)
             busy_compute[c.device].emplace_back(c.start, c.end);
+            if (have_params) cluster_ps[c.device] += static_cast<double>(c.end - c.start) * params.compute.clusters;
             break;
           }
           cat = kComm;
@@ -425,6 +438,8 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
       u.device = dev;
       if (span > 0) {
         u.compute = unionPs(busy_compute[dev]) / span;
+        if (have_params && params.compute.clusters > 0)
+          u.clusters = std::min(1.0, cluster_ps[dev] / (span * params.compute.clusters));
         u.dma = unionPs(busy_dma[dev]) / span;
         u.fabric = unionPs(busy_fabric[dev]) / span;
         if (have_params && params.memory.bandwidth_bytes_per_s > 0)

@@ -38,7 +38,9 @@ struct KernelTotal {
 // DMA (any host<->device or peer copy), fabric (any collective).
 struct Utilization {
   int device = 0;
-  double compute = 0, memory_bandwidth = 0, dma = 0, fabric = 0;
+  // clusters: cluster time held by kernels over the device's clusters x the run; compute:
+  // the share of the run any kernel runs.
+  double clusters = 0, compute = 0, memory_bandwidth = 0, dma = 0, fabric = 0;
 };
 
 struct RankReport {

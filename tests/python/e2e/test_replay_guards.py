@@ -139,3 +139,18 @@ def test_the_replays_own_trace_keeps_kernel_shapes(tmp_path):
     kept = cardsim("info", tmp_path / "kept", "--records").stdout
     count = lambda text: sum(1 for l in text.splitlines() if " kernel {" in l and "shapes {" in l)
     assert count(orig) > 0 and count(kept) == count(orig)
+
+
+def test_cluster_utilization_counts_the_clusters_kernels_hold(tmp_path):
+    # Small elementwise kernels are one tile each: they hold one of the MLU370's 8 clusters,
+    # so the clusters are an eighth as busy as "some kernel runs"; a large matmul holds all.
+    small = record(tmp_path, "small", "import torch, torch_mlu\nx = torch.ones(256, device='mlu')\n"
+                   "for _ in range(200):\n    x = x + 1\ntorch.mlu.synchronize()\n")
+    out = tmp_path / "small.json"
+    assert cardsim("replay", small, "--json", out).returncode == 0
+    u = json.loads(out.read_text())["ranks"][0]["utilization"][0]
+    assert u["compute"] > 0 and u["clusters"] == pytest.approx(u["compute"] / 8, rel=1e-4), u
+    big = tmp_path / "big.json"
+    assert cardsim("replay", GOLDEN / "compute_bound", "--json", big).returncode == 0
+    u = json.loads(big.read_text())["ranks"][0]["utilization"][0]
+    assert u["clusters"] == pytest.approx(u["compute"], rel=1e-4) and u["clusters"] > 0.9, u
