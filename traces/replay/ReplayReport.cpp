@@ -50,6 +50,7 @@ struct Call {
 struct RankData {
   int rank = 0;
   std::vector<Cmd> cmds;
+  std::vector<std::pair<uint64_t, uint64_t>> host_waits;   // (end, begin) of calls that wait for the device
   std::unordered_map<uint64_t, Call> calls;
   std::unordered_map<uint64_t, std::size_t> cmd_of_call;        // the last command of a call
   std::map<std::pair<int, uint32_t>, std::vector<std::size_t>> streams;   // by start
@@ -257,19 +258,32 @@ CriticalPath criticalPath(const std::vector<RankData>& ranks) {
       continue;
     }
     // The host: it handed the command over at `ready`, after the device work it last
-    // waited for (or the start of the run).
+    // waited for: the last completion inside a call in which the host waited (a
+    // synchronize, a synchronous copy, a free) that returned before this command's call
+    // began; else the start of the run. Work that merely ended earlier did not hold it.
     auto call = rd->calls.find(c.call);
     const uint64_t since = call != rd->calls.end() ? call->second.begin : c.ready;
-    auto it = std::upper_bound(rd->by_end.begin(), rd->by_end.end(), std::make_pair(since, SIZE_MAX));
-    if (it == rd->by_end.begin()) {
+    std::size_t waited = SIZE_MAX;
+    uint64_t waited_end = 0;
+    for (auto w = std::upper_bound(rd->host_waits.begin(), rd->host_waits.end(), std::make_pair(since, UINT64_MAX));
+         w != rd->host_waits.begin();) {
+      --w;
+      // the latest completion within [begin, end] of this wait
+      auto it = std::upper_bound(rd->by_end.begin(), rd->by_end.end(), std::make_pair(w->first, SIZE_MAX));
+      if (it != rd->by_end.begin() && std::prev(it)->first >= w->second) {
+        waited = std::prev(it)->second;
+        waited_end = std::prev(it)->first;
+        break;
+      }
+    }
+    if (waited == SIZE_MAX) {
       const uint64_t from = std::min(rd->first_host, c.ready);
       add("host", "host gap", std::min(c.ready, horizon) > from ? std::min(c.ready, horizon) - from : 0);
       break;
     }
-    --it;
-    add("host", "host gap", std::min(c.ready, horizon) > it->first ? std::min(c.ready, horizon) - it->first : 0);
-    horizon = std::min(horizon, it->first);
-    cur = it->second;
+    add("host", "host gap", std::min(c.ready, horizon) > waited_end ? std::min(c.ready, horizon) - waited_end : 0);
+    horizon = std::min(horizon, waited_end);
+    cur = waited;
   }
   for (auto& [k, v] : items) cp.items.push_back(v);
   std::sort(cp.items.begin(), cp.items.end(), [](const PathItem& a, const PathItem& b) {
@@ -344,6 +358,15 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
       call.end = e.host_end_ps();
       if (!trace::movesClockOnly(e)) rd.first_host = std::min(rd.first_host, e.host_begin_ps());
       last_host = std::max(last_host, e.host_end_ps());
+      // Calls in which the host waits for the device: what it waited for bounds what follows.
+      const bool blocks =
+          (e.record_case() == trace::Envelope::kApi && e.api().api() == trace::ApiCall::DEVICE_SYNCHRONIZE) ||
+          (e.record_case() == trace::Envelope::kStream && e.stream().op() == trace::StreamOp::SYNCHRONIZE) ||
+          (e.record_case() == trace::Envelope::kEvent && e.event().op() == trace::EventOp::SYNCHRONIZE) ||
+          (e.record_case() == trace::Envelope::kMemcpy && !e.memcpy().async()) ||
+          (e.record_case() == trace::Envelope::kMemset && !e.memset().async()) ||
+          (e.record_case() == trace::Envelope::kFree && e.free().kind() == trace::MEMORY_DEVICE);
+      if (blocks) rd.host_waits.emplace_back(e.host_end_ps(), e.host_begin_ps());
       if (e.record_case() == trace::Envelope::kKernel) {
         const trace::KernelLaunch& k = e.kernel();
         launches[e.call()] = KernelShape{static_cast<model::KernelClass>(k.kernel_class()),
@@ -427,6 +450,7 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
       for (std::size_t p = 0; p < list.size(); ++p) rd.stream_pos[list[p]] = p;
     }
     std::sort(rd.by_end.begin(), rd.by_end.end());
+    std::sort(rd.host_waits.begin(), rd.host_waits.end());
     rr.device_commands = rd.cmds.size();
     if (rd.cmds.empty()) last = last_host;
     rr.breakdown = split(intervals, first, last);

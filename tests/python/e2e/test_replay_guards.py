@@ -154,3 +154,23 @@ def test_cluster_utilization_counts_the_clusters_kernels_hold(tmp_path):
     assert cardsim("replay", GOLDEN / "compute_bound", "--json", big).returncode == 0
     u = json.loads(big.read_text())["ranks"][0]["utilization"][0]
     assert u["clusters"] == pytest.approx(u["compute"], rel=1e-4) and u["clusters"] > 0.9, u
+
+
+def test_the_critical_path_follows_only_device_work_the_host_waited_for(tmp_path):
+    # randn's kernel ends while the host is still issuing (an allocation): the host never
+    # waits for it, so the path from the matmul goes back to the host, not through randn.
+    run = record(tmp_path, "cp", "import torch, torch_mlu\nx = torch.randn(256, 256, device='mlu')\n"
+                 "y = x @ x\ntorch.mlu.synchronize()\n")
+    out = tmp_path / "cp.json"
+    res = cardsim("replay", run, "--json", out)
+    assert res.returncode == 0, res.stderr
+    cp = json.loads(out.read_text())["critical_path"]
+    names = [i["name"] for i in cp["items"]]
+    assert "aten::mm" in names and not any("normal" in n for n in names), cp
+    # After a synchronize the path does go through what the host waited for.
+    run2 = record(tmp_path, "cp2", "import torch, torch_mlu\nx = torch.randn(2048, 2048, device='mlu')\n"
+                  "torch.mlu.synchronize()\ny = x + 1\ntorch.mlu.synchronize()\n")
+    out2 = tmp_path / "cp2.json"
+    assert cardsim("replay", run2, "--json", out2).returncode == 0
+    names2 = [i["name"] for i in json.loads(out2.read_text())["critical_path"]["items"]]
+    assert any("normal" in n for n in names2) and "aten::add.Tensor" in names2, names2
