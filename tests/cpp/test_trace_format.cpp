@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <iterator>
 #include <string>
 
@@ -373,4 +375,44 @@ TEST(TraceFormat, CompressionFromTheEnvironmentNamesABadValue) {
     }
   }
   ::unsetenv("CARDSIM_TRACE_COMPRESS");
+}
+
+TEST(TraceFormat, ImpossibleValuesInWellFormedRecordsAreCorruptNamingTheRecord) {
+  // Bytes that parse, under a correct CRC, but say what no recorder writes: every reader
+  // would mistime them, so reading stops at the record that says it.
+  struct Case {
+    const char* what;
+    std::function<void(trace::Envelope&)> fill;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Case cases[] = {
+      {"ends (5 ps) before it starts (9 ps)", [](trace::Envelope& e) {
+         e.mutable_command()->set_start_ps(9);
+         e.mutable_command()->set_end_ps(5);
+       }},
+      {"the kernel's flops", [&](trace::Envelope& e) { e.set_call(1); e.mutable_kernel()->set_flops(nan); }},
+      {"the kernel's bytes_read", [](trace::Envelope& e) { e.set_call(1); e.mutable_kernel()->set_bytes_read(-4); }},
+      {"the collective's bytes", [](trace::Envelope& e) { e.set_call(1); e.mutable_collective()->set_bytes(-1); }},
+      {"returns (host 3 ps) before it begins (7 ps)", [](trace::Envelope& e) {
+         e.set_call(1);
+         e.set_host_begin_ps(7);
+         e.set_host_end_ps(3);
+         e.mutable_api()->set_api(trace::ApiCall::DEVICE_SYNCHRONIZE);
+       }},
+  };
+  for (const Case& c : cases) {
+    const std::string path = tempPath("values");
+    {
+      trace::TraceWriter w(path, sampleHeader());
+      trace::Envelope e;
+      c.fill(e);
+      w.write(e);
+      w.close(trace::End());
+    }
+    const std::string err = readError(path);
+    EXPECT_NE(err.find(path + ": record #1 at offset"), std::string::npos) << err;
+    EXPECT_NE(err.find("corrupt: "), std::string::npos) << err;
+    EXPECT_NE(err.find(c.what), std::string::npos) << err;
+    std::remove(path.c_str());
+  }
 }

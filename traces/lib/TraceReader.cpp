@@ -204,6 +204,39 @@ bool TraceReader::readRecord(Envelope* record, bool only_end) {
 
 bool TraceReader::next(Envelope* record) { return nextRecord(record, false); }
 
+void TraceReader::checkValues(const Envelope& e, uint64_t at) const {
+  // Values no recorder writes and every consumer would mistime: a record whose bytes parse
+  // (its CRC may even be right, if it was written so) but that says something impossible.
+  const auto bad = [&](const std::string& what) {
+    throw TraceError(path_ + ": record #" + std::to_string(index_ - 1) + " at offset " + std::to_string(at) +
+                     ": corrupt: " + what);
+  };
+  const auto amount = [&](double v, const char* field) {
+    if (!(v >= 0) || v > 1e30) bad(std::string(field) + " is " + std::to_string(v) + " (not a non-negative amount)");
+  };
+  if (e.call() != 0 && e.host_end_ps() < e.host_begin_ps())
+    bad("the call returns (host " + std::to_string(e.host_end_ps()) + " ps) before it begins (" +
+        std::to_string(e.host_begin_ps()) + " ps)");
+  switch (e.record_case()) {
+    case Envelope::kCommand:
+      if (e.command().end_ps() < e.command().start_ps())
+        bad("the device command ends (" + std::to_string(e.command().end_ps()) + " ps) before it starts (" +
+            std::to_string(e.command().start_ps()) + " ps)");
+      break;
+    case Envelope::kKernel:
+      amount(e.kernel().flops(), "the kernel's flops");
+      amount(e.kernel().bytes_read(), "the kernel's bytes_read");
+      amount(e.kernel().bytes_written(), "the kernel's bytes_written");
+      break;
+    case Envelope::kCollective:
+      amount(e.collective().bytes(), "the collective's bytes");
+      amount(e.collective().seconds(), "the collective's seconds");
+      break;
+    default:
+      break;
+  }
+}
+
 void TraceReader::verify() {
   Envelope e;
   while (nextRecord(&e, true)) {
@@ -221,7 +254,10 @@ bool TraceReader::nextRecord(Envelope* record, bool only_end) {
   if (record->record_case() == Envelope::kHeader)
     throw TraceError(path_ + ": record #" + std::to_string(index_ - 1) + " at offset " + std::to_string(at) +
                      ": corrupt: a second header");
-  if (record->record_case() != Envelope::kEnd) return true;
+  if (record->record_case() != Envelope::kEnd) {
+    if (!only_end) checkValues(*record, at);
+    return true;
+  }
   crcUpTo(pos_ - static_cast<std::size_t>(offset_ - at));   // every byte before the End record
   const uint32_t crc_before = crc_;
   end_ = record->end();

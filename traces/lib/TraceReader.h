@@ -59,6 +59,7 @@ class TraceReader {
   // Up to `n` bytes of the (decompressed) file into `dst`; 0 at its end.
   std::size_t readSome(uint8_t* dst, std::size_t n);
   void open();    // the constructor's checks, after the file is open
+  void checkValues(const Envelope& e, uint64_t at) const;   // throws on impossible values
   void close();
   std::string where() const;
 
