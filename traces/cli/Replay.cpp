@@ -242,6 +242,11 @@ int runReplay(const std::vector<std::string>& argv) {
     if (!a.has("preset") && imported.preset.empty())
       throw UsageError("cardsim replay: " + path + " is a Chakra trace that names no preset: give --preset P");
   }
+  if (!chakra) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+      throw trace::TraceError(path + ": no such trace file or directory (nor a Chakra trace " + path + ".0.et)");
+  }
   const std::map<int, std::string> files = chakra ? imported.files : traceRankFiles(path);   // validated
   trace::Header h0;
   {
@@ -256,8 +261,8 @@ int runReplay(const std::vector<std::string>& argv) {
   job.scale = a.has("ranks") && ranks != world ? static_cast<int>(ranks) : 0;
   if ((!a.has("ranks") || ranks == world) && files.size() != static_cast<std::size_t>(world))
     throw trace::TraceError(path + ": holds " + std::to_string(files.size()) + " of the job's " + std::to_string(world) +
-                            " rank files; replay the directory, or one file with --ranks N (N other than " +
-                            std::to_string(world) + ")");
+                            " rank files; replay " + (chakra ? "the PREFIX of its PREFIX.<rank>.et files" : "the directory") +
+                            ", or one file with --ranks N (N other than " + std::to_string(world) + ")");
   if (a.has("preset")) {
     job.preset = a.get("preset");
   } else if (chakra) {

@@ -174,3 +174,10 @@ def test_the_critical_path_follows_only_device_work_the_host_waited_for(tmp_path
     assert cardsim("replay", run2, "--json", out2).returncode == 0
     names2 = [i["name"] for i in json.loads(out2.read_text())["critical_path"]["items"]]
     assert any("normal" in n for n in names2) and "aten::add.Tensor" in names2, names2
+
+
+def test_a_missing_path_names_both_readings(tmp_path):
+    res = cardsim("replay", tmp_path / "nope")
+    assert res.returncode == 2, res.stderr
+    assert f"{tmp_path / 'nope'}: no such trace file or directory" in res.stderr
+    assert f"{tmp_path / 'nope'}.0.et" in res.stderr
