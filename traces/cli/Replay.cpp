@@ -101,6 +101,10 @@ struct Job {
     if (shim::Status s = shim::traceStop(); !s.ok()) throw std::runtime_error(s.toString());
     std::fflush(stdout);
     std::_Exit(0);
+  } catch (const trace::TraceError& e) {   // the input is bad, not the replay: exit status 2
+    std::fprintf(stderr, "cardsim replay: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    std::_Exit(2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cardsim replay: rank %d: %s\n", rank, e.what());
     std::fflush(stderr);
@@ -391,6 +395,7 @@ int runReplay(const std::vector<std::string>& argv) {
   // Whichever rank ends first: one that fails takes the others down at once (they could be
   // waiting for it, or for a rank that does not exist, in a collective).
   bool failed = false;
+  bool bad_input = false;   // the first rank to fail found its trace file bad (exit 2)
   std::size_t left = pids.size();
   while (left > 0) {
     int status = 0;
@@ -402,8 +407,10 @@ int runReplay(const std::vector<std::string>& argv) {
     if (std::find(pids.begin(), pids.end(), p) == pids.end()) continue;
     --left;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      if (!failed)
+      if (!failed) {
         for (pid_t q : pids) ::kill(q, SIGKILL);
+        bad_input = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+      }
       failed = true;
     }
   }
@@ -417,7 +424,7 @@ int runReplay(const std::vector<std::string>& argv) {
   if (!failed && job.scale > 0 && have_fabric) loads = retimedLinkLoads(scaled_file, fp);
   if (failed) {
     std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
-    return 1;
+    return bad_input ? 2 : 1;
   }
   replay::Report report = replay::analyze(
       job.scale > 0 ? traceRankFiles(scaled_file) : traceRankFiles(job.out_dir));

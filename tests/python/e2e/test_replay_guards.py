@@ -181,3 +181,58 @@ def test_a_missing_path_names_both_readings(tmp_path):
     assert res.returncode == 2, res.stderr
     assert f"{tmp_path / 'nope'}: no such trace file or directory" in res.stderr
     assert f"{tmp_path / 'nope'}.0.et" in res.stderr
+
+
+def _varint(buf, pos):
+    v = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, pos
+
+
+def _records(data):
+    """(offset, length-prefix size, body) of each record after the magic."""
+    pos, out = 8, []
+    while pos < len(data):
+        n, body = _varint(data, pos)
+        out.append((pos, body - pos, data[body:body + n]))
+        pos = body + n
+    return out
+
+
+def test_a_well_formed_trace_with_an_impossible_value_is_bad_input_to_replay(tmp_path):
+    """A kernel's flops set to NaN inside a record of the same size, and the End record's
+    CRC-32 recomputed: the file is whole, its values are not. info and replay both say which
+    record, with exit status 2."""
+    import math
+    import struct
+    import zlib
+    data = bytearray((GOLDEN / "compute_bound" / "rank0.cstrace").read_bytes())
+    recs = _records(data)
+    # Envelope field 7 (kernel), then KernelLaunch field 5 (flops, a double: tag 0x29).
+    off, pre, body = next(r for r in recs if r[2][:1] == b"\x3a")
+    klen, kstart = _varint(body, 1)
+    kernel = body[kstart:kstart + klen]
+    at = kernel.index(b"\x29")
+    value = struct.unpack("<d", kernel[at + 1:at + 9])[0]
+    assert value > 0 and math.isfinite(value)
+    flops_at = off + pre + kstart + at + 1
+    data[flops_at:flops_at + 8] = struct.pack("<d", float("nan"))
+    end_off, end_pre, end_body = recs[-1]
+    assert end_body[:1] == b"\x72"                                 # Envelope field 14 (End)
+    inner_len, inner_start = _varint(end_body, 1)
+    inner = bytearray(end_body[inner_start:inner_start + inner_len])
+    crc_at = inner.index(b"\x2d")                                  # End field 5 (fixed32)
+    inner[crc_at + 1:crc_at + 5] = struct.pack("<I", zlib.crc32(bytes(data[:end_off])))
+    data[end_off + end_pre + inner_start:end_off + end_pre + inner_start + inner_len] = inner
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "rank0.cstrace").write_bytes(bytes(data))
+    for cmd in ("info", "replay"):
+        res = cardsim(cmd, bad)
+        assert res.returncode == 2, (cmd, res.stdout[-500:], res.stderr)
+        assert "corrupt: the kernel's flops is nan" in res.stderr and "record #" in res.stderr, res.stderr
