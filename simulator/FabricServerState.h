@@ -1,0 +1,250 @@
+// The fabric server's state, shared by its two halves: FabricServer.cpp (connections,
+// hellos, arrivals, faults) and FabricSettle.cpp (when ready collectives are answered and
+// how they are timed together). Internal to simulator/; include only from those two.
+#pragma once
+
+#include <boost/asio.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <future>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "device_models/Command.h"
+#include "simulator/FabricDecode.h"
+#include "simulator/FabricModel.h"
+#include "simulator/FabricServer.h"
+#include "simulator/FabricWire.h"
+#include "simulator/proto/fabric.pb.h"
+
+namespace cardsim::sim {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+namespace rpc = cardsim::fabric_rpc;
+
+namespace fabric_server {
+
+inline std::string rankList(const std::vector<int>& ranks) {
+  // Long groups are abbreviated: a message naming 1024 ranks helps nobody.
+  std::string s = "[";
+  const size_t n = ranks.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (n > 16 && i == 8) {
+      s += "... " + std::to_string(n - 12) + " more, ";
+      i = n - 4;
+    }
+    s += (i && s.back() != ' ' ? ", " : "") + std::to_string(ranks[i]);
+  }
+  return s + "]";
+}
+
+// Ranks of an all_to_all may send different amounts (all_to_all_single with splits).
+inline bool unevenOk(const std::string& op) { return op == "all_to_all"; }
+
+// Bounds on joint timing (transfer by transfer): members summed over the collectives timed
+// together, and collectives remembered as still running.
+inline constexpr size_t kMaxJointMembers = 512;
+inline constexpr size_t kMaxInFlight = 64;
+
+}  // namespace fabric_server
+
+using namespace fabric_server;
+
+struct Session;
+
+struct Pending {
+  std::string group;
+  std::vector<int> ranks;
+  uint64_t seq = 0;
+  std::string op;
+  double bytes = 0;
+  uint32_t root = 0, peer = 0;
+  std::string algorithm;
+  struct Arrival {
+    std::weak_ptr<Session> session;
+    uint64_t id = 0;
+    uint64_t arrival_ps = 0;
+    bool answer = true;             // false: the eager side of a point-to-point transfer
+  };
+  std::map<int, Arrival> arrived;   // by global rank
+  bool p2p = false;                 // a point-to-point transfer: answered as soon as both are in
+  std::unique_ptr<asio::steady_timer> timer;
+  bool ready = false;               // every member has arrived; answered at the next settle
+  uint64_t start_ps = 0;            // the latest arrival, once ready
+
+  std::string what() const { return op + " #" + std::to_string(seq) + " of process group " + rankList(ranks); }
+};
+
+// A collective answered whose end may still overlap later ones: they share links with it.
+struct InFlight {
+  FabricModel::Request request;
+  uint64_t start_ps = 0, end_ps = 0;
+};
+
+struct Job {
+  std::map<int, std::string> gone;           // rank -> why it left
+  std::map<std::string, Pending> pending;    // by group key and sequence number
+  int sessions = 0;
+  uint32_t world = 0;                        // from the ranks' Hello
+  std::map<int, int> waiting;                // rank -> its arrivals not answered yet
+  std::set<int> parked;                      // ranks waiting outside the server (Park)
+  std::set<int> connected;
+  // Connected ranks neither waiting nor parked, and since when: what holds a settle. Kept
+  // as ranks change state, so that a collective's cost does not grow with the job's size.
+  std::map<int, std::chrono::steady_clock::time_point> active;
+  std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
+
+  // Recomputes whether `rank` is active after a change of its state.
+  void refresh(int rank) {
+    const bool busy = connected.count(rank) && !parked.count(rank) && !waiting.count(rank);
+    if (!busy) active.erase(rank);
+    else if (!active.count(rank)) active.emplace(rank, std::chrono::steady_clock::now());
+  }
+  std::vector<InFlight> in_flight;
+  std::unique_ptr<asio::steady_timer> settle_timer;
+};
+
+struct FabricServer::Impl {
+  Impl(fabric::FabricParams params, Options o)
+      : acceptor(io), signature(fabric::fabricSignature(params)), model(std::move(params)), options(std::move(o)) {}
+
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  std::string signature;   // fabric::fabricSignature of the model's parameters
+  FabricModel model;
+  Options options;
+  std::thread thread;
+  bool running = false;                   // start() or run() was called and stop() not yet
+  std::promise<void> finished;            // set when the serving loop returns
+
+  // Owned by the serving thread.
+  std::map<std::string, Job> jobs;
+  std::set<std::shared_ptr<Session>> sessions;
+  std::map<std::pair<std::string, int>, std::weak_ptr<Session>> by_rank;
+  bool stopping = false;
+
+  std::atomic<uint64_t> completed{0}, failed{0}, accepted{0}, open{0}, pending_count{0};
+  mutable std::mutex loads_mutex;
+  FabricModel::LinkLoads loads;   // summed over completed collectives
+
+  void log(const std::string& line) {
+    if (options.log) std::fprintf(stderr, "cardsim fabricd: %s\n", line.c_str());
+  }
+  void accept();
+  void onMessage(Session& s, const rpc::ToServer& m);
+  void onHello(Session& s, const rpc::Hello& h);
+  void onArrive(Session& s, const rpc::Arrive& a);
+  void onPark(Session& s, bool parked);
+  void onClosed(Session& s);
+  void maybeSettle(const std::string& job_name);
+  void settle(Job& job);
+  // Whether no rank of `job` can report anything new before hearing back; else, in `wait`,
+  // how long until the ranks busy elsewhere count as away.
+  bool quiescent(const Job& job, std::chrono::steady_clock::duration* wait) const;
+  void answer(Job& job, const std::string& key, uint64_t end_ps, const FabricModel::Timed& alone);
+  void answerPointToPoint(Job& job, const std::string& key);
+  void addLoads(const FabricModel::LinkLoads& used);
+  void forget(Job& job, Pending& p);
+  void failPending(Job& job, const std::string& key, const std::string& why);
+  void startStopping();
+};
+
+struct Session : std::enable_shared_from_this<Session> {
+  Session(FabricServer::Impl& i, tcp::socket s) : impl(i), socket(std::move(s)) {
+    boost::system::error_code ec;
+    auto ep = socket.remote_endpoint(ec);
+    peer = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  FabricServer::Impl& impl;
+  tcp::socket socket;
+  std::string peer;
+  unsigned char header[4] = {};
+  std::string body;
+  std::deque<std::string> out;
+  bool writing = false, closing = false, closed = false;
+  bool hello = false;
+  std::string job;
+  int rank = -1;
+
+  std::string who() const {
+    return hello ? "rank " + std::to_string(rank) + " of job " + job + " (" + peer + ")" : "client " + peer;
+  }
+
+  void readHeader() {
+    auto self = shared_from_this();
+    asio::async_read(socket, asio::buffer(header, 4), [self](boost::system::error_code ec, size_t) {
+      if (ec) return self->closeNow();
+      const uint32_t n = wire::frameLength(self->header);
+      if (std::string why = wire::frameLengthError(n); !why.empty()) return self->fail(why);
+      self->readBody(n);
+    });
+  }
+
+  void readBody(uint32_t n) {
+    body.resize(n);
+    auto self = shared_from_this();
+    asio::async_read(socket, asio::buffer(body), [self](boost::system::error_code ec, size_t) {
+      if (ec) return self->closeNow();
+      rpc::ToServer m;
+      if (std::string why = wire::parseToServer(self->body, &m); !why.empty()) return self->fail(why);
+      self->impl.onMessage(*self, m);
+      if (!self->closing && !self->closed) self->readHeader();
+    });
+  }
+
+  void send(const rpc::ToClient& m) {
+    if (closed) return;
+    out.push_back(wire::frame(m.SerializeAsString()));
+    if (!writing) writeNext();
+  }
+
+  void writeNext() {
+    if (out.empty()) {
+      writing = false;
+      if (closing) closeNow();
+      return;
+    }
+    writing = true;
+    auto self = shared_from_this();
+    asio::async_write(socket, asio::buffer(out.front()), [self](boost::system::error_code ec, size_t) {
+      self->out.pop_front();
+      if (ec) return self->closeNow();
+      self->writeNext();
+    });
+  }
+
+  // Tells the client what was wrong with the connection, then closes it.
+  void fail(const std::string& why) {
+    impl.log(who() + ": " + why);
+    rpc::ToClient m;
+    m.mutable_error()->set_message("fabric server: " + why);
+    send(m);
+    closeAfterWrites();
+  }
+
+  void closeAfterWrites() {
+    closing = true;
+    if (!writing) closeNow();
+  }
+
+  void closeNow() {
+    if (closed) return;
+    closed = true;
+    boost::system::error_code ec;
+    socket.shutdown(tcp::socket::shutdown_both, ec);
+    socket.close(ec);
+    impl.onClosed(*this);
+  }
+};
+
+}  // namespace cardsim::sim
