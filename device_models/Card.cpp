@@ -83,7 +83,8 @@ void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
       PeerPath peer;
       if (cmd.copy_kind == CopyKind::PeerToPeer) {
         Card& other = *all_cards_.at(index(cmd.peer));
-        peer = {&other.hostLink(), &other.memory(), cmd.peer_is_source, nullptr, id_, cmd.peer};
+        peer = {&other.hostLink(), &other.memory(), cmd.peer_is_source, nullptr,
+                cmd.peer_is_source ? cmd.peer : id_, cmd.peer_is_source ? id_ : cmd.peer};
         if (fabric_ && fabric_->joins(id_, cmd.peer)) peer.fabric = fabric_;
       }
       DmaEngine& engine = acquireEngine();

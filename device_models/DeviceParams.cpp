@@ -1,6 +1,5 @@
 #include "device_models/DeviceParams.h"
 
-
 #include <algorithm>
 #include <cmath>
 

@@ -21,9 +21,7 @@ void DmaEngine::transfer(CopyKind kind, uint64_t bytes, bool pageable, const Pee
       latency = link_.params().latency_s;
       break;
     case CopyKind::PeerToPeer:
-      latency = peer.fabric ? (peer.peer_is_source ? peer.fabric->latencySeconds(peer.other, peer.self)
-                                                   : peer.fabric->latencySeconds(peer.self, peer.other))
-                            : link_.params().latency_s;
+      latency = peer.fabric ? peer.fabric->latencySeconds(peer.from, peer.to) : link_.params().latency_s;
       break;
     case CopyKind::DeviceToDevice:
     case CopyKind::Memset:
@@ -58,8 +56,7 @@ void DmaEngine::transfer(CopyKind kind, uint64_t bytes, bool pageable, const Pee
         waiter.pending = 3;
         memory_.transferForDma(b, w, &waiter);
         peer.memory->transferForDma(b, w, &waiter);
-        if (peer.peer_is_source) peer.fabric->transfer(peer.other, peer.self, b, &waiter);
-        else peer.fabric->transfer(peer.self, peer.other, b, &waiter);
+        peer.fabric->transfer(peer.from, peer.to, b, &waiter);
         break;
       }
       waiter.pending = 4;

@@ -1,6 +1,6 @@
 // One DMA engine: moves bytes host<->device, within the device, between devices (over the
-// fabric where one joins them, else through both host links), or fills memory. A transfer holds the engine for its duration and loads every pipe it
-// crosses (host link direction, memory of each device touched); it ends when the slowest
+// fabric where one joins them, else through both host links), or fills memory. A transfer
+// holds the engine for its duration and loads every pipe it crosses (host link direction, memory of each device touched); it ends when the slowest
 // of them is done, after the path's fixed latency. In each memory it weighs
 // dma.memory_weight against the cluster array's 1 (MemorySystem's sharing rule).
 #pragma once
@@ -16,14 +16,14 @@ namespace cardsim::model {
 class FabricLinks;
 
 // The far end of a peer-to-peer copy, and which way the bytes go. With `fabric` (the two
-// devices are joined by the fabric), the bytes cross the fabric's route between `self` and
-// `other` instead of both cards' host links.
+// devices are joined by the fabric), the bytes cross the fabric's route from `from` to `to`
+// instead of both cards' host links.
 struct PeerPath {
   HostLink* link = nullptr;
   MemorySystem* memory = nullptr;
   bool peer_is_source = false;
   FabricLinks* fabric = nullptr;
-  DeviceId self{}, other{};
+  DeviceId from{}, to{};
 };
 
 class DmaEngine : public sc_core::sc_module {

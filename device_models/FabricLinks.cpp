@@ -12,7 +12,7 @@ constexpr double kDoneBytes = 1e-3;
 }  // namespace
 
 FabricLinks::FabricLinks(sc_core::sc_module_name name, fabric::Topology topology)
-    : sc_module(name), topology_(std::move(topology)), solver_(topology_), link_bytes_(topology_.linkCount(), 0.0) {
+    : sc_module(name), topology_(std::move(topology)), solver_(topology_) {
   SC_HAS_PROCESS(FabricLinks);
   SC_METHOD(onWake);
   sensitive << wake_;
@@ -41,11 +41,7 @@ void FabricLinks::advance() {
   const double dt = now - now_s_;
   now_s_ = now;
   if (dt <= 0) return;
-  for (Flow& f : flows_) {
-    const double moved = std::min(f.remaining, f.rate * dt);
-    f.remaining -= moved;
-    for (fabric::LinkId l : *f.path) link_bytes_[fabric::index(l)] += moved;
-  }
+  for (Flow& f : flows_) f.remaining -= std::min(f.remaining, f.rate * dt);
 }
 
 void FabricLinks::assignRates() {

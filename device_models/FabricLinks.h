@@ -29,11 +29,6 @@ class FabricLinks : public sc_core::sc_module {
   // Starts moving `bytes` from src to dst; `w->pending` must already count this flow.
   void transfer(DeviceId src, DeviceId dst, double bytes, Waiter* w);
 
-  const fabric::Topology& topology() const { return topology_; }
-  // Bytes that have crossed each link (indexed by fabric::LinkId), for reports and tests.
-  const std::vector<double>& linkBytes() const { return link_bytes_; }
-  std::size_t active() const { return flows_.size(); }
-
  private:
   struct Flow {
     const std::vector<fabric::LinkId>* path;
@@ -49,7 +44,6 @@ class FabricLinks : public sc_core::sc_module {
   fabric::Topology topology_;
   fabric::FlowSolver solver_;
   std::vector<Flow> flows_;
-  std::vector<double> link_bytes_;
   double now_s_ = 0;
   sc_core::sc_event wake_;
 };

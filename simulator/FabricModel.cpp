@@ -9,8 +9,7 @@
 namespace cardsim::sim {
 
 const fabric::Topology& FabricModel::topologyFor(uint32_t devices) {
-  const uint32_t per = params_.devices_per_node;
-  const uint32_t nodes = std::max(params_.nodes, (devices + per - 1) / per);
+  const uint32_t nodes = fabric::nodesFor(params_, devices);
   auto& slot = topologies_[nodes];
   if (!slot) {
     fabric::FabricParams p = params_;

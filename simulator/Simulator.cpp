@@ -153,8 +153,7 @@ void Simulator::Impl::buildModel() {
                                              params, *this, cards));
     if (fabric_params && devices > 1) {
       fabric::FabricParams p = *fabric_params;
-      const uint32_t per = std::max(1u, p.devices_per_node);
-      p.nodes = std::max(p.nodes, (devices + per - 1) / per);
+      p.nodes = fabric::nodesFor(p, devices);
       fabric = std::make_unique<model::FabricLinks>("fabric", fabric::buildTopology(p));
       for (auto& c : cards) c->setFabric(fabric.get());
     }

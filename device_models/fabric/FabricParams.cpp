@@ -51,6 +51,11 @@ Topology buildTopology(const FabricParams& p) {
   return multiNode(p.nodes, node, p.nic, p.leaf_latency_s, p.oversubscription);
 }
 
+uint32_t nodesFor(const FabricParams& p, uint64_t devices) {
+  const uint64_t per = std::max<uint32_t>(1, p.devices_per_node);
+  return static_cast<uint32_t>(std::max<uint64_t>(p.nodes, (devices + per - 1) / per));
+}
+
 std::string fabricSignature(const FabricParams& p) {
   std::string out;
   const auto put = [&](const char* key, double v) {

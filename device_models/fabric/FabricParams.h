@@ -39,6 +39,8 @@ struct FabricParams {
 
 // nodes x devices_per_node devices, node-major (device rank r is on node r / devices_per_node).
 Topology buildTopology(const FabricParams& p);
+// The nodes a job of `devices` devices runs on: the configured count, or as many as it needs.
+uint32_t nodesFor(const FabricParams& p, uint64_t devices);
 
 // Every parameter but the node count (a job sizes that itself), as "key=value" pairs in a
 // fixed order, exact to the bit: two sides of a fabric server compare them.

@@ -19,7 +19,7 @@ fabric::Topology topologyOf(const std::string& preset, uint32_t devices) {
   o.preset = preset;
   o.devices = devices;
   fabric::FabricParams p = cardsim::sim::loadFabricParams(o);
-  p.nodes = std::max(p.nodes, (devices + p.devices_per_node - 1) / p.devices_per_node);
+  p.nodes = fabric::nodesFor(p, devices);
   return fabric::buildTopology(p);
 }
 

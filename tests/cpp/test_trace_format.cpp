@@ -94,6 +94,20 @@ std::string verifyError(const std::string& path) {
   return "";
 }
 
+// Cuts `bytes` at every offset into `path`: each shorter file must be an error naming it,
+// through next() and through verify().
+void expectEveryCutDetected(const std::string& bytes, const std::string& path) {
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
+    writeAll(path, bytes.substr(0, cut));
+    const std::string err = readError(path);
+    ASSERT_FALSE(err.empty()) << "cut at " << cut << " of " << bytes.size() << " read cleanly";
+    EXPECT_EQ(err.rfind(path, 0), 0u) << err;
+    const std::string verr = verifyError(path);
+    ASSERT_FALSE(verr.empty()) << "cut at " << cut << " of " << bytes.size() << " verified cleanly";
+    EXPECT_EQ(verr.rfind(path, 0), 0u) << verr;
+  }
+}
+
 }  // namespace
 
 TEST(TraceFormat, RoundTripKeepsHeaderRecordsAndOrder) {
@@ -177,15 +191,7 @@ TEST(TraceFormat, EveryTruncationIsDetected) {
   const std::string bytes = readAll(good);
   const std::string path = tempPath("cut");
   // Cut at every offset: each shorter file is an error naming the file, never a clean read.
-  for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
-    writeAll(path, bytes.substr(0, cut));
-    const std::string err = readError(path);
-    ASSERT_FALSE(err.empty()) << "cut at " << cut << " of " << bytes.size() << " read cleanly";
-    EXPECT_EQ(err.rfind(path, 0), 0u) << err;
-    const std::string verr = verifyError(path);
-    ASSERT_FALSE(verr.empty()) << "cut at " << cut << " of " << bytes.size() << " verified cleanly";
-    EXPECT_EQ(verr.rfind(path, 0), 0u) << verr;
-  }
+  expectEveryCutDetected(bytes, path);
   // A cut between records says the End record is missing and where the file ends.
   writeAll(path, bytes.substr(0, bytes.size() - 12));
   std::string err = readError(path);
@@ -308,13 +314,7 @@ TEST(TraceFormat, EveryTruncationOfACompressedTraceIsDetected) {
   const std::string good = writeSample("zwhole", 50, gzip(1));
   const std::string bytes = readAll(good);
   const std::string path = tempPath("zcut");
-  for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
-    writeAll(path, bytes.substr(0, cut));
-    const std::string err = readError(path);
-    ASSERT_FALSE(err.empty()) << "cut at " << cut << " of " << bytes.size() << " read cleanly";
-    EXPECT_EQ(err.rfind(path, 0), 0u) << err;
-    ASSERT_FALSE(verifyError(path).empty()) << "cut at " << cut << " verified cleanly";
-  }
+  expectEveryCutDetected(bytes, path);
   std::remove(path.c_str());
   std::remove(good.c_str());
 }

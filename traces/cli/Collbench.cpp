@@ -70,7 +70,7 @@ int runCollbench(const std::vector<std::string>& argv) {
   if (const char* file = std::getenv("CARDSIM_CONFIG"); file && *file) o.overrides_file = file;
   fabric::FabricParams fp = sim::loadFabricParams(o);
   // Default: the preset's (or CARDSIM_NODES') node count, or as many as the ranks need.
-  const long long nodes = a.integer("nodes", std::max<long long>(fp.nodes, (ranks + fp.devices_per_node - 1) / fp.devices_per_node));
+  const long long nodes = a.integer("nodes", fabric::nodesFor(fp, static_cast<uint64_t>(ranks)));
   if (nodes < 1 || nodes * fp.devices_per_node < ranks)
     throw UsageError("cardsim collbench: " + std::to_string(nodes) + " node(s) of " +
                      std::to_string(fp.devices_per_node) + " devices cannot hold " + std::to_string(ranks) + " ranks");

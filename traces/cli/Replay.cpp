@@ -317,10 +317,10 @@ int runReplay(const std::vector<std::string>& argv) {
     have_fabric = false;
   }
   if (job.scale > 0 && have_fabric) {
-    const long long need = (job.scale + fp.devices_per_node - 1) / fp.devices_per_node;
+    const uint32_t need = fabric::nodesFor(fp, static_cast<uint64_t>(job.scale));
     if (need > fp.nodes) {
       job.env["CARDSIM_NODES"] = std::to_string(need);
-      fp.nodes = static_cast<uint32_t>(need);
+      fp.nodes = need;
     }
   }
   job.out_dir = a.has("keep") ? a.get("keep") : tmp + "/replayed";
