@@ -35,6 +35,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 from . import checker as _checker
+from . import gloo_hold as _gloo_hold
 
 _GLOO_OPS = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND,
              ReduceOp.BOR, ReduceOp.BXOR)
@@ -280,6 +281,7 @@ def _destroy_groups_at_exit() -> None:
     cannot keep this process from ending: after _EXIT_SHUTDOWN_S the exit goes on.
     """
     if not dist.is_initialized():
+        _gloo_hold.drain(_EXIT_SHUTDOWN_S)   # groups destroyed by the program (gloo_hold)
         return
 
     def shutdown():
@@ -294,6 +296,8 @@ def _destroy_groups_at_exit() -> None:
     if t.is_alive():
         sys.stderr.write(f"cardsim: the process groups did not shut down within {_EXIT_SHUTDOWN_S:.0f} s "
                          "at exit (a peer stopped answering); exiting without them\n")
+    else:
+        _gloo_hold.drain(_EXIT_SHUTDOWN_S)
 
 
 def _register_exit_handler() -> None:
@@ -331,7 +335,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         from . import execution_mode
         self._timing = execution_mode() == "timing"
         gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank, size, timeout)
-        self._gloo = _TimingGloo(gloo) if self._timing else gloo
+        # Every tensor given to Gloo is held until its worker let go (gloo_hold).
+        self._gloo = _gloo_hold.HeldGloo(_TimingGloo(gloo) if self._timing else gloo)
         # The group's name lives on its backends (ProcessGroup::getGroupName reads the first
         # one's): without one, torch's DeviceMesh and functional collectives fail with
         # "ProcessGroup name not set". The Gloo backend that moves the bytes stands for this

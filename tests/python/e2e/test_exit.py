@@ -45,3 +45,37 @@ def test_exit_without_destroy_process_group(card):
             assert rc == status, f"{card} rank {rank}: exit status {rc}, not {status}\n{o}\n{e[-3000:]}"
             assert "terminate called" not in e, e[-3000:]
             assert "done" in o and "at exit: initialized=False" in o, (o, e[-3000:])
+
+
+DESTROYED = r'''
+import atexit, importlib, os, sys
+import torch
+import torch.distributed as dist
+from cardsim_torch import gloo_hold
+
+CARD = sys.argv[1]
+importlib.import_module(f"torch_{CARD}")
+rank = int(os.environ["RANK"])
+# Runs after the backend's exit handler (atexit is LIFO): by then Gloo let go of everything.
+atexit.register(lambda: print(f"held at exit: {gloo_hold.held()}", flush=True))
+getattr(torch, CARD).set_device(rank)
+dist.init_process_group({"mlu": "cncl", "supa": "bccl"}[CARD])
+d = torch.device(CARD, rank)
+for i in range(20):
+    t = torch.full((1024,), float(rank + 1), device=d)
+    dist.all_reduce(t)                  # its host view goes to Gloo and is dropped here at once
+    dist.all_gather_into_tensor(torch.empty(2048, device=d), t)
+assert t.cpu()[0].item() == 3.0
+dist.destroy_process_group()            # the program's own teardown, then straight to exit
+print("done", flush=True)
+'''
+
+
+@pytest.mark.parametrize("card", ["mlu", "supa"])
+def test_exit_right_after_destroying_the_groups_waits_for_gloo_to_let_go(card):
+    # Gloo's worker drops its last reference to a finished collective's tensors a moment after
+    # wait() returns; dropped during interpreter finalization, that aborted the process.
+    for rank, (rc, o, e) in enumerate(run_ranks(DESTROYED, 2, args=(card,))):
+        assert rc == 0, f"{card} rank {rank}: exit status {rc}\n{o}\n{e[-3000:]}"
+        assert "terminate called" not in e, e[-3000:]
+        assert "done" in o and "held at exit: 0" in o, (o, e[-3000:])

@@ -257,7 +257,7 @@ def run_ranks(tmp_path, world: int, scenario: str, per_rank=None, timeout=180, *
             out, err = p.communicate()
         lines = [ln for ln in out.splitlines() if ln.startswith("OUT ")]
         results[r] = json.loads(lines[-1][4:]) if lines else None
-        errs[r] = err[-3000:]
+        errs[r] = f"exit status {p.returncode}\n" + err[-3000:]
     return results, errs
 
 

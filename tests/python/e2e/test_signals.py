@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -109,20 +110,26 @@ def test_ctrl_c_under_torchrun_ends_every_rank_with_whole_traces(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT),
                             start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # A rank that never gets ready must not hang the suite in readline: killed at the deadline.
+    watchdog = threading.Timer(240, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    watchdog.start()
     try:
         ready = 0
-        deadline = time.monotonic() + 240
-        while ready < 2 and time.monotonic() < deadline:
+        while ready < 2:
             line = proc.stdout.readline()
             if not line:
                 break
-            ready += line.strip().endswith("ready")
+            # Counted, not matched per line: the two ranks share the pipe, and an unbuffered
+            # print writes "ready" and "\n" apart, so one line can read "readyready".
+            ready += line.count("ready")
+        watchdog.cancel()
         assert ready == 2, proc.stderr.read()[-4000:]
         time.sleep(0.3)
         os.killpg(proc.pid, signal.SIGINT)   # what Ctrl-C in the terminal does: every process
         proc.wait(timeout=120)
         err = proc.stderr.read()
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
