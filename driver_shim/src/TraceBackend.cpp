@@ -174,11 +174,19 @@ trace::Header TraceBackend::header(const char* started_by) {
   return h;
 }
 
-Status TraceBackend::openLocked(const std::string& directory, const char* started_by) {
+Status TraceBackend::openLocked(const std::string& directory, const char* started_by,
+                                const std::string& compression) {
+  trace::Compression how;
+  try {   // a bad value is refused before anything is created
+    how = compression.empty() ? trace::compressionFromEnvironment()
+                              : trace::parseCompression(compression, "traceStart compression");
+  } catch (const std::exception& e) {
+    return Status(Code::InvalidValue, e.what());
+  }
   if (Status st = makeDirectories(directory); !st.ok()) return st;
   const std::string path = directory + "/rank" + std::to_string(envInt("RANK", 0)) + trace::kFileExtension;
   try {
-    recorder_ = std::make_unique<TraceRecorder>(path, header(started_by), trace::compressionFromEnvironment());
+    recorder_ = std::make_unique<TraceRecorder>(path, header(started_by), how);
   } catch (const std::exception& e) {
     return Status(Code::InvalidValue, e.what());
   }
@@ -208,7 +216,7 @@ void TraceBackend::arm(const std::string& directory) {
   hooked_ = true;
 }
 
-Status TraceBackend::start(const std::string& directory) {
+Status TraceBackend::start(const std::string& directory, const std::string& compression) {
   if (directory.empty()) return Status(Code::InvalidValue, "traceStart: the directory is empty");
   std::lock_guard<std::mutex> lock(mutex_);
   if (recorder_)
@@ -216,7 +224,7 @@ Status TraceBackend::start(const std::string& directory) {
   if (!armed_directory_.empty())
     return Status(Code::InvalidValue, "traceStart: CARDSIM_TRACE=" + armed_directory_ +
                                           " already records this process");
-  return openLocked(directory, "api");
+  return openLocked(directory, "api", compression);
 }
 
 bool TraceBackend::active(std::string* path) {
@@ -318,10 +326,10 @@ std::unique_ptr<IBackend> wrapForTracing(std::unique_ptr<IBackend> backend, cons
   return t;
 }
 
-Status traceStart(const std::string& directory) {
+Status traceStart(const std::string& directory, const std::string& compression) {
   Status why;
   TraceBackend* t = tracingBackend(&why);
-  return t ? t->start(directory) : why;
+  return t ? t->start(directory, compression) : why;
 }
 
 Status traceStop() {
@@ -362,6 +370,12 @@ int reply(const cardsim::shim::Status& st, char* error, std::size_t size) {
 
 extern "C" int cardsim_trace_start(const char* directory, char* error, std::size_t error_size) {
   return reply(cardsim::shim::traceStart(directory ? directory : ""), error, error_size);
+}
+
+extern "C" int cardsim_trace_start_compressed(const char* directory, const char* compression, char* error,
+                                              std::size_t error_size) {
+  return reply(cardsim::shim::traceStart(directory ? directory : "", compression ? compression : ""), error,
+               error_size);
 }
 
 extern "C" int cardsim_trace_stop(char* error, std::size_t error_size) {

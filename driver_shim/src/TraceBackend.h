@@ -39,7 +39,8 @@ class TraceBackend final : public IBackend {
 
   // CARDSIM_TRACE: records into `directory` from the first call that does work on a card.
   void arm(const std::string& directory);
-  Status start(const std::string& directory);
+  // `compression` empty: CARDSIM_TRACE_COMPRESS.
+  Status start(const std::string& directory, const std::string& compression);
   Status stop(const std::string& reason);
   bool active(std::string* path);
 
@@ -173,7 +174,7 @@ class TraceBackend final : public IBackend {
   template <typename Fill>
   void record(const Begin& b, const Status& st, const Target* target, bool opens, Fill&& fill);
   trace::Header header(const char* started_by);
-  Status openLocked(const std::string& directory, const char* started_by);
+  Status openLocked(const std::string& directory, const char* started_by, const std::string& compression = "");
   void drainLocked();
   void synchronizeUsedLocked();
   void failLocked(const std::string& what);

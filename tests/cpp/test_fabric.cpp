@@ -212,9 +212,11 @@ TEST(FabricRegistry, NamesChoicesAndErrors) {
     const auto r = request(CollectiveOp::AllReduce, bytes, two);
     const ICollectiveAlgorithm& chosen = chooseAlgorithm(r, two);
     const double t = CollectiveEngine(two).timeAlone(chosen.schedule(r, two));
-    for (const std::string& name : algorithmNames())
-      if (algorithm(name).unsupported(r, two).empty())
+    for (const std::string& name : algorithmNames()) {
+      if (algorithm(name).unsupported(r, two).empty()) {
         EXPECT_LE(t, CollectiveEngine(two).timeAlone(algorithm(name).schedule(r, two))) << name << " " << bytes;
+      }
+    }
   }
   EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, two), two).name(), "hierarchical");
   try {

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <vector>
@@ -265,4 +266,30 @@ TEST(TraceRecording, CApiReportsErrorsAsText) {
   EXPECT_EQ(std::string(path), dir + "/rank0.cstrace");
   EXPECT_EQ(cardsim_trace_stop(err, sizeof err), 0) << err;
   EXPECT_EQ(cardsim_trace_active(path, sizeof path), 0);
+}
+
+TEST(TraceRecording, CompressionNamedAtStartOverridesTheEnvironmentAndIsChecked) {
+  startRuntime("mlu370-x8", 1);
+  ::setenv("CARDSIM_TRACE_COMPRESS", "none", 1);
+  char err[256] = "";
+  const std::string bad = tempDir("badcompress") + "/never";
+  EXPECT_EQ(cardsim_trace_start_compressed(bad.c_str(), "gzip:0", err, sizeof err),
+            static_cast<int>(shim::Code::InvalidValue));
+  EXPECT_NE(std::string(err).find("\"gzip:0\" is not a compression"), std::string::npos) << err;
+  struct stat st {};
+  EXPECT_NE(::stat(bad.c_str(), &st), 0);   // refused before the directory was made
+  EXPECT_FALSE(shim::traceActive());
+
+  const std::string dir = tempDir("compressed");
+  EXPECT_EQ(cardsim_trace_start_compressed(dir.c_str(), "gzip:2", err, sizeof err), 0) << err;
+  smallProgram();
+  ASSERT_SHIM_OK(shim::traceStop());
+  ::unsetenv("CARDSIM_TRACE_COMPRESS");
+  std::ifstream in(dir + "/rank0.cstrace", std::ios::binary);
+  unsigned char magic[2] = {};
+  in.read(reinterpret_cast<char*>(magic), 2);
+  EXPECT_EQ(magic[0], 0x1f);
+  EXPECT_EQ(magic[1], 0x8b);
+  const Read t = readTrace(dir + "/rank0.cstrace");   // the reader inflates it
+  EXPECT_EQ(t.counts.at(trace::Envelope::kAlloc), 2);
 }

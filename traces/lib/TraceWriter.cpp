@@ -25,9 +25,12 @@ uint8_t* putVarint(uint64_t v, uint8_t* p) {
 }  // namespace
 
 Compression compressionFromEnvironment() {
-  Compression c;
   const char* env = std::getenv("CARDSIM_TRACE_COMPRESS");
-  const std::string v = env ? env : "";
+  return parseCompression(env ? env : "", "CARDSIM_TRACE_COMPRESS");
+}
+
+Compression parseCompression(const std::string& v, const std::string& what) {
+  Compression c;
   if (v.empty() || v == "0" || v == "none") return c;
   c.gzip = true;
   if (v == "gzip" || v == "1") return c;
@@ -35,7 +38,7 @@ Compression compressionFromEnvironment() {
     c.level = v[5] - '0';
     return c;
   }
-  throw TraceError("CARDSIM_TRACE_COMPRESS: \"" + v + "\" is not a compression (valid: none, gzip, gzip:1 .. gzip:9)");
+  throw TraceError(what + ": \"" + v + "\" is not a compression (valid: none, gzip, gzip:1 .. gzip:9)");
 }
 
 TraceWriter::TraceWriter(const std::string& path, Header header, Compression compression)

@@ -26,8 +26,10 @@ struct Compression {
   bool gzip = false;
   int level = 6;   // zlib's 1 (fastest) .. 9 (smallest)
 };
-// CARDSIM_TRACE_COMPRESS: unset, "", "0" or "none": none; "gzip" or "1": gzip at level 6;
-// "gzip:N": level N. Throws TraceError naming the value otherwise.
+// A compression by name: "", "0" or "none": none; "gzip" or "1": gzip at level 6; "gzip:N":
+// level N. Throws TraceError naming `what` (where the value came from) and the value otherwise.
+Compression parseCompression(const std::string& value, const std::string& what);
+// CARDSIM_TRACE_COMPRESS (unset: none), as parseCompression reads it.
 Compression compressionFromEnvironment();
 
 class TraceWriter {

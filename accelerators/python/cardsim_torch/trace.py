@@ -31,6 +31,9 @@ def _shim():
         lib = ctypes.CDLL(_C.__file__)
         lib.cardsim_trace_start.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.cardsim_trace_start.restype = ctypes.c_int
+        lib.cardsim_trace_start_compressed.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                                       ctypes.c_size_t]
+        lib.cardsim_trace_start_compressed.restype = ctypes.c_int
         lib.cardsim_trace_stop.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.cardsim_trace_stop.restype = ctypes.c_int
         lib.cardsim_trace_active.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -39,12 +42,22 @@ def _shim():
     return _lib
 
 
-def start_trace(directory) -> str:
-    """Starts recording into ``directory`` (created if missing); returns the rank file's path."""
+def start_trace(directory, compress=None) -> str:
+    """Starts recording into ``directory`` (created if missing); returns the rank file's path.
+    ``compress`` as record_trace takes it."""
     from . import _C
+    if compress is None:
+        how = b""
+    elif isinstance(compress, bool):
+        how = b"gzip" if compress else b"none"
+    elif isinstance(compress, str) and compress:
+        how = compress.encode()
+    else:
+        raise ValueError(f"cardsim trace: compress={compress!r} is not a compression "
+                         "(valid: None, True, False, 'none', 'gzip', 'gzip:1' .. 'gzip:9')")
     _C._device_count()      # the runtime starts with this personality's configuration
     err = ctypes.create_string_buffer(4096)
-    if _shim().cardsim_trace_start(os.fsencode(os.fspath(directory)), err, len(err)) != 0:
+    if _shim().cardsim_trace_start_compressed(os.fsencode(os.fspath(directory)), how, err, len(err)) != 0:
         raise RuntimeError(f"cardsim trace: {err.value.decode(errors='replace')}")
     return trace_path()
 
@@ -67,19 +80,7 @@ def record_trace(directory, compress=None):
     """Records what the block does on the cards into ``<directory>/rank<N>.cstrace``;
     yields the file's path. ``compress``: None follows ``CARDSIM_TRACE_COMPRESS``; "gzip",
     "gzip:1" .. "gzip:9" or True write a gzip stream; "none" or False a plain file."""
-    if compress is None:
-        path = start_trace(directory)
-    else:
-        value = {True: "gzip", False: "none"}.get(compress, compress) if isinstance(compress, bool) else str(compress)
-        saved = os.environ.get("CARDSIM_TRACE_COMPRESS")
-        os.environ["CARDSIM_TRACE_COMPRESS"] = value
-        try:
-            path = start_trace(directory)
-        finally:
-            if saved is None:
-                os.environ.pop("CARDSIM_TRACE_COMPRESS", None)
-            else:
-                os.environ["CARDSIM_TRACE_COMPRESS"] = saved
+    path = start_trace(directory, compress)
     try:
         yield path
     finally:

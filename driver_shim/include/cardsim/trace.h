@@ -24,8 +24,10 @@
 namespace cardsim::shim {
 
 // Starts recording into `directory` (created if missing; an existing rank file is
-// replaced). Fails if a trace is already being recorded.
-Status traceStart(const std::string& directory);
+// replaced). Fails if a trace is already being recorded. `compression`: empty follows
+// CARDSIM_TRACE_COMPRESS; otherwise "none", "gzip" or "gzip:1" .. "gzip:9" (InvalidValue
+// naming the value for anything else).
+Status traceStart(const std::string& directory, const std::string& compression = "");
 // Stops recording and completes the file. Fails if no trace is being recorded.
 Status traceStop();
 // Whether a trace is being recorded, and into which file (empty if none).
@@ -45,6 +47,9 @@ extern "C" {
 // 0 on success; otherwise the shim Code, with the message in `error` (NUL-terminated,
 // truncated to `error_size` bytes).
 int cardsim_trace_start(const char* directory, char* error, std::size_t error_size);
+// As cardsim_trace_start, with the compression named (NULL or "": CARDSIM_TRACE_COMPRESS).
+int cardsim_trace_start_compressed(const char* directory, const char* compression, char* error,
+                                   std::size_t error_size);
 int cardsim_trace_stop(char* error, std::size_t error_size);
 // The file being recorded into `path` (NUL-terminated); 1 if recording, else 0.
 int cardsim_trace_active(char* path, std::size_t path_size);

@@ -273,3 +273,37 @@ def test_compressed_traces_hold_the_same_run(py, tmp_path):
         assert f"total_us: {recorded:.3f}" in rep.stdout, (name, rep.stdout[:500])
     bad = py(COMPRESS_PROG, env={"CARDSIM_TRACE_COMPRESS": "zstd"}, args=("mlu", str(tmp_path / "bad"), "env"))
     assert bad.returncode != 0 and "CARDSIM_TRACE_COMPRESS" in bad.stderr and '"zstd"' in bad.stderr
+
+
+BAD_COMPRESS_PROG = r"""
+import os, sys, torch, importlib
+card, out = sys.argv[1], sys.argv[2]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+for how in ("zstd", 5):
+    try:
+        with dm.record_trace(out, compress=how):
+            pass
+        print("ACCEPTED", how)
+    except (RuntimeError, ValueError) as e:
+        print("REFUSED", type(e).__name__, e)
+print("DIR", os.path.exists(out))
+# The argument decides, not the environment (which here names no compression cardsim has).
+with dm.record_trace(out, compress="gzip:1"):
+    (torch.ones(64, device=card) * 2).sum().item()
+print("ENV", os.environ["CARDSIM_TRACE_COMPRESS"])
+"""
+
+
+def test_record_trace_compress_argument_is_checked_and_wins_over_the_environment(py, tmp_path):
+    out = tmp_path / "t"
+    res = py(BAD_COMPRESS_PROG, env={"CARDSIM_TRACE_COMPRESS": "zstd"}, args=("mlu", str(out)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("REFUSED RuntimeError") and 'compression: "zstd" is not a compression' in lines[0]
+    assert lines[1].startswith("REFUSED ValueError") and "compress=5" in lines[1]
+    assert "DIR False" in lines        # refused before anything was created
+    assert "ENV zstd" in lines         # the environment is left as it was
+    packed = (out / "rank0.cstrace").read_bytes()
+    assert packed[:2] == b"\x1f\x8b"
+    assert info_json(out / "rank0.cstrace")["records"]["kernel_launch"] >= 1
