@@ -90,6 +90,9 @@ Status SimBackend::fabricServe(const std::string& bind, uint16_t port, uint16_t*
   o.preset = sim_.options().preset;
   o.bind = bind.empty() ? "127.0.0.1" : bind;
   o.port = port;
+  // CARDSIM_FABRIC_LOG=1: the server's log (ranks joining and leaving, late answers) on the
+  // hosting rank's stderr, as `cardsim fabricd` prints it.
+  if (const char* env = std::getenv("CARDSIM_FABRIC_LOG")) o.log = std::string(env) == "1";
   if (const char* env = std::getenv("CARDSIM_FABRIC_SETTLE_S")) {
     char* end = nullptr;
     const double v = std::strtod(env, &end);

@@ -226,7 +226,8 @@ def _free_port() -> int:
 def _env(extra: dict) -> dict:
     e = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_") and k not in
          ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_ACCELERATOR")}
-    e.update(CARDSIM_PRESET="mlu370-x8", CARDSIM_DEVICES="1")
+    # The server's log on rank 0's stderr: what a failing test shows (and one test checks).
+    e.update(CARDSIM_PRESET="mlu370-x8", CARDSIM_DEVICES="1", CARDSIM_FABRIC_LOG="1")
     e.update(extra)
     return e
 
@@ -257,8 +258,13 @@ def run_ranks(tmp_path, world: int, scenario: str, per_rank=None, timeout=180, *
             out, err = p.communicate()
         lines = [ln for ln in out.splitlines() if ln.startswith("OUT ")]
         results[r] = json.loads(lines[-1][4:]) if lines else None
-        errs[r] = f"exit status {p.returncode}\n" + err[-3000:]
+        errs[r] = f"exit status {p.returncode}{'' if lines else ', no OUT line'}\n" + err[-3000:]
     return results, errs
+
+
+def _shown(errs: dict) -> str:
+    """Each rank's exit status and stderr, whole (an assertion's repr would cut them)."""
+    return "\n".join(f"--- rank {r}: {e}" for r, e in sorted(errs.items()))
 
 
 def model_us(op: str, ranks: int, nbytes: int, preset="mlu370-x8") -> float:
@@ -272,7 +278,9 @@ def model_us(op: str, ranks: int, nbytes: int, preset="mlu370-x8") -> float:
 def test_ranks_complete_together_at_the_latest_arrival_plus_the_models_time(tmp_path):
     world = 3
     res, errs = run_ranks(tmp_path, world, "timing")
-    assert all(res[r] for r in range(world)), errs
+    assert all(res[r] for r in range(world)), _shown(errs)
+    # CARDSIM_FABRIC_LOG=1 (set for every run here): the server's log on rank 0's stderr.
+    assert all(f"cardsim fabricd: rank {r} of job " in errs[0] for r in range(world)), errs[0]
     assert all(res[r]["sum"] == 6.0 for r in range(world))
     # (activities come in completion order, the same on every rank when ends agree)
     acts = [sorted(res[r]["acts"], key=lambda a: a[2]) for r in range(world)]
@@ -307,7 +315,7 @@ def test_times_do_not_depend_on_the_order_ranks_start_or_arrive_in(tmp_path):
     for order in (lambda r: r, lambda r: world - 1 - r):
         res, errs = run_ranks(tmp_path, world, "timing", per_rank=lambda r, o=order: {
             "START_DELAY": 0.4 * o(r), "STEP_DELAY": 0.15 * (o(r) + 1)})
-        assert all(res[r] for r in range(world)), errs
+        assert all(res[r] for r in range(world)), _shown(errs)
         runs.append({r: (res[r]["acts"], res[r]["host_ns"]) for r in range(world)})
     assert runs[0] == runs[1]
 
