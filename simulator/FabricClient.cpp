@@ -29,6 +29,8 @@ struct FabricClient::Impl : std::enable_shared_from_this<Impl> {
   std::string body;
   std::deque<std::string> out;
   bool writing = false;
+  bool closing = false;            // shut down once `out` is written
+  std::promise<void> shut;         // set when the socket is shut down
 
   struct Result {
     bool ok = false;
@@ -145,15 +147,34 @@ struct FabricClient::Impl : std::enable_shared_from_this<Impl> {
   void writeNext() {
     if (out.empty()) {
       writing = false;
+      if (closing) shutDown();
       return;
     }
     writing = true;
     auto self = shared_from_this();
     asio::async_write(socket, asio::buffer(out.front()), [self](boost::system::error_code ec, size_t) {
       self->out.pop_front();
-      if (ec) return self->lost(ec);
+      if (ec) {
+        self->lost(ec);
+        if (self->closing) self->shutDown();
+        return;
+      }
       self->writeNext();
     });
+  }
+
+  // Serving thread. What was sent before close() (an eager send, say: its receiver may
+  // still need it after this process is gone) goes out first.
+  void startClosing() {
+    closing = true;
+    if (!writing) shutDown();
+  }
+  void shutDown() {
+    if (!socket.is_open()) return;
+    boost::system::error_code ec;
+    socket.shutdown(tcp::socket::shutdown_both, ec);
+    socket.close(ec);
+    shut.set_value();
   }
 };
 
@@ -308,15 +329,21 @@ void FabricClient::close() {
     impl_->closed_by_us = true;
   }
   auto impl = impl_;
-  asio::post(impl->io, [impl] {
-    boost::system::error_code ec;
-    impl->socket.shutdown(tcp::socket::shutdown_both, ec);
-    impl->socket.close(ec);
-  });
+  std::future<void> shut = impl->shut.get_future();
+  asio::post(impl->io, [impl] { impl->startClosing(); });
   if (impl->thread.joinable()) {
     if (impl->thread.get_id() == std::this_thread::get_id()) {
       impl->thread.detach();
     } else {
+      // A server that stopped reading cannot hold the process: its queued writes are given
+      // up after a bound.
+      // (The io thread may have ended already, the server gone: nothing to wait for then.)
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (shut.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready && !impl->io.stopped())
+        if (std::chrono::steady_clock::now() >= give_up) {
+          impl->io.stop();
+          break;
+        }
       impl->thread.join();
       // The io thread may have ended (the server hung up) before the close above ran: run
       // what is still queued, or its handlers, which hold the Impl, would keep it alive

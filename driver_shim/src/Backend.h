@@ -93,6 +93,7 @@ class IBackend {
     return Status::Ok();
   }
   virtual Status fabricPark(bool) { return Status::Ok(); }
+  virtual Status fabricDisconnect() { return Status::Ok(); }
 
   // The vendor's collective library (shim.h, Communicators); only the native backend has one.
   virtual Status commGetUniqueId(std::string*) { return noComm("commGetUniqueId"); }

@@ -362,6 +362,7 @@ Status fabricConnect(const std::string& address, const std::string& job, int ran
 }
 Status fabricAddress(std::string* address) { CARDSIM_FORWARD(fabricAddress(address)); }
 Status fabricPark(bool parked) { CARDSIM_FORWARD(fabricPark(parked)); }
+Status fabricDisconnect() { CARDSIM_FORWARD(fabricDisconnect()); }
 Status commGetUniqueId(std::string* id) { CARDSIM_FORWARD(commGetUniqueId(id)); }
 Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank) {
   CARDSIM_FORWARD(commInitRank(comm, nranks, id, rank));

@@ -270,6 +270,7 @@ class SimBackend final : public IBackend {
                        double connect_timeout_s) override;
   Status fabricAddress(std::string* address) override;
   Status fabricPark(bool parked) override;
+  Status fabricDisconnect() override;
 
  private:
   static DeviceId dev(int d) { return DeviceId{static_cast<uint32_t>(d)}; }

@@ -152,6 +152,12 @@ Status SimBackend::fabricPark(bool parked) {
   return Status::Ok();
 }
 
+Status SimBackend::fabricDisconnect() {
+  // Closed, not deleted: the exit handler may still reach it (close() is idempotent).
+  if (sim::FabricClient* client = fabricClient()) client->close();
+  return Status::Ok();
+}
+
 Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                           std::string* algorithm) {
   StreamObject* s = nullptr;

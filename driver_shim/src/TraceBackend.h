@@ -130,6 +130,7 @@ class TraceBackend final : public IBackend {
   }
   Status fabricAddress(std::string* address) override { return inner_->fabricAddress(address); }
   Status fabricPark(bool parked) override { return inner_->fabricPark(parked); }
+  Status fabricDisconnect() override { return inner_->fabricDisconnect(); }
   // The vendor's collectives (native backend): passed through, not recorded.
   Status commGetUniqueId(std::string* id) override { return inner_->commGetUniqueId(id); }
   Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank) override {

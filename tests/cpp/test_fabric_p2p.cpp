@@ -211,3 +211,23 @@ TEST(FabricPointToPoint, AReceiveCompletesWhenItsSenderPostedThenLeft) {
   const std::string e = errorOf([&] { job.clients[1]->collective(late); });
   EXPECT_NE(e.find("rank 0 left the job"), std::string::npos) << e;
 }
+
+TEST(FabricPointToPoint, SendsPostedJustBeforeTheSenderLeavesStillReachTheirReceiver) {
+  // A replayed rank posts its last sends and leaves at once (as a process ending by _exit
+  // after closing its connection): closing writes what was posted before it shuts down.
+  Job job(2);
+  const int n = 50;
+  std::vector<FabricClient::Collective> recvs;
+  for (int i = 0; i < n; ++i) {
+    auto send = side(0, 1, 1'000'000, 4096);
+    auto recv = side(0, 1, 1'000'000, 4096);
+    send.seq = job.clients[0]->nextSeq(send.group);
+    recv.seq = job.clients[1]->nextSeq(recv.group);
+    job.clients[0]->post(send);
+    recvs.push_back(recv);
+  }
+  job.clients[0]->close();
+  for (int i = 0; i < n; ++i)
+    EXPECT_EQ(errorOf([&] { job.clients[1]->collective(recvs[static_cast<size_t>(i)]); }), "") << "receive " << i;
+  EXPECT_EQ(job.server.stats().collectives_completed, static_cast<uint64_t>(n));
+}

@@ -34,7 +34,9 @@ TEST(ShimHandles, CreatingAndDestroyingHandlesKeepsMemoryFlat) {
   cycle(300000);
   ASSERT_SHIM_OK(shim::streamSynchronize(s));
   // Kept objects would cost >100 bytes each, i.e. tens of MB for 900000 handles.
-  if (kResidentSetMeaningful) EXPECT_LT(residentBytes(), before + (8l << 20)) << "rss grew from " << before;
+  if (kResidentSetMeaningful) {
+    EXPECT_LT(residentBytes(), before + (8l << 20)) << "rss grew from " << before;
+  }
 }
 
 TEST(ShimHandles, ADestroyedHandleIsRefusedUntilReused) {

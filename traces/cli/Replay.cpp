@@ -99,6 +99,9 @@ struct Job {
     ro.scale_ranks = job.scale;
     replay::RankReplayer(file, ro).run();
     if (shim::Status s = shim::traceStop(); !s.ok()) throw std::runtime_error(s.toString());
+    // _Exit runs no exit handlers: leave the fabric first, so that a send this rank posted
+    // last reaches the server before its connection closes (its receiver waits for it).
+    if (shim::Status s = shim::fabricDisconnect(); !s.ok()) throw std::runtime_error(s.toString());
     std::fflush(stdout);
     std::_Exit(0);
   } catch (const trace::TraceError& e) {   // the input is bad, not the replay: exit status 2

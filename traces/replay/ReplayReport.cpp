@@ -1,7 +1,9 @@
 #include "traces/replay/ReplayReport.h"
 
 #include <algorithm>
+#include <exception>
 #include <limits>
+#include <thread>
 #include <unordered_map>
 
 #include "simulator/Config.h"
@@ -292,20 +294,30 @@ CriticalPath criticalPath(const std::vector<RankData>& ranks) {
   return cp;
 }
 
-}  // namespace
 
-Report analyze(const std::map<int, std::string>& files, std::size_t top) {
-  Report report;
-  uint64_t first_all = std::numeric_limits<uint64_t>::max(), last_all = 0;
-  std::map<std::string, KernelTotal> kernels;
-  std::map<std::string, double> kernel_memory_ps;
-  std::vector<RankData> data;
-  for (const auto& [rank, path] : files) {
+// What one rank's file gives, read on its own (ranks are read in parallel); the kernels'
+// times are kept in command order so that the totals add up as a serial pass would.
+struct RankPass {
+  std::string preset, device_name;
+  int world_size = 0;
+  RankReport rr;
+  RankData rd;
+  struct KernelTime {
+    const std::string* name;   // into rd.cmds
+    double us, memory_ps;
+  };
+  std::vector<KernelTime> kernel_times;
+  uint64_t first = 0, last = 0;
+};
+
+RankPass readRank(int rank, const std::string& path) {
+  RankPass pass;
+  {
     trace::TraceReader reader(path);
     const trace::Header& h = reader.header();
-    report.preset = h.preset();
-    report.device_name = h.device_name();
-    report.world_size = std::max(report.world_size, h.world_size());
+    pass.preset = h.preset();
+    pass.device_name = h.device_name();
+    pass.world_size = h.world_size();
     model::DeviceParams params;
     bool have_params = false;
     try {
@@ -401,11 +413,8 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
       switch (c.kind) {
         case trace::DeviceCommand::KERNEL: {
           cat = c.memory_bound ? kMemory : kCompute;
-          KernelTotal& kt = kernels[c.name];
-          kt.name = c.name;
-          ++kt.count;
-          kt.time_us += (c.end - c.start) / 1e6;
-          if (c.memory_bound) kernel_memory_ps[c.name] += static_cast<double>(c.end - c.start);
+          pass.kernel_times.push_back(
+              {&c.name, (c.end - c.start) / 1e6, c.memory_bound ? static_cast<double>(c.end - c.start) : 0.0});
           busy_compute[c.device].emplace_back(c.start, c.end);
           cluster_ps[c.device] += static_cast<double>(c.end - c.start) * c.clusters;
           memory_bytes[c.device] += c.bytes;
@@ -471,10 +480,63 @@ Report analyze(const std::map<int, std::string>& files, std::size_t top) {
       }
       rr.utilization.push_back(u);
     }
-    first_all = std::min(first_all, first);
-    last_all = std::max(last_all, last);
-    report.ranks.push_back(std::move(rr));
-    data.push_back(std::move(rd));
+    pass.first = first;
+    pass.last = last;
+    pass.rr = std::move(rr);
+    pass.rd = std::move(rd);
+  }
+  return pass;
+}
+
+}  // namespace
+
+Report analyze(const std::map<int, std::string>& files, std::size_t top) {
+  std::vector<std::pair<int, std::string>> order(files.begin(), files.end());
+  std::vector<RankPass> passes(order.size());
+  std::vector<std::exception_ptr> errors(order.size());
+  // Ranks are independent until the critical path: one thread each, as many as the cores.
+  const std::size_t workers =
+      std::max<std::size_t>(1, std::min<std::size_t>(order.size(), std::thread::hardware_concurrency()));
+  auto work = [&](std::size_t w) {
+    for (std::size_t i = w; i < order.size(); i += workers) {
+      try {
+        passes[i] = readRank(order[i].first, order[i].second);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  if (workers == 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (std::size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
+    work(0);
+    for (auto& t : threads) t.join();
+  }
+  for (const auto& e : errors)   // the first bad file in rank order, as a serial pass reports it
+    if (e) std::rethrow_exception(e);
+
+  Report report;
+  uint64_t first_all = std::numeric_limits<uint64_t>::max(), last_all = 0;
+  std::map<std::string, KernelTotal> kernels;
+  std::map<std::string, double> kernel_memory_ps;
+  std::vector<RankData> data;
+  for (RankPass& pass : passes) {
+    report.preset = pass.preset;
+    report.device_name = pass.device_name;
+    report.world_size = std::max(report.world_size, pass.world_size);
+    for (const auto& k : pass.kernel_times) {
+      KernelTotal& kt = kernels[*k.name];
+      kt.name = *k.name;
+      ++kt.count;
+      kt.time_us += k.us;
+      if (k.memory_ps > 0) kernel_memory_ps[*k.name] += k.memory_ps;
+    }
+    first_all = std::min(first_all, pass.first);
+    last_all = std::max(last_all, pass.last);
+    report.ranks.push_back(std::move(pass.rr));
+    data.push_back(std::move(pass.rd));
   }
   if (first_all == std::numeric_limits<uint64_t>::max()) first_all = 0;
   report.total_us = last_all > first_all ? (last_all - first_all) / 1e6 : 0;

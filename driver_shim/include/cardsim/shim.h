@@ -299,6 +299,10 @@ Status fabricAddress(std::string* address);
 // need not wait for this rank's next collective before answering the others'. Nothing
 // without a fabric server.
 Status fabricPark(bool parked);
+// Leaves the fabric: what this rank already sent (an eager send whose receiver still needs
+// it) reaches the server first, then the connection closes (bounded: 2 s). The end of the
+// process does this too; call it before leaving by _exit. Nothing without a connection.
+Status fabricDisconnect();
 
 // Runs `fn` on the host in stream order (as cnrtInvokeHostFunc / a host function node). Work
 // is functional first, so outside a capture `fn` runs now, on this thread, for one launch
