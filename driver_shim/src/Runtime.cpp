@@ -70,7 +70,7 @@ Status initLocked(const InitOptions& in) {
     g_backend = e.create(options, &why);
     if (!g_backend) return why;
     g_backend = wrapForTracing(std::move(g_backend), options);   // CARDSIM_TRACE
-    StatusBoard::startForProcess(g_backend.get());
+    if (options.status_board) StatusBoard::startForProcess(g_backend.get());
     static std::once_flag at_fork;
     std::call_once(at_fork, [] { pthread_atfork(nullptr, nullptr, [] { g_forked_child = true; }); });
     g_options = options;

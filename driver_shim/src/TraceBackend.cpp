@@ -175,7 +175,7 @@ trace::Header TraceBackend::header(const char* started_by) {
 }
 
 Status TraceBackend::openLocked(const std::string& directory, const char* started_by,
-                                const std::string& compression) {
+                                const std::string& compression, TraceObserver* observer) {
   trace::Compression how;
   try {   // a bad value is refused before anything is created
     how = compression.empty() ? trace::compressionFromEnvironment()
@@ -183,10 +183,13 @@ Status TraceBackend::openLocked(const std::string& directory, const char* starte
   } catch (const std::exception& e) {
     return Status(Code::InvalidValue, e.what());
   }
-  if (Status st = makeDirectories(directory); !st.ok()) return st;
-  const std::string path = directory + "/rank" + std::to_string(envInt("RANK", 0)) + trace::kFileExtension;
+  const bool file = !directory.empty();   // else an observer only
+  if (file)
+    if (Status st = makeDirectories(directory); !st.ok()) return st;
+  const std::string path =
+      file ? directory + "/rank" + std::to_string(envInt("RANK", 0)) + trace::kFileExtension : std::string();
   try {
-    recorder_ = std::make_unique<TraceRecorder>(path, header(started_by), how);
+    recorder_ = std::make_unique<TraceRecorder>(path, header(started_by), how, observer);
   } catch (const std::exception& e) {
     return Status(Code::InvalidValue, e.what());
   }
@@ -216,15 +219,17 @@ void TraceBackend::arm(const std::string& directory) {
   hooked_ = true;
 }
 
-Status TraceBackend::start(const std::string& directory, const std::string& compression) {
-  if (directory.empty()) return Status(Code::InvalidValue, "traceStart: the directory is empty");
+Status TraceBackend::start(const std::string& directory, const std::string& compression, TraceObserver* observer) {
+  if (directory.empty() && !observer) return Status(Code::InvalidValue, "traceStart: the directory is empty");
   std::lock_guard<std::mutex> lock(mutex_);
   if (recorder_)
-    return Status(Code::InvalidValue, "traceStart: a trace is already being recorded into " + recorder_->path());
+    return Status(Code::InvalidValue, "traceStart: a trace is already being recorded" +
+                                          (recorder_->path().empty() ? std::string(" (to an observer)")
+                                                                     : " into " + recorder_->path()));
   if (!armed_directory_.empty())
     return Status(Code::InvalidValue, "traceStart: CARDSIM_TRACE=" + armed_directory_ +
                                           " already records this process");
-  return openLocked(directory, "api", compression);
+  return openLocked(directory, "api", compression, observer);
 }
 
 bool TraceBackend::active(std::string* path) {
@@ -330,6 +335,13 @@ Status traceStart(const std::string& directory, const std::string& compression) 
   Status why;
   TraceBackend* t = tracingBackend(&why);
   return t ? t->start(directory, compression) : why;
+}
+
+Status traceStartObserved(const std::string& directory, TraceObserver* observer, const std::string& compression) {
+  if (!observer) return Status(Code::InvalidValue, "traceStartObserved: no observer");
+  Status why;
+  TraceBackend* t = tracingBackend(&why);
+  return t ? t->start(directory, compression, observer) : why;
 }
 
 Status traceStop() {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "Backend.h"
+#include "cardsim/trace.h"
 
 namespace cardsim::trace {
 class Header;
@@ -39,8 +40,9 @@ class TraceBackend final : public IBackend {
 
   // CARDSIM_TRACE: records into `directory` from the first call that does work on a card.
   void arm(const std::string& directory);
-  // `compression` empty: CARDSIM_TRACE_COMPRESS.
-  Status start(const std::string& directory, const std::string& compression);
+  // `compression` empty: CARDSIM_TRACE_COMPRESS. `observer` (if any) gets every record too;
+  // with an observer, an empty `directory` writes no file.
+  Status start(const std::string& directory, const std::string& compression, TraceObserver* observer = nullptr);
   Status stop(const std::string& reason);
   bool active(std::string* path);
 
@@ -175,7 +177,8 @@ class TraceBackend final : public IBackend {
   template <typename Fill>
   void record(const Begin& b, const Status& st, const Target* target, bool opens, Fill&& fill);
   trace::Header header(const char* started_by);
-  Status openLocked(const std::string& directory, const char* started_by, const std::string& compression = "");
+  Status openLocked(const std::string& directory, const char* started_by, const std::string& compression = "",
+                    TraceObserver* observer = nullptr);
   void drainLocked();
   void synchronizeUsedLocked();
   void failLocked(const std::string& what);

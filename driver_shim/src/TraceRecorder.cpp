@@ -1,5 +1,7 @@
 #include "TraceRecorder.h"
 
+#include "traces/lib/TraceFormat.h"
+
 namespace cardsim::shim {
 
 namespace {
@@ -24,8 +26,15 @@ trace::DeviceCommand::Kind commandKind(ActivityRecord::Kind k) {
 }
 }  // namespace
 
-TraceRecorder::TraceRecorder(const std::string& path, trace::Header header, trace::Compression compression)
-    : writer_(path, std::move(header), compression), arena_block_(new char[kArenaBlock]) {
+TraceRecorder::TraceRecorder(const std::string& path, trace::Header header, trace::Compression compression,
+                             TraceObserver* observer)
+    : path_(path), observer_(observer), arena_block_(new char[kArenaBlock]) {
+  if (observer_) {
+    header.set_format_major(trace::kFormatMajor);   // as the writer sets them in the file
+    header.set_format_minor(trace::kFormatMinor);
+    observer_->onHeader(header);
+  }
+  if (!path.empty()) writer_ = std::make_unique<trace::TraceWriter>(path, std::move(header), compression);
   google::protobuf::ArenaOptions options;
   options.initial_block = arena_block_.get();
   options.initial_block_size = kArenaBlock;
@@ -40,7 +49,10 @@ trace::Envelope* TraceRecorder::newRecord() {
   return google::protobuf::Arena::CreateMessage<trace::Envelope>(arena_.get());
 }
 
-void TraceRecorder::write(const trace::Envelope& e) { writer_.write(e); }
+void TraceRecorder::write(const trace::Envelope& e) {
+  if (writer_) writer_->write(e);
+  if (observer_) observer_->onRecord(e);
+}
 
 uint64_t TraceRecorder::writeCall(trace::Envelope* e, const Host& host) {
   e->set_call(++calls_);
@@ -111,7 +123,7 @@ void TraceRecorder::finish(const std::string& reason) {
   end.set_calls(calls_);
   end.set_device_commands(commands_);
   end.set_reason(reason);
-  writer_.close(std::move(end));
+  if (writer_) writer_->close(std::move(end));   // the observer sees records as a reader does: no End
 }
 
 uint32_t TraceRecorder::nameId(std::string_view text) {

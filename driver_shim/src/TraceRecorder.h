@@ -27,6 +27,7 @@
 #include <google/protobuf/arena.h>
 
 #include "cardsim/shim.h"
+#include "cardsim/trace.h"
 #include "traces/lib/TraceWriter.h"
 #include "traces/proto/trace.pb.h"
 
@@ -43,8 +44,10 @@ class TraceRecorder {
     int device = 0;
   };
 
-  // Creates the file (throws trace::TraceError naming it) and writes the header.
-  TraceRecorder(const std::string& path, trace::Header header, trace::Compression compression = {});
+  // Creates the file (throws trace::TraceError naming it) and writes the header; an empty
+  // `path`: no file. Every record also goes to `observer` if there is one.
+  TraceRecorder(const std::string& path, trace::Header header, trace::Compression compression = {},
+                TraceObserver* observer = nullptr);
 
   // A cleared record on the arena for the caller to fill; valid until the next call.
   trace::Envelope* newRecord();
@@ -66,7 +69,8 @@ class TraceRecorder {
 
   // Devices the trace has seen submissions on (to synchronize before finishing).
   const std::set<int>& devicesUsed() const { return devices_; }
-  const std::string& path() const { return writer_.path(); }
+  // The file recorded into ("" with an observer only).
+  const std::string& path() const { return path_; }
 
  private:
   struct Span {
@@ -84,7 +88,9 @@ class TraceRecorder {
   bool match(const ActivityRecord& a, uint64_t* call);
   void writeCommand(const ActivityRecord& a, uint64_t call);
 
-  trace::TraceWriter writer_;
+  std::string path_;
+  std::unique_ptr<trace::TraceWriter> writer_;   // none: the observer only
+  TraceObserver* observer_ = nullptr;
   std::unique_ptr<char[]> arena_block_;
   std::unique_ptr<google::protobuf::Arena> arena_;
   uint32_t arena_records_ = 0;

@@ -293,3 +293,68 @@ TEST(TraceRecording, CompressionNamedAtStartOverridesTheEnvironmentAndIsChecked)
   const Read t = readTrace(dir + "/rank0.cstrace");   // the reader inflates it
   EXPECT_EQ(t.counts.at(trace::Envelope::kAlloc), 2);
 }
+
+namespace {
+
+// Keeps what an observer is handed, in its encoded form.
+struct Collecting final : shim::TraceObserver {
+  std::string header;
+  std::vector<std::string> records;
+  void onHeader(const trace::Header& h) override { header = h.SerializeAsString(); }
+  void onRecord(const trace::Envelope& e) override { records.push_back(e.SerializeAsString()); }
+};
+
+}  // namespace
+
+TEST(TraceRecording, AnObserverIsHandedWhatTheFileHoldsRecordForRecord) {
+  startRuntime("mlu370-x8", 1);
+  const std::string dir = tempDir("observed");
+  Collecting seen;
+  ASSERT_SHIM_OK(shim::traceStartObserved(dir, &seen));
+  smallProgram();
+  ASSERT_SHIM_OK(shim::traceStop());
+  trace::TraceReader r(dir + "/rank0.cstrace");
+  EXPECT_EQ(seen.header, r.header().SerializeAsString());
+  trace::Envelope e;
+  std::size_t n = 0;
+  while (r.next(&e)) {
+    ASSERT_LT(n, seen.records.size()) << "the file holds more records than the observer saw";
+    EXPECT_EQ(seen.records[n], e.SerializeAsString()) << "record " << n;
+    ++n;
+  }
+  EXPECT_EQ(n, seen.records.size());
+  EXPECT_EQ(n + 1, r.end().records());   // the End record counts the header too
+}
+
+TEST(TraceRecording, AnObserverAloneWritesNoFile) {
+  startRuntime("mlu370-x8", 1);
+  const shim::Status none = shim::traceStartObserved("", nullptr);
+  EXPECT_FALSE(none.ok());
+  EXPECT_NE(none.message().find("no observer"), std::string::npos) << none.toString();
+  Collecting seen;
+  ASSERT_SHIM_OK(shim::traceStartObserved("", &seen));
+  std::string path = "x";
+  EXPECT_TRUE(shim::traceActive(&path));
+  EXPECT_EQ(path, "");
+  const shim::Status again = shim::traceStart(tempDir("second"));
+  EXPECT_FALSE(again.ok());
+  EXPECT_NE(again.message().find("(to an observer)"), std::string::npos) << again.toString();
+  smallProgram();
+  ASSERT_SHIM_OK(shim::traceStop());
+  EXPECT_FALSE(shim::traceActive());
+  EXPECT_FALSE(exists(tempDir("second")));
+  // The same program's records: 7 device commands, 2 allocations.
+  int commands = 0, allocs = 0;
+  for (const std::string& bytes : seen.records) {
+    trace::Envelope e;
+    ASSERT_TRUE(e.ParseFromString(bytes));
+    commands += e.has_command();
+    allocs += e.has_alloc();
+  }
+  EXPECT_EQ(commands, 7);
+  EXPECT_EQ(allocs, 2);
+  trace::Header h;
+  ASSERT_TRUE(h.ParseFromString(seen.header));
+  EXPECT_EQ(h.preset(), "mlu370-x8");
+  EXPECT_EQ(h.started_by(), "api");
+}

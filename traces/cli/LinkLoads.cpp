@@ -9,7 +9,6 @@
 #include "simulator/FabricConfig.h"
 #include "simulator/FabricModel.h"
 #include "simulator/proto/config.pb.h"
-#include "traces/lib/TraceReader.h"
 
 namespace cardsim::cli {
 
@@ -63,19 +62,13 @@ timeline::PerfettoWriter::LinkLoads fabricLinkLoads(const timeline::RunTimeline&
   return out;
 }
 
-sim::FabricModel::LinkLoads retimedLinkLoads(const std::string& trace_file, const fabric::FabricParams& params) {
+sim::FabricModel::LinkLoads retimedLinkLoads(const std::vector<replay::CollectiveCall>& collectives,
+                                             const fabric::FabricParams& params) {
   sim::FabricModel model(params);
   sim::FabricModel::LinkLoads total;
-  trace::TraceReader reader(trace_file);
-  trace::Envelope e;
-  while (reader.next(&e)) {
-    if (e.record_case() != trace::Envelope::kCollective) continue;
-    const trace::Collective& coll = e.collective();
-    if (coll.pretimed()) continue;
+  for (const replay::CollectiveCall& c : collectives) {
     try {
-      const std::vector<int> ranks(coll.ranks().begin(), coll.ranks().end());
-      (void)model.time(fabric::parseOp(coll.op()), coll.bytes(), ranks, static_cast<uint32_t>(coll.root()),
-                       static_cast<uint32_t>(coll.peer()), coll.algorithm_used(), &total);
+      (void)model.time(fabric::parseOp(c.op), c.bytes, c.ranks, c.root, c.peer, c.algorithm, &total);
     } catch (const std::exception&) {
       continue;   // an op or group the model does not take: no load to add
     }

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "device_models/fabric/FabricParams.h"
 #include "simulator/FabricModel.h"
 #include "traces/export/PerfettoWriter.h"
 #include "traces/export/RunTimeline.h"
+#include "traces/replay/RankAnalysis.h"
 
 namespace cardsim::cli {
 
@@ -17,10 +19,11 @@ namespace cardsim::cli {
 // has no fabric.
 timeline::PerfettoWriter::LinkLoads fabricLinkLoads(const timeline::RunTimeline& run, std::string* why);
 
-// The bytes each fabric link carried in one rank's trace of a data-parallel replay (`cardsim
-// replay --ranks N`): every collective of the file timed again by `params`' model over its
-// recorded group and algorithm, summed per link. The replicated ranks' collectives are the
-// same collectives, so one rank's file holds every transfer of the job.
-sim::FabricModel::LinkLoads retimedLinkLoads(const std::string& trace_file, const fabric::FabricParams& params);
+// The bytes each fabric link carried in a data-parallel replay (`cardsim replay --ranks N`):
+// every collective the replicated rank ran (in order) timed again by `params`' model over its
+// group and algorithm, summed per link. The replicated ranks' collectives are the same
+// collectives, so one rank's holds every transfer of the job.
+sim::FabricModel::LinkLoads retimedLinkLoads(const std::vector<replay::CollectiveCall>& collectives,
+                                             const fabric::FabricParams& params);
 
 }  // namespace cardsim::cli

@@ -33,6 +33,7 @@
 #include "traces/lib/TraceFormat.h"
 #include "traces/lib/TraceReader.h"
 #include "traces/replay/ChakraImport.h"
+#include "traces/replay/RankAnalysis.h"
 #include "traces/replay/RankReplayer.h"
 #include "traces/replay/ReplayReport.h"
 
@@ -60,13 +61,45 @@ std::string makeTempDir() {
 struct Job {
   std::string preset;                    // name or path every rank process starts from
   std::vector<std::string> overrides;
-  std::string out_dir;
+  std::string out_dir;                   // --keep: the replayed traces; else empty (none written)
+  std::string pass_dir;                  // each rank's summary of itself (RankAnalysis.h)
   int scale = 0;                         // --ranks N when it replicates
   std::map<std::string, std::string> env;   // CARDSIM_* the rank processes run with
 };
 
+// Hands the replay's records to the rank's analysis as the recorder makes them.
+class Summing final : public shim::TraceObserver {
+ public:
+  explicit Summing(replay::RankAnalyzer& analyzer) : analyzer_(analyzer) {}
+  void onHeader(const trace::Header& h) override { analyzer_.header(h); }
+  void onRecord(const trace::Envelope& e) override { analyzer_.record(e); }
+
+ private:
+  replay::RankAnalyzer& analyzer_;
+};
+
+std::string passFile(const Job& job, int rank) { return job.pass_dir + "/rank" + std::to_string(rank) + ".pass"; }
+
+// The ranks' summaries of themselves, in rank order (read in parallel, one thread per core).
+std::vector<replay::RankPass> readPasses(const Job& job, const std::map<int, std::string>& run) {
+  std::vector<int> ranks;
+  for (const auto& [rank, file] : run) ranks.push_back(rank);
+  std::vector<replay::RankPass> passes(ranks.size());
+  replay::inParallel(ranks.size(), [&](std::size_t i) {
+    const std::string f = passFile(job, ranks[i]);
+    std::ifstream in(f, std::ios::binary | std::ios::ate);
+    if (!in) throw std::runtime_error("cannot read " + f);
+    std::string bytes(static_cast<std::size_t>(in.tellg()), '\0');
+    in.seekg(0);
+    if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) throw std::runtime_error("cannot read " + f);
+    passes[i] = replay::readPass(bytes, f);
+  });
+  return passes;
+}
+
 // The body of one rank's process: start the runtime on the job's preset in timing mode,
-// join the fabric, record while replaying, finish the trace.
+// join the fabric, replay while the recorder hands what happened to the rank's analysis
+// (and, with --keep, writes the replayed trace), then leave the analysis for the parent.
 [[noreturn]] void rankProcess(const Job& job, int rank, int world, const std::string& file, uint32_t devices,
                               int address_fd) {
   try {
@@ -83,6 +116,7 @@ struct Job {
     o.preset = job.preset;
     o.devices = devices;
     o.overrides = job.overrides;
+    o.status_board = false;   // a tool's short-lived helper: not a program cardsim smi lists
     if (shim::Status s = shim::initialize(o); !s.ok()) throw std::runtime_error(s.toString());
     if (address_fd >= 0) {
       char buf[256] = {0};
@@ -94,11 +128,22 @@ struct Job {
       if (shim::Status s = shim::fabricConnect(std::string(buf, static_cast<size_t>(n)), "replay", rank, world); !s.ok())
         throw std::runtime_error(s.toString());
     }
-    if (shim::Status s = shim::traceStart(job.out_dir); !s.ok()) throw std::runtime_error(s.toString());
+    const std::string replayed = job.out_dir.empty() ? std::string()
+                                                     : job.out_dir + "/rank" + std::to_string(rank) + trace::kFileExtension;
+    replay::RankAnalyzer analyzer(rank, replayed.empty() ? "rank " + std::to_string(rank) + " (replayed)" : replayed);
+    Summing summing(analyzer);
+    if (shim::Status s = shim::traceStartObserved(job.out_dir, &summing); !s.ok()) throw std::runtime_error(s.toString());
     replay::ReplayOptions ro;
     ro.scale_ranks = job.scale;
     replay::RankReplayer(file, ro).run();
     if (shim::Status s = shim::traceStop(); !s.ok()) throw std::runtime_error(s.toString());
+    {
+      const std::string out = passFile(job, rank);
+      std::ofstream f(out, std::ios::binary);
+      f << replay::writePass(analyzer.finish());
+      f.close();
+      if (!f) throw std::runtime_error("cannot write " + out);
+    }
     // _Exit runs no exit handlers: leave the fabric first, so that a send this rank posted
     // last reaches the server before its connection closes (its receiver waits for it).
     if (shim::Status s = shim::fabricDisconnect(); !s.ok()) throw std::runtime_error(s.toString());
@@ -326,7 +371,9 @@ int runReplay(const std::vector<std::string>& argv) {
       fp.nodes = need;
     }
   }
-  job.out_dir = a.has("keep") ? a.get("keep") : tmp + "/replayed";
+  job.out_dir = a.has("keep") ? a.get("keep") : std::string();
+  job.pass_dir = tmp + "/passes";
+  ::mkdir(job.pass_dir.c_str(), 0777);
   if (a.has("keep")) {
     // The replay writes rank<N>.cstrace there: never over a recording (the input's own
     // directory included) or another replay's files.
@@ -348,7 +395,7 @@ int runReplay(const std::vector<std::string>& argv) {
       }
     }
   }
-  ::mkdir(job.out_dir.c_str(), 0777);
+  if (!job.out_dir.empty()) ::mkdir(job.out_dir.c_str(), 0777);
 
   // Which recorded ranks run: all of them, or rank 0 standing for --ranks N.
   std::map<int, std::string> run = files;
@@ -422,15 +469,15 @@ int runReplay(const std::vector<std::string>& argv) {
     loads = server->linkLoads();
     server->stop(0.5);
   }
-  const std::string scaled_file = job.out_dir + "/rank" + std::to_string(run.begin()->first) + trace::kFileExtension;
-  // Replicated ranks time their collectives in-process: the links' loads come from the file.
-  if (!failed && job.scale > 0 && have_fabric) loads = retimedLinkLoads(scaled_file, fp);
   if (failed) {
     std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
     return bad_input ? 2 : 1;
   }
-  replay::Report report = replay::analyze(
-      job.scale > 0 ? traceRankFiles(scaled_file) : traceRankFiles(job.out_dir));
+  std::vector<replay::RankPass> passes = readPasses(job, run);
+  // Replicated ranks time their collectives in-process: the links' loads are the model's
+  // for the collectives the replicated rank ran.
+  if (job.scale > 0 && have_fabric) loads = retimedLinkLoads(passes.front().collectives, fp);
+  replay::Report report = replay::merge(std::move(passes));
   if (!a.has("preset")) report.preset = h0.preset() + " (as recorded)";
   for (const auto& [name, u] : loads) {
     replay::LinkLoad l;

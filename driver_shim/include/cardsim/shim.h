@@ -77,6 +77,8 @@ struct InitOptions {
   uint32_t devices = 0;       // 0: CARDSIM_DEVICES, else 8
   std::vector<std::string> overrides;  // "memory.bandwidth=3.2TB/s", applied last
   std::string overrides_file; // empty: CARDSIM_CONFIG
+  bool status_board = true;   // false: no status file (cardsim smi does not list the process),
+                              // for a tool's own short-lived helpers
 };
 
 // Optional: the first other call initializes from the environment. Calling again with

@@ -21,13 +21,33 @@
 
 #include "cardsim/shim.h"
 
+namespace cardsim::trace {
+class Header;     // traces/proto/trace.proto
+class Envelope;
+}  // namespace cardsim::trace
+
 namespace cardsim::shim {
+
+// Receives a trace's records as they are made, in this process: for tools that sum up a run
+// without writing a file and reading it back (cardsim replay's rank processes). Called on
+// the recording thread under the recorder's lock: it must not call the shim.
+class TraceObserver {
+ public:
+  virtual ~TraceObserver() = default;
+  virtual void onHeader(const trace::Header& header) = 0;
+  // Every record in file order (names before the commands that use them); valid during the
+  // call only.
+  virtual void onRecord(const trace::Envelope& record) = 0;
+};
 
 // Starts recording into `directory` (created if missing; an existing rank file is
 // replaced). Fails if a trace is already being recorded. `compression`: empty follows
 // CARDSIM_TRACE_COMPRESS; otherwise "none", "gzip" or "gzip:1" .. "gzip:9" (InvalidValue
 // naming the value for anything else).
 Status traceStart(const std::string& directory, const std::string& compression = "");
+// As traceStart, with every record also handed to `observer` (not owned: it must outlive
+// traceStop). An empty `directory`: no file is written, the observer gets the records.
+Status traceStartObserved(const std::string& directory, TraceObserver* observer, const std::string& compression = "");
 // Stops recording and completes the file. Fails if no trace is being recorded.
 Status traceStop();
 // Whether a trace is being recorded, and into which file (empty if none).

@@ -1,0 +1,581 @@
+#include "traces/replay/RankAnalysis.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <thread>
+#include <type_traits>
+
+#include "simulator/Config.h"
+#include "simulator/proto/config.pb.h"
+#include "traces/lib/TraceReader.h"
+
+namespace cardsim::replay {
+
+namespace {
+
+enum Category { kCompute = 0, kMemory, kCopies, kComm, kCategories };
+
+struct Interval {
+  uint64_t begin, end;
+  Category category;
+};
+
+struct KernelShape {
+  model::KernelClass kernel_class;
+  model::DType dtype;
+  double bytes;
+  double flops;
+  uint32_t tiles;   // as recorded (0: the model cuts it)
+};
+
+// Whether the roofline puts the kernel on the memory side on this device.
+bool memoryBound(const model::DeviceParams& p, const KernelShape& k) {
+  const double peak = model::peakFor(p.compute, k.kernel_class, k.dtype) *
+                      std::max(p.compute.efficiency[static_cast<std::size_t>(k.kernel_class)], 1e-9);
+  const double compute_s = peak > 0 ? k.flops / peak : 0;
+  // What a kernel on every cluster can draw: the memory's bandwidth, or the clusters' ports.
+  double bw = p.memory.bandwidth_bytes_per_s;
+  if (p.memory.cluster_bandwidth_bytes_per_s > 0)
+    bw = std::min(bw, p.memory.cluster_bandwidth_bytes_per_s * std::max<uint32_t>(1, p.compute.clusters));
+  const double memory_s = bw > 0 ? k.bytes / bw : 0;
+  return memory_s > compute_s;
+}
+
+// Splits [first, last) by what runs (see the header); `intervals` may overlap freely.
+Breakdown split(const std::vector<Interval>& intervals, uint64_t first, uint64_t last) {
+  Breakdown b;
+  b.total_us = last > first ? (last - first) / 1e6 : 0;
+  struct Edge {
+    uint64_t t;
+    int delta;
+    Category c;
+  };
+  std::vector<Edge> edges;
+  edges.reserve(intervals.size() * 2);
+  for (const Interval& i : intervals) {
+    const uint64_t a = std::max(i.begin, first), z = std::min(i.end, last);
+    if (z <= a) continue;
+    edges.push_back({a, +1, i.category});
+    edges.push_back({z, -1, i.category});
+  }
+  std::sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) { return x.t < y.t; });
+  int active[kCategories] = {0, 0, 0, 0};
+  double ps[kCategories + 1] = {0, 0, 0, 0, 0};   // exclusive time per category, then idle
+  double comm_ps = 0;
+  uint64_t t = first;
+  for (std::size_t i = 0; i <= edges.size(); ++i) {
+    const uint64_t next = i < edges.size() ? edges[i].t : last;
+    if (next > t) {
+      const double d = static_cast<double>(next - t);
+      int c = 0;
+      while (c < kCategories && active[c] == 0) ++c;
+      ps[c] += d;
+      if (active[kComm] > 0) comm_ps += d;
+      t = next;
+    }
+    if (i < edges.size()) active[edges[i].c] += edges[i].delta;
+  }
+  b.compute_us = ps[kCompute] / 1e6;
+  b.memory_bound_us = ps[kMemory] / 1e6;
+  b.copies_us = ps[kCopies] / 1e6;
+  b.exposed_communication_us = ps[kComm] / 1e6;
+  b.idle_us = ps[kCategories] / 1e6;
+  b.communication_us = comm_ps / 1e6;
+  return b;
+}
+
+// Length of the union of [begin, end) intervals.
+double unionPs(std::vector<std::pair<uint64_t, uint64_t>> v) {
+  std::sort(v.begin(), v.end());
+  double total = 0;
+  uint64_t a = 0, z = 0;
+  bool open = false;
+  for (const auto& [b, e] : v) {
+    if (open && b <= z) {
+      z = std::max(z, e);
+      continue;
+    }
+    if (open) total += static_cast<double>(z - a);
+    a = b;
+    z = e;
+    open = true;
+  }
+  if (open) total += static_cast<double>(z - a);
+  return total;
+}
+
+}  // namespace
+
+struct RankAnalyzer::State {
+  std::string file;
+  RankPass pass;
+  model::DeviceParams params;
+  bool have_params = false;
+  CallTable<KernelShape> launches;
+  std::unordered_map<uint32_t, uint32_t> names;         // recorded id -> RankData::names
+  uint64_t last_host = 0;
+};
+
+RankAnalyzer::RankAnalyzer(int rank, std::string file) : s_(std::make_unique<State>()) {
+  s_->file = std::move(file);
+  s_->pass.rr.rank = rank;
+  s_->pass.rr.file = s_->file;
+  s_->pass.rd.rank = rank;
+}
+
+RankAnalyzer::~RankAnalyzer() = default;
+
+void RankAnalyzer::header(const trace::Header& h) {
+  State& s = *s_;
+  s.pass.preset = h.preset();
+  s.pass.device_name = h.device_name();
+  s.pass.world_size = h.world_size();
+  try {
+    s.params = sim::toDeviceParams(sim::parsePresetText(h.config_text(), s.file + " (header config)"), s.file);
+    s.have_params = true;
+  } catch (const std::exception&) {
+    // a trace from another backend without a preset: every kernel counts as compute
+  }
+}
+
+void RankAnalyzer::record(const trace::Envelope& e) {
+  State& s = *s_;
+  RankData& rd = s.pass.rd;
+  if (e.record_case() == trace::Envelope::kName) {
+    s.names[e.name().id()] = static_cast<uint32_t>(rd.names.size());
+    rd.names.push_back(e.name().text());
+    return;
+  }
+  if (e.record_case() == trace::Envelope::kCommand) {
+    const trace::DeviceCommand& c = e.command();
+    auto n = s.names.find(c.name());
+    Cmd cmd{c.kind(), c.device(), c.stream(), n == s.names.end() ? 0u : n->second, c.ready_ps(), c.start_ps(),
+            c.end_ps(), c.call(), static_cast<double>(c.bytes())};
+    if (c.kind() == trace::DeviceCommand::KERNEL) {
+      const KernelShape* it = s.launches.find(c.call());
+      cmd.memory_bound = s.have_params && it && memoryBound(s.params, *it);
+      // The clusters it holds: one per tile, at most all of them (while it waits for
+      // clusters others hold it holds fewer, which this does not see).
+      cmd.clusters = s.have_params ? s.params.compute.clusters : 0;
+      if (s.have_params && it)
+        cmd.clusters = std::min(s.params.compute.clusters,
+                                model::kernelTiles(s.params.compute, s.params.memory, it->kernel_class, it->dtype,
+                                                   it->flops, it->bytes, it->tiles));
+      if (it) cmd.bytes = it->bytes;
+    }
+    rd.cmds.push_back(std::move(cmd));
+    return;
+  }
+  if (e.call() == 0) return;
+  ++s.pass.rr.calls;
+  Call call;
+  call.begin = e.host_begin_ps();
+  call.end = e.host_end_ps();
+  if (!trace::movesClockOnly(e)) rd.first_host = std::min(rd.first_host, e.host_begin_ps());
+  s.last_host = std::max(s.last_host, e.host_end_ps());
+  // Calls in which the host waits for the device: what it waited for bounds what follows.
+  const bool blocks =
+      (e.record_case() == trace::Envelope::kApi && e.api().api() == trace::ApiCall::DEVICE_SYNCHRONIZE) ||
+      (e.record_case() == trace::Envelope::kStream && e.stream().op() == trace::StreamOp::SYNCHRONIZE) ||
+      (e.record_case() == trace::Envelope::kEvent && e.event().op() == trace::EventOp::SYNCHRONIZE) ||
+      (e.record_case() == trace::Envelope::kMemcpy && !e.memcpy().async()) ||
+      (e.record_case() == trace::Envelope::kMemset && !e.memset().async()) ||
+      (e.record_case() == trace::Envelope::kFree && e.free().kind() == trace::MEMORY_DEVICE);
+  if (blocks) rd.host_waits.emplace_back(e.host_end_ps(), e.host_begin_ps());
+  if (e.record_case() == trace::Envelope::kKernel) {
+    const trace::KernelLaunch& k = e.kernel();
+    s.launches.add(e.call(), KernelShape{static_cast<model::KernelClass>(k.kernel_class()),
+                                         static_cast<model::DType>(k.dtype()), k.bytes_read() + k.bytes_written(),
+                                         k.flops(), k.tiles()});
+  } else if (e.record_case() == trace::Envelope::kEvent) {
+    call.is_event = true;
+    call.event = e.event().event();
+    call.event_op = e.event().op();
+    if (call.event_op == trace::EventOp::RECORD) rd.event_records[call.event].push_back(e.call());
+  } else if (e.record_case() == trace::Envelope::kCollective) {
+    const trace::Collective& c = e.collective();
+    call.alone_s = c.seconds();
+    call.group = c.group();
+    if (call.group.empty())
+      for (int m : c.ranks()) call.group += std::to_string(m) + ",";
+    if (!c.pretimed())
+      s.pass.collectives.push_back(CollectiveCall{c.op(), c.algorithm_used(), static_cast<double>(c.bytes()),
+                                                  std::vector<int>(c.ranks().begin(), c.ranks().end()),
+                                                  static_cast<uint32_t>(c.root()), static_cast<uint32_t>(c.peer())});
+  }
+  rd.calls.add(e.call(), std::move(call));
+}
+
+RankPass RankAnalyzer::finish() {
+  State& s = *s_;
+  RankPass& pass = s.pass;
+  RankData& rd = pass.rd;
+  RankReport& rr = pass.rr;
+  const model::DeviceParams& params = s.params;
+  const bool have_params = s.have_params;
+  uint64_t first = rd.first_host, last = 0;
+  if (first == std::numeric_limits<uint64_t>::max()) first = 0;
+  std::vector<Interval> intervals;
+  std::map<int, std::vector<std::pair<uint64_t, uint64_t>>> busy_compute, busy_dma, busy_fabric;
+  std::map<int, double> cluster_ps;   // per device: kernel ps x clusters held
+  std::map<int, double> memory_bytes;
+  for (const Cmd& c : rd.cmds) {
+    last = std::max(last, c.end);
+    Category cat;
+    switch (c.kind) {
+      case trace::DeviceCommand::KERNEL: {
+        cat = c.memory_bound ? kMemory : kCompute;
+        busy_compute[c.device].emplace_back(c.start, c.end);
+        cluster_ps[c.device] += static_cast<double>(c.end - c.start) * c.clusters;
+        memory_bytes[c.device] += c.bytes;
+        break;
+      }
+      case trace::DeviceCommand::MEMSET:
+      case trace::DeviceCommand::MEMCPY_DTOD:
+        cat = kMemory;
+        memory_bytes[c.device] += c.bytes * (c.kind == trace::DeviceCommand::MEMCPY_DTOD ? 2 : 1);
+        break;
+      case trace::DeviceCommand::MEMCPY_HTOD:
+      case trace::DeviceCommand::MEMCPY_DTOH:
+      case trace::DeviceCommand::MEMCPY_PEER:
+        cat = kCopies;
+        busy_dma[c.device].emplace_back(c.start, c.end);
+        break;
+      case trace::DeviceCommand::COLLECTIVE:
+        if (rd.name(c).rfind(kComputeStepPrefix, 0) == 0) {
+          cat = kCompute;   // computation known only by its duration (a Chakra node)
+          busy_compute[c.device].emplace_back(c.start, c.end);
+          if (have_params) cluster_ps[c.device] += static_cast<double>(c.end - c.start) * params.compute.clusters;
+          break;
+        }
+        cat = kComm;
+        busy_fabric[c.device].emplace_back(c.start, c.end);
+        break;
+      default: continue;   // event records and waits take no time of their own
+    }
+    if (c.end > c.start) intervals.push_back({c.start, c.end, cat});
+  }
+  std::sort(rd.host_waits.begin(), rd.host_waits.end());
+  rr.device_commands = rd.cmds.size();
+  if (rd.cmds.empty()) last = s.last_host;
+  rr.breakdown = split(intervals, first, last);
+  const double span = last > first ? static_cast<double>(last - first) : 0;
+  std::map<int, bool> devices;
+  for (const Cmd& c : rd.cmds) devices[c.device] = true;
+  for (const auto& [dev, _] : devices) {
+    Utilization u;
+    u.device = dev;
+    if (span > 0) {
+      u.compute = unionPs(busy_compute[dev]) / span;
+      if (have_params && params.compute.clusters > 0)
+        u.clusters = std::min(1.0, cluster_ps[dev] / (span * params.compute.clusters));
+      u.dma = unionPs(busy_dma[dev]) / span;
+      u.fabric = unionPs(busy_fabric[dev]) / span;
+      if (have_params && params.memory.bandwidth_bytes_per_s > 0)
+        u.memory_bandwidth = memory_bytes[dev] / (params.memory.bandwidth_bytes_per_s * span * 1e-12);
+    }
+    rr.utilization.push_back(u);
+  }
+  // Only the calls of commands matter from here on (the critical path looks them up).
+  rd.calls.settle();
+  std::vector<uint64_t> used;
+  used.reserve(rd.cmds.size());
+  for (const Cmd& c : rd.cmds) used.push_back(c.call);
+  std::sort(used.begin(), used.end());
+  CallTable<Call> kept;
+  for (auto& [number, call] : rd.calls.items())
+    if (std::binary_search(used.begin(), used.end(), number)) kept.add(number, std::move(call));
+  rd.calls = std::move(kept);
+  pass.first = first;
+  pass.last = last;
+  return std::move(s.pass);
+}
+
+void buildIndex(RankData& rd) {
+  std::map<std::string, uint64_t> group_counts;
+  rd.calls.settle();
+  rd.by_end.reserve(rd.cmds.size());
+  std::vector<std::pair<uint64_t, std::size_t>> of_call;
+  of_call.reserve(rd.cmds.size());
+  for (std::size_t i = 0; i < rd.cmds.size(); ++i) {
+    const Cmd& c = rd.cmds[i];
+    of_call.emplace_back(c.call, i);
+    rd.streams[{c.device, c.stream}].push_back(i);
+    rd.by_end.emplace_back(c.end, i);
+    if (c.kind == trace::DeviceCommand::COLLECTIVE && rd.name(c).rfind(kComputeStepPrefix, 0) != 0) {
+      const Call* call = rd.calls.find(c.call);
+      const std::string group = call ? call->group : "";
+      const std::pair<std::string, uint64_t> key{group, group_counts[group]++};
+      rd.collectives[key] = i;
+      rd.collective_key[i] = key;
+    }
+  }
+  for (auto& [key, list] : rd.streams) {
+    std::stable_sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) {
+      return rd.cmds[a].start < rd.cmds[b].start;
+    });
+  }
+  rd.stream_pos.assign(rd.cmds.size(), 0);
+  for (const auto& [key, list] : rd.streams)
+    for (std::size_t p = 0; p < list.size(); ++p) rd.stream_pos[list[p]] = p;
+  // The last command of each call: commands in order, so the table keeps the last.
+  std::stable_sort(of_call.begin(), of_call.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [call, i] : of_call) rd.cmd_of_call.add(call, i);   // sorted: no settling needed
+  rd.cmd_of_call.settle();
+  std::sort(rd.by_end.begin(), rd.by_end.end());
+}
+
+void inParallel(std::size_t n, const std::function<void(std::size_t)>& fn) {
+  std::vector<std::exception_ptr> errors(n);
+  const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(n, std::thread::hardware_concurrency()));
+  auto work = [&](std::size_t w) {
+    for (std::size_t i = w; i < n; i += workers) {
+      try {
+        fn(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
+  work(0);
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+RankPass readRank(int rank, const std::string& path) {
+  trace::TraceReader reader(path);
+  RankAnalyzer analyzer(rank, path);
+  analyzer.header(reader.header());
+  trace::Envelope e;
+  while (reader.next(&e)) analyzer.record(e);
+  return analyzer.finish();
+}
+
+// ---- the binary form ---------------------------------------------------------------------
+
+namespace {
+
+class Out {
+ public:
+  explicit Out(std::size_t reserve) { s_.reserve(reserve); }
+  template <typename T>
+  void pod(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    s_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void str(const std::string& v) {
+    pod<uint64_t>(v.size());
+    s_.append(v);
+  }
+  std::string take() { return std::move(s_); }
+
+ private:
+  std::string s_;
+};
+
+class In {
+ public:
+  In(const std::string& s, const std::string& what) : s_(s), what_(what) {}
+  template <typename T>
+  T pod() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, s_.data() + at_, sizeof v);
+    at_ += sizeof v;
+    return v;
+  }
+  std::string str() {
+    const uint64_t n = pod<uint64_t>();
+    need(n);
+    std::string v = s_.substr(at_, n);
+    at_ += n;
+    return v;
+  }
+  // A count of items at least `min_bytes` each: never more than the bytes left could hold.
+  uint64_t count(std::size_t min_bytes) {
+    const uint64_t n = pod<uint64_t>();
+    if (n > (s_.size() - at_) / std::max<std::size_t>(min_bytes, 1)) fail();
+    return n;
+  }
+  void end() const {
+    if (at_ != s_.size()) throw std::runtime_error(what_ + ": " + std::to_string(s_.size() - at_) + " bytes too many");
+  }
+
+ private:
+  void need(uint64_t n) const {
+    if (n > s_.size() - at_) fail();
+  }
+  [[noreturn]] void fail() const {
+    throw std::runtime_error(what_ + ": cut short at byte " + std::to_string(at_) + " of " + std::to_string(s_.size()));
+  }
+  const std::string& s_;
+  std::string what_;
+  std::size_t at_ = 0;
+};
+
+constexpr uint64_t kPassMagic = 0x3173736170736373ull;   // "cspass1" and a version byte
+
+}  // namespace
+
+std::string writePass(const RankPass& p) {
+  Out o(4096 + 80 * p.rd.cmds.size() + 64 * p.rd.calls.items().size() + 48 * p.rd.names.size());
+  o.pod(kPassMagic);
+  o.str(p.preset);
+  o.str(p.device_name);
+  o.pod<int32_t>(p.world_size);
+  o.pod(p.first);
+  o.pod(p.last);
+  const RankReport& rr = p.rr;
+  o.pod<int32_t>(rr.rank);
+  o.str(rr.file);
+  o.pod(rr.breakdown);
+  o.pod(rr.calls);
+  o.pod(rr.device_commands);
+  o.pod<uint64_t>(rr.utilization.size());
+  for (const Utilization& u : rr.utilization) {
+    o.pod<int32_t>(u.device);
+    for (double v : {u.clusters, u.compute, u.memory_bandwidth, u.dma, u.fabric}) o.pod(v);
+  }
+  const RankData& rd = p.rd;
+  o.pod<int32_t>(rd.rank);
+  o.pod(rd.first_host);
+  o.pod<uint64_t>(rd.names.size());
+  for (const std::string& n : rd.names) o.str(n);
+  o.pod<uint64_t>(rd.cmds.size());
+  for (const Cmd& c : rd.cmds) {
+    o.pod<int32_t>(c.kind);
+    o.pod<int32_t>(c.device);
+    o.pod(c.stream);
+    o.pod(c.name);
+    o.pod(c.ready);
+    o.pod(c.start);
+    o.pod(c.end);
+    o.pod(c.call);
+    o.pod(c.bytes);
+    o.pod<uint8_t>(c.memory_bound);
+    o.pod(c.clusters);
+  }
+  o.pod<uint64_t>(rd.host_waits.size());
+  for (const auto& [end, begin] : rd.host_waits) {
+    o.pod(end);
+    o.pod(begin);
+  }
+  o.pod<uint64_t>(rd.calls.items().size());
+  for (const auto& [n, c] : rd.calls.items()) {
+    o.pod(n);
+    o.pod(c.begin);
+    o.pod(c.end);
+    o.pod(c.event);
+    o.pod<int32_t>(c.event_op);
+    o.pod<uint8_t>(c.is_event);
+    o.pod(c.alone_s);
+    o.str(c.group);
+  }
+  o.pod<uint64_t>(rd.event_records.size());
+  for (const auto& [event, calls] : rd.event_records) {
+    o.pod(event);
+    o.pod<uint64_t>(calls.size());
+    for (uint64_t c : calls) o.pod(c);
+  }
+  o.pod<uint64_t>(p.collectives.size());
+  for (const CollectiveCall& c : p.collectives) {
+    o.str(c.op);
+    o.str(c.algorithm);
+    o.pod(c.bytes);
+    o.pod<uint64_t>(c.ranks.size());
+    for (int r : c.ranks) o.pod<int32_t>(r);
+    o.pod(c.root);
+    o.pod(c.peer);
+  }
+  return o.take();
+}
+
+RankPass readPass(const std::string& bytes, const std::string& what) {
+  In in(bytes, what);
+  if (in.pod<uint64_t>() != kPassMagic) throw std::runtime_error(what + ": not a rank's replay summary");
+  RankPass p;
+  p.preset = in.str();
+  p.device_name = in.str();
+  p.world_size = in.pod<int32_t>();
+  p.first = in.pod<uint64_t>();
+  p.last = in.pod<uint64_t>();
+  RankReport& rr = p.rr;
+  rr.rank = in.pod<int32_t>();
+  rr.file = in.str();
+  rr.breakdown = in.pod<Breakdown>();
+  rr.calls = in.pod<uint64_t>();
+  rr.device_commands = in.pod<uint64_t>();
+  for (uint64_t n = in.count(44); n > 0; --n) {
+    Utilization u;
+    u.device = in.pod<int32_t>();
+    for (double* v : {&u.clusters, &u.compute, &u.memory_bandwidth, &u.dma, &u.fabric}) *v = in.pod<double>();
+    rr.utilization.push_back(u);
+  }
+  RankData& rd = p.rd;
+  rd.rank = in.pod<int32_t>();
+  rd.first_host = in.pod<uint64_t>();
+  rd.names.clear();
+  for (uint64_t n = in.count(8); n > 0; --n) rd.names.push_back(in.str());
+  const uint64_t cmds = in.count(60);
+  rd.cmds.reserve(cmds);
+  for (uint64_t n = 0; n < cmds; ++n) {
+    Cmd c{};
+    c.kind = static_cast<trace::DeviceCommand::Kind>(in.pod<int32_t>());
+    c.device = in.pod<int32_t>();
+    c.stream = in.pod<uint32_t>();
+    c.name = in.pod<uint32_t>();
+    if (c.name >= rd.names.size()) throw std::runtime_error(what + ": command " + std::to_string(n) + " names name " +
+                                                            std::to_string(c.name) + " of " + std::to_string(rd.names.size()));
+    c.ready = in.pod<uint64_t>();
+    c.start = in.pod<uint64_t>();
+    c.end = in.pod<uint64_t>();
+    c.call = in.pod<uint64_t>();
+    c.bytes = in.pod<double>();
+    c.memory_bound = in.pod<uint8_t>() != 0;
+    c.clusters = in.pod<uint32_t>();
+    rd.cmds.push_back(std::move(c));
+  }
+  for (uint64_t n = in.count(16); n > 0; --n) {
+    const uint64_t end = in.pod<uint64_t>();
+    rd.host_waits.emplace_back(end, in.pod<uint64_t>());
+  }
+  const uint64_t calls = in.count(48);
+  rd.calls.reserve(calls);   // in the order written: by number
+  for (uint64_t n = 0; n < calls; ++n) {
+    const uint64_t number = in.pod<uint64_t>();
+    Call c;
+    c.begin = in.pod<uint64_t>();
+    c.end = in.pod<uint64_t>();
+    c.event = in.pod<uint32_t>();
+    c.event_op = static_cast<trace::EventOp::Op>(in.pod<int32_t>());
+    c.is_event = in.pod<uint8_t>() != 0;
+    c.alone_s = in.pod<double>();
+    c.group = in.str();
+    rd.calls.add(number, std::move(c));
+  }
+  for (uint64_t n = in.count(12); n > 0; --n) {
+    const uint32_t event = in.pod<uint32_t>();
+    std::vector<uint64_t>& list = rd.event_records[event];
+    for (uint64_t k = in.count(8); k > 0; --k) list.push_back(in.pod<uint64_t>());
+  }
+  for (uint64_t n = in.count(40); n > 0; --n) {
+    CollectiveCall c;
+    c.op = in.str();
+    c.algorithm = in.str();
+    c.bytes = in.pod<double>();
+    for (uint64_t k = in.count(4); k > 0; --k) c.ranks.push_back(in.pod<int32_t>());
+    c.root = in.pod<uint32_t>();
+    c.peer = in.pod<uint32_t>();
+    p.collectives.push_back(std::move(c));
+  }
+  in.end();
+  return p;
+}
+
+}  // namespace cardsim::replay
