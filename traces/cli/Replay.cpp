@@ -6,6 +6,7 @@
 // PATH may also be Chakra execution traces (PREFIX of PREFIX.<rank>.et, or one .et file):
 // converted first (traces/replay/ChakraImport), then replayed the same way.
 #include <dirent.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,7 +63,6 @@ struct Job {
   std::string preset;                    // name or path every rank process starts from
   std::vector<std::string> overrides;
   std::string out_dir;                   // --keep: the replayed traces; else empty (none written)
-  std::string pass_dir;                  // each rank's summary of itself (RankAnalysis.h)
   int scale = 0;                         // --ranks N when it replicates
   std::map<std::string, std::string> env;   // CARDSIM_* the rank processes run with
 };
@@ -78,30 +78,38 @@ class Summing final : public shim::TraceObserver {
   replay::RankAnalyzer& analyzer_;
 };
 
-std::string passFile(const Job& job, int rank) { return job.pass_dir + "/rank" + std::to_string(rank) + ".pass"; }
-
-// The ranks' summaries of themselves, in rank order (read in parallel, one thread per core).
-std::vector<replay::RankPass> readPasses(const Job& job, const std::map<int, std::string>& run) {
-  std::vector<int> ranks;
-  for (const auto& [rank, file] : run) ranks.push_back(rank);
-  std::vector<replay::RankPass> passes(ranks.size());
-  replay::inParallel(ranks.size(), [&](std::size_t i) {
-    const std::string f = passFile(job, ranks[i]);
-    std::ifstream in(f, std::ios::binary | std::ios::ate);
-    if (!in) throw std::runtime_error("cannot read " + f);
-    std::string bytes(static_cast<std::size_t>(in.tellg()), '\0');
-    in.seekg(0);
-    if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) throw std::runtime_error("cannot read " + f);
-    passes[i] = replay::readPass(bytes, f);
-  });
-  return passes;
+// Writes all of `bytes` to `fd` (a pipe the parent drains).
+bool writeAll(int fd, const std::string& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
 }
+
+// One rank process as the parent sees it: its summary arrives on a pipe (length, then the
+// bytes), ending before the process does, so the parent need not wait for it to exit.
+struct RankChild {
+  int rank = 0;
+  pid_t pid = -1;
+  int fd = -1;              // the summary's pipe; -1 once it ended
+  std::string bytes;
+  bool complete() const {
+    uint64_t n = 0;
+    if (bytes.size() < sizeof n) return false;
+    std::memcpy(&n, bytes.data(), sizeof n);
+    return bytes.size() - sizeof n == n;
+  }
+};
 
 // The body of one rank's process: start the runtime on the job's preset in timing mode,
 // join the fabric, replay while the recorder hands what happened to the rank's analysis
 // (and, with --keep, writes the replayed trace), then leave the analysis for the parent.
 [[noreturn]] void rankProcess(const Job& job, int rank, int world, const std::string& file, uint32_t devices,
-                              int address_fd) {
+                              int address_fd, int pass_fd) {
   try {
     std::vector<std::string> inherited;   // nothing of the caller's CARDSIM_* setup leaks in
     for (char** e = environ; *e; ++e)
@@ -138,11 +146,11 @@ std::vector<replay::RankPass> readPasses(const Job& job, const std::map<int, std
     replay::RankReplayer(file, ro).run();
     if (shim::Status s = shim::traceStop(); !s.ok()) throw std::runtime_error(s.toString());
     {
-      const std::string out = passFile(job, rank);
-      std::ofstream f(out, std::ios::binary);
-      f << replay::writePass(analyzer.finish());
-      f.close();
-      if (!f) throw std::runtime_error("cannot write " + out);
+      const std::string pass = replay::writePass(analyzer.finish());
+      const uint64_t n = pass.size();
+      if (!writeAll(pass_fd, std::string(reinterpret_cast<const char*>(&n), sizeof n) + pass))
+        throw std::runtime_error(std::string("cannot hand the replay's summary over: ") + std::strerror(errno));
+      ::close(pass_fd);
     }
     // _Exit runs no exit handlers: leave the fabric first, so that a send this rank posted
     // last reaches the server before its connection closes (its receiver waits for it).
@@ -372,8 +380,6 @@ int runReplay(const std::vector<std::string>& argv) {
     }
   }
   job.out_dir = a.has("keep") ? a.get("keep") : std::string();
-  job.pass_dir = tmp + "/passes";
-  ::mkdir(job.pass_dir.c_str(), 0777);
   if (a.has("keep")) {
     // The replay writes rank<N>.cstrace there: never over a recording (the input's own
     // directory included) or another replay's files.
@@ -403,11 +409,14 @@ int runReplay(const std::vector<std::string>& argv) {
   const bool joined = job.scale == 0 && run.size() > 1;
 
   std::vector<pid_t> pids;
+  std::vector<RankChild> children;
   std::vector<int> address_fds;
   std::fflush(nullptr);
   for (const auto& [rank, file] : run) {
     int fds[2] = {-1, -1};
     if (joined && ::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    int pass[2] = {-1, -1};
+    if (::pipe(pass) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
     uint32_t devices = 1;
     {
       trace::TraceReader r(file);
@@ -417,9 +426,13 @@ int runReplay(const std::vector<std::string>& argv) {
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
       if (joined) ::close(fds[1]);
-      rankProcess(job, rank, world, file, devices, joined ? fds[0] : -1);
+      ::close(pass[0]);
+      for (const RankChild& c : children) ::close(c.fd);   // the earlier ranks' pipes are the parent's
+      rankProcess(job, rank, world, file, devices, joined ? fds[0] : -1, pass[1]);
     }
     pids.push_back(pid);
+    ::close(pass[1]);
+    children.push_back(RankChild{rank, pid, pass[0], {}});
     if (joined) {
       ::close(fds[0]);
       address_fds.push_back(fds[1]);
@@ -442,26 +455,47 @@ int runReplay(const std::vector<std::string>& argv) {
       ::close(fd);
     }
   }
-  // Whichever rank ends first: one that fails takes the others down at once (they could be
-  // waiting for it, or for a rank that does not exist, in a collective).
+  // Whichever rank fails first takes the others down at once (they could be waiting for it,
+  // or for a rank that does not exist, in a collective). A rank is done once its summary
+  // has come in whole; one whose pipe ends short of that failed.
   bool failed = false;
   bool bad_input = false;   // the first rank to fail found its trace file bad (exit 2)
-  std::size_t left = pids.size();
-  while (left > 0) {
+  auto fail = [&](pid_t who) {
     int status = 0;
-    const pid_t p = ::waitpid(-1, &status, 0);
-    if (p < 0) {
-      if (errno == EINTR) continue;
-      break;
+    while (::waitpid(who, &status, 0) < 0 && errno == EINTR) {
     }
-    if (std::find(pids.begin(), pids.end(), p) == pids.end()) continue;
-    --left;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      if (!failed) {
-        for (pid_t q : pids) ::kill(q, SIGKILL);
-        bad_input = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+    if (!failed) {
+      for (pid_t q : pids) ::kill(q, SIGKILL);
+      bad_input = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+    }
+    failed = true;
+  };
+  for (;;) {
+    std::vector<pollfd> wait;
+    std::vector<RankChild*> of;
+    for (RankChild& c : children)
+      if (c.fd >= 0) {
+        wait.push_back(pollfd{c.fd, POLLIN, 0});
+        of.push_back(&c);
       }
-      failed = true;
+    if (wait.empty()) break;
+    if (::poll(wait.data(), wait.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    }
+    for (std::size_t i = 0; i < wait.size(); ++i) {
+      if (wait[i].revents == 0) continue;
+      RankChild& c = *of[i];
+      char buf[1 << 16];
+      const ssize_t n = ::read(c.fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        c.bytes.append(buf, static_cast<std::size_t>(n));
+        continue;
+      }
+      ::close(c.fd);
+      c.fd = -1;
+      if (!c.complete()) fail(c.pid);
     }
   }
   sim::FabricModel::LinkLoads loads;
@@ -473,11 +507,26 @@ int runReplay(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
     return bad_input ? 2 : 1;
   }
-  std::vector<replay::RankPass> passes = readPasses(job, run);
+  std::vector<replay::RankPass> passes(children.size());
+  replay::inParallel(children.size(), [&](std::size_t i) {
+    passes[i] = replay::readPass(children[i].bytes.substr(sizeof(uint64_t)),
+                                 "the replay summary of rank " + std::to_string(children[i].rank));
+  });
   // Replicated ranks time their collectives in-process: the links' loads are the model's
   // for the collectives the replicated rank ran.
   if (job.scale > 0 && have_fabric) loads = retimedLinkLoads(passes.front().collectives, fp);
   replay::Report report = replay::merge(std::move(passes));
+  // Every summary came in whole; the processes have ended meanwhile, or end now.
+  for (const RankChild& c : children) {
+    int status = 0;
+    while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = true;
+  }
+  if (failed) {
+    std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
+    return 1;
+  }
   if (!a.has("preset")) report.preset = h0.preset() + " (as recorded)";
   for (const auto& [name, u] : loads) {
     replay::LinkLoad l;
