@@ -102,7 +102,18 @@ void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
       TimePs d = cmd.duration_ps;
       const TimePs now = sc_core::sc_time_stamp().value();
       if (cmd.end_at_ps > 0) d = cmd.end_at_ps > now ? cmd.end_at_ps - now : 0;
-      if (d > 0) sc_core::wait(sc_core::sc_time(static_cast<double>(d), sc_core::SC_PS));
+      if (d == 0) break;
+      // Its memory traffic, spread evenly over its time, contends with kernels and copies;
+      // what memory cannot give it by its end is dropped rather than making it later.
+      Waiter traffic;
+      const bool loads = cmd.memory_bytes > 0;
+      if (loads) {
+        traffic.pending = 1;
+        memory_.loadForCollective(cmd.memory_bytes, cmd.memory_bytes / (static_cast<double>(d) * 1e-12),
+                                  params_.dma.memory_weight, &traffic);
+      }
+      sc_core::wait(sc_core::sc_time(static_cast<double>(d), sc_core::SC_PS));
+      if (loads && traffic.pending > 0) memory_.cancel(&traffic);
       break;
     }
   }

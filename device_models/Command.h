@@ -42,8 +42,9 @@ struct KernelCost {
 enum class CopyKind : uint8_t { HostToDevice, DeviceToHost, DeviceToDevice, PeerToPeer, Memset };
 const char* copyKindName(CopyKind k);
 
-// Collective: a communication step whose duration the host computed (alpha-beta) until the
-// collective fabric is modelled; it holds no card resource, only its queue.
+// Collective: a communication step whose time the fabric model gives (its duration, or its
+// end across ranks); it holds its queue and loads the card's memory with the bytes it reads
+// and writes there, without being slowed by it (the fabric's time stands).
 enum class CommandKind : uint8_t { Kernel, Copy, EventRecord, EventWait, Collective };
 const char* commandKindName(CommandKind k);
 
@@ -76,6 +77,7 @@ struct Command {
   TimePs duration_ps = 0;            // Collective
   TimePs end_at_ps = 0;              // Collective: ends no earlier than this (the fabric
                                      // server's completion across ranks); 0: start + duration
+  double memory_bytes = 0;           // Collective: bytes it reads and writes in this card's memory
 };
 
 // Receives every completed command, in the simulation thread.

@@ -67,6 +67,14 @@ std::vector<void*> FairShare::popFinished() {
   return done;
 }
 
+bool FairShare::remove(const void* cookie) {
+  auto it = std::find_if(flows_.begin(), flows_.end(), [&](const Flow& f) { return f.cookie == cookie; });
+  if (it == flows_.end()) return false;
+  flows_.erase(it);
+  assignRates();
+  return true;
+}
+
 double FairShare::rateOf(const void* cookie) const {
   for (const Flow& f : flows_)
     if (f.cookie == cookie) return f.rate;

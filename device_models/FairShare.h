@@ -26,6 +26,9 @@ class FairShare {
   double secondsToNextFinish() const;
   // Removes and returns the flows finished by the last advanceTo().
   std::vector<void*> popFinished();
+  // Drops the flow added with `cookie`, finished or not (its moved bytes stay counted);
+  // false if there is none.
+  bool remove(const void* cookie);
   // The current rate of the flow added with `cookie` (0 if none), for tests and reports.
   double rateOf(const void* cookie) const;
 

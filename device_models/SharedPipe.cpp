@@ -12,6 +12,11 @@ void SharedPipe::start(double bytes, double weight, Waiter* w, double cap_bytes_
   reschedule();
 }
 
+void SharedPipe::cancel(Waiter* w) {
+  share_.advanceTo(sc_core::sc_time_stamp().to_seconds());
+  if (share_.remove(w)) reschedule();
+}
+
 void SharedPipe::onWake() {
   share_.advanceTo(sc_core::sc_time_stamp().to_seconds());
   for (void* cookie : share_.popFinished()) static_cast<Waiter*>(cookie)->signal();

@@ -25,6 +25,8 @@ class SharedPipe {
   // Starts moving `bytes` at `weight`, never faster than `cap_bytes_per_s`; the waiter's
   // pending count must already include this flow.
   void start(double bytes, double weight, Waiter* w, double cap_bytes_per_s = FairShare::kNoCap);
+  // Stops the flow of `w` where it is (its waiter is not signalled).
+  void cancel(Waiter* w);
   void onWake();
   const sc_core::sc_event& wakeEvent() const { return wake_; }
   const FairShare& share() const { return share_; }

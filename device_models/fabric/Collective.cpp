@@ -51,6 +51,22 @@ double busBandwidthFactor(CollectiveOp op, uint32_t ranks) {
   }
 }
 
+double memoryBytesPerMember(CollectiveOp op, double bytes, uint32_t ranks) {
+  if (ranks < 2 || !(bytes > 0)) return 0;
+  const double part = (ranks - 1.0) / ranks;
+  switch (op) {
+    case CollectiveOp::AllReduce: return 5 * part * bytes;
+    case CollectiveOp::ReduceScatter: return 3 * part * bytes;
+    case CollectiveOp::AllGather:
+    case CollectiveOp::AllToAll: return 2 * part * bytes;
+    case CollectiveOp::Reduce: return 2 * bytes;
+    case CollectiveOp::Broadcast:
+    case CollectiveOp::SendRecv: return bytes;
+    case CollectiveOp::Barrier: return 0;
+  }
+  return 0;
+}
+
 uint32_t chunkCount(double bytes, double chunk_bytes) {
   if (!(chunk_bytes > 0) || bytes <= chunk_bytes) return 1;
   return static_cast<uint32_t>(std::ceil(bytes / chunk_bytes));

@@ -61,6 +61,14 @@ class ICollectiveAlgorithm {
 // nccl-tests' bus-bandwidth factor: busbw = algbw * factor.
 double busBandwidthFactor(CollectiveOp op, uint32_t ranks);
 
+// Bytes one member of a collective of `ranks` members reads and writes in its own card's
+// memory, whatever the algorithm (they move the same data per member in other orders):
+// what it sends is read once, what it receives written once, and what it receives to
+// reduce is combined with its own data (one more read). For `bytes` as in
+// CollectiveRequest: all_reduce 5(n-1)/n, reduce_scatter 3(n-1)/n, all_gather and
+// all_to_all 2(n-1)/n, reduce 2, broadcast and send/recv 1 times the bytes; barrier none.
+double memoryBytesPerMember(CollectiveOp op, double bytes, uint32_t ranks);
+
 // Pipeline chunks for `bytes` moved per step at `chunk_bytes` (at least one).
 uint32_t chunkCount(double bytes, double chunk_bytes);
 

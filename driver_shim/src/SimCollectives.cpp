@@ -180,6 +180,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   model::Command cmd;
   cmd.kind = CommandKind::Collective;
   cmd.duration_ps = model::secondsToPs(t.seconds);
+  cmd.memory_bytes = fabric::memoryBytesPerMember(op, desc.bytes, static_cast<uint32_t>(desc.ranks.size()));
   const std::string name = desc.op + ":" + t.algorithm;
   double took = t.seconds;
   using P2P = CollectiveDesc::PointToPoint;

@@ -209,6 +209,50 @@ TEST(ModelMemorySharing, ACopyBesideAKernelOnEveryBr100ClusterGetsTheDmaWeightsS
   EXPECT_NEAR(durationS(copy), expected, 1e-6 * expected);
 }
 
+// A collective loads the memory of its card with what it reads and writes there (5(n-1)/n
+// of the bytes for an all-reduce), spread over its fabric time at most: a memory-bound
+// kernel beside it gets the rest, and the collective's own time stays the fabric's.
+TEST(ModelMemorySharing, ACollectiveBesideAKernelTakesItsTrafficFromTheKernelNotItsOwnTime) {
+  auto p = startRuntime("mlu370-x8", 8);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  shim::Stream comm, compute;
+  ASSERT_SHIM_OK(shim::streamCreate(&comm));
+  ASSERT_SHIM_OK(shim::streamCreate(&compute));
+  shim::CollectiveDesc d;
+  d.op = "all_reduce";
+  d.bytes = 4e9;   // long enough to cover the kernel
+  d.ranks = {0, 1, 2, 3, 4, 5, 6, 7};
+  double model_s = 0;
+  std::string algo;
+  ASSERT_SHIM_OK(shim::launchFabricCollective(comm, d, &model_s, &algo));
+  const double kernel_bytes = 2e9;
+  ASSERT_SHIM_OK(shim::launchKernel(compute, "beside", memoryBound(kernel_bytes, p.compute.clusters), {}));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  // The same kernel alone, after the collective.
+  ASSERT_SHIM_OK(shim::launchKernel(compute, "after", memoryBound(kernel_bytes, p.compute.clusters), {}));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  auto acts = drain();
+  std::vector<shim::ActivityRecord> colls;
+  for (const auto& a : acts)
+    if (a.kind == shim::ActivityRecord::Kind::Collective) colls.push_back(a);
+  ASSERT_EQ(colls.size(), 1u);
+  const shim::ActivityRecord beside = named(acts, "beside").at(0), after = named(acts, "after").at(0);
+  // The collective keeps the fabric's time.
+  EXPECT_NEAR(durationS(colls[0]), model_s, 1e-9);
+  ASSERT_LT(seconds(beside.end_ps), seconds(colls[0].end_ps));
+  // By hand: B = 307.2 GB/s; the collective asks for 5 x 7/8 x 4 GB over its time and, at
+  // dma.memory_weight against the kernel's 1, gets at most B x w / (1 + w) of it.
+  const double B = p.memory.bandwidth_bytes_per_s, w = p.dma.memory_weight;
+  ASSERT_DOUBLE_EQ(B, 307.2e9);
+  const double asked = 5 * 7.0 / 8 * d.bytes / model_s;
+  const double taken = std::min(asked, B * w / (1 + w));
+  ASSERT_GT(taken, 0.02 * B);   // a visible effect
+  const double cycle = 1 / p.compute.clock_hz;
+  EXPECT_NEAR(durationS(beside), 3e-6 + 600e-9 + kernel_bytes / (B - taken), 2 * cycle);
+  // Once it has ended, nothing of its traffic is left behind.
+  EXPECT_NEAR(durationS(after), 3e-6 + 600e-9 + kernel_bytes / B, cycle);
+}
+
 // The arithmetic behind both rules: weighted max-min sharing with caps.
 TEST(ModelMemorySharing, FairShareGivesACappedFlowItsCapAndTheRestToTheOthers) {
   FairShare fs(300.0);
@@ -228,6 +272,13 @@ TEST(ModelMemorySharing, FairShareGivesACappedFlowItsCapAndTheRestToTheOthers) {
   alone.advanceTo(0);
   alone.add(128.0, 1.0, &k, 128.0);
   EXPECT_DOUBLE_EQ(alone.secondsToNextFinish(), 1.0);
+  // A flow removed before it finished gives its share back at once.
+  EXPECT_TRUE(fs.remove(&d));
+  EXPECT_FALSE(fs.remove(&d));
+  EXPECT_DOUBLE_EQ(fs.rateOf(&d), 0.0);
+  EXPECT_DOUBLE_EQ(fs.rateOf(&k), 100.0);
+  EXPECT_DOUBLE_EQ(fs.rateOf(&c), 200.0);
+  EXPECT_EQ(fs.active(), 2u);
 }
 
 // ---- Capacity as the vendor's tools report it -------------------------------------------------
