@@ -4,11 +4,14 @@
 //   sim_commands_per_s         small kernel launches and copies simulated per wall second
 //   sim_vs_systemc_ratio       sim_commands_per_s / systemc_wakeups_per_s, same run
 //   shim_call_overhead_ns      host wall time of one asynchronous shim call
+//   sim_sync_copy_ns           host wall time of a small copy to the host and the stream
+//                              synchronize after it (a .item(): the simulation runs to it)
 #include <cardsim/shim.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <vector>
 
 #include "simulator/SchedulerBaseline.h"
@@ -67,11 +70,22 @@ int main(int argc, char** argv) {
   must(shim::streamSynchronize(s), "streamSynchronize");
   const double t1 = now();
 
+  // Synchronizing round trips: each one runs the simulation up to the copy's end.
+  const long syncs = std::max(1000L, commands / 50);
+  const double t2 = now();
+  for (long i = 0; i < syncs; ++i) {
+    must(shim::launchKernel(s, "tiny", tiny, {}), "launchKernel");
+    must(shim::memcpyAsync(host, dev, 4, shim::MemcpyKind::DeviceToHost, s), "memcpyAsync");
+    must(shim::streamSynchronize(s), "streamSynchronize");
+  }
+  const double t3 = now();
+
   const double commands_per_s = static_cast<double>(commands) / (t1 - t0);
   const double call_ns = (t_submitted - t0) / static_cast<double>(commands) * 1e9;
   std::printf("systemc_wakeups_per_s: %.0f\n", wakeups);
   std::printf("sim_commands_per_s: %.0f\n", commands_per_s);
   std::printf("sim_vs_systemc_ratio: %.3f\n", wakeups > 0 ? commands_per_s / wakeups : 0.0);
   std::printf("shim_call_overhead_ns: %.0f\n", call_ns);
+  std::printf("sim_sync_copy_ns: %.0f\n", (t3 - t2) / static_cast<double>(syncs) * 1e9);
   return 0;
 }
