@@ -55,10 +55,20 @@ def group_runner():
     return run_group
 
 
+_reserved_ports: list = []
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a job's store, reserved until this test process ends: the socket stays
+    bound (not listening, SO_REUSEADDR, which the store's own socket also sets, so it can
+    still take the port), so no other process's bind to port 0 is given it meanwhile (two
+    tests running at once got the same port from bind-then-close, and their ranks joined
+    each other's job)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    _reserved_ports.append(s)
+    return s.getsockname()[1]
 
 
 def run_ranks(code: str, world: int, args=(), env: dict | None = None, timeout: int = 180):

@@ -4,9 +4,10 @@ against values computed locally, and the simulated time an all_reduce charges.""
 import json
 import pathlib
 import re
-import socket
 
 import pytest
+
+from conftest import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -338,12 +339,6 @@ WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
 KNOWN_BUGS: dict = {}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 _cache: dict = {}
 
 
@@ -354,7 +349,7 @@ def world_results(py, tmp_path_factory):
             script = tmp_path_factory.mktemp("coll") / "collectives_worker.py"
             script.write_text(WORKER)
             code = (f"import runpy, sys; sys.argv = [{str(script)!r}, {card!r}, '{world}', "
-                    f"'{_free_port()}']; runpy.run_path({str(script)!r}, run_name='__main__')")
+                    f"'{free_port()}']; runpy.run_path({str(script)!r}, run_name='__main__')")
             proc = py(code, timeout=240)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if proc.returncode != 0 or not lines:

@@ -10,10 +10,11 @@ import math
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 
 import pytest
+
+from conftest import free_port
 
 run_group = None   # conftest's run_group, set by the fixture below
 
@@ -35,12 +36,6 @@ CLASS_NAMES = {"mlu": "MLU_Accelerator", "supa": "SUPA_Accelerator"}
 MODEL = dict(vocab=128, dim=32, layers=1, seq=16, batch=4)
 STEPS = 6
 LR = 1e-3
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _clean_env(extra=None) -> dict:
@@ -977,7 +972,7 @@ def trained(py):
     def get(card, prec):
         if (card, prec) not in _train_cache:
             env = {"DS_ACCELERATOR": card, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
             args = (card, prec, json.dumps(RUNS[(card, prec)]), json.dumps(MODEL), str(STEPS), str(LR))
             _train_cache[(card, prec)] = _result(py(TRAIN, env=env, timeout=400, args=args),
                                                  f"single-card training {card} {prec}")
@@ -1093,7 +1088,7 @@ LAUNCHERS = [("deepspeed", "mlu", 2), ("torchrun", "supa", 3)]
 def test_two_ranks_match_cpu_reference(global_reference, tmp_path, launcher, card, stage):
     steps = 4
     out = tmp_path / "records.json"
-    port = str(_free_port())
+    port = str(free_port())
     if launcher == "deepspeed":
         cmd = [str(VENV_BIN / "deepspeed"), "--num_gpus", "2", "--master_port", port]
     else:

@@ -10,14 +10,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import zlib
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, free_port
 
 CARDSIM = ROOT / ".venv" / "bin" / "cardsim"
 PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -40,9 +39,7 @@ def record(tmp_path, name, code, world=1):
     out = tmp_path / name
     script = tmp_path / f"{name}.py"
     script.write_text(code)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = [subprocess.Popen([str(PYTHON), str(script)], cwd=str(ROOT), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
                               env=_env(dict(CARDSIM_TRACE=str(out), CARDSIM_DEVICES="2" if world == 1 else "1",

@@ -6,12 +6,13 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+
+from conftest import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -217,12 +218,6 @@ os._exit(0)
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(extra: dict) -> dict:
     e = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_") and k not in
          ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_ACCELERATOR")}
@@ -236,7 +231,7 @@ def run_ranks(tmp_path, world: int, scenario: str, per_rank=None, timeout=180, *
     """Starts `world` rank processes; returns {rank: OUT dict or None} and their stderr."""
     script = tmp_path / "fabric_worker.py"
     script.write_text(WORKER)
-    port = _free_port()
+    port = free_port()
     procs = []
     for r in range(world):
         e = _env(dict(RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",

@@ -4,10 +4,11 @@ recording's own configuration it reproduces the recorded times exactly; with --s
 import json
 import os
 import pathlib
-import socket
 import subprocess
 
 import pytest
+
+from conftest import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -27,9 +28,7 @@ def record(tmp_path, name, code, world=1, extra=None):
     out = tmp_path / name
     script = tmp_path / f"{name}.py"
     script.write_text(code)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for r in range(world):
         env = _env(dict(CARDSIM_TRACE=str(out), CARDSIM_DEVICES="1" if world > 1 else "2", RANK=str(r),

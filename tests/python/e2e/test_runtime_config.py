@@ -7,6 +7,8 @@ import textwrap
 
 import pytest
 
+from conftest import free_port
+
 PRESETS = sorted(p.stem for p in
                  (pathlib.Path(__file__).resolve().parents[3] / "simulator" / "presets").glob("*.textproto"))
 
@@ -273,11 +275,8 @@ def test_runtime_started_by_another_entry_point_keeps_the_personalitys_preset(py
 
 def test_init_process_group_before_any_device_use(py):
     # The common order in user scripts: the process group first, the device after.
-    import socket
     import subprocess
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     code = _prog("supa", """
         import torch.distributed as dist
         dist.init_process_group("bccl")
