@@ -3,13 +3,13 @@
 #include <boost/asio.hpp>
 
 #include <chrono>
-#include <deque>
 #include <future>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "simulator/FabricWire.h"
+#include "simulator/FrameQueue.h"
 #include "simulator/proto/fabric.pb.h"
 
 namespace cardsim::sim {
@@ -27,9 +27,11 @@ struct FabricClient::Impl : std::enable_shared_from_this<Impl> {
   // Serving thread only.
   unsigned char header[4] = {};
   std::string body;
-  std::deque<std::string> out;
-  bool writing = false;
-  bool closing = false;            // shut down once `out` is written
+  // What is sent; ends by shutting the socket down once what was sent before close() is out.
+  FrameQueue out{socket, [this](const boost::system::error_code& ec) {
+                   if (ec) lost(ec);
+                   if (!ec || out.closing()) shutDown();
+                 }};
   std::promise<void> shut;         // set when the socket is shut down
 
   struct Result {
@@ -138,37 +140,12 @@ struct FabricClient::Impl : std::enable_shared_from_this<Impl> {
 
   void send(std::string frame) {
     auto self = shared_from_this();
-    asio::post(io, [self, f = std::move(frame)]() mutable {
-      self->out.push_back(std::move(f));
-      if (!self->writing) self->writeNext();
-    });
-  }
-
-  void writeNext() {
-    if (out.empty()) {
-      writing = false;
-      if (closing) shutDown();
-      return;
-    }
-    writing = true;
-    auto self = shared_from_this();
-    asio::async_write(socket, asio::buffer(out.front()), [self](boost::system::error_code ec, size_t) {
-      self->out.pop_front();
-      if (ec) {
-        self->lost(ec);
-        if (self->closing) self->shutDown();
-        return;
-      }
-      self->writeNext();
-    });
+    asio::post(io, [self, f = std::move(frame)]() mutable { self->out.push(std::move(f), self); });
   }
 
   // Serving thread. What was sent before close() (an eager send, say: its receiver may
   // still need it after this process is gone) goes out first.
-  void startClosing() {
-    closing = true;
-    if (!writing) shutDown();
-  }
+  void startClosing() { out.closeAfterWrites(); }
   void shutDown() {
     if (!socket.is_open()) return;
     boost::system::error_code ec;

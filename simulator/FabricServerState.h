@@ -23,6 +23,7 @@
 #include "simulator/FabricModel.h"
 #include "simulator/FabricServer.h"
 #include "simulator/FabricWire.h"
+#include "simulator/FrameQueue.h"
 #include "simulator/proto/fabric.pb.h"
 
 namespace cardsim::sim {
@@ -170,8 +171,10 @@ struct Session : std::enable_shared_from_this<Session> {
   std::string peer;
   unsigned char header[4] = {};
   std::string body;
-  std::deque<std::string> out;
-  bool writing = false, closing = false, closed = false;
+  // Answers; the connection closes once they are written out after closeAfterWrites(), or
+  // when one cannot be written.
+  FrameQueue out{socket, [this](const boost::system::error_code&) { closeNow(); }};
+  bool closed = false;
   bool hello = false;
   std::string job;
   int rank = -1;
@@ -198,29 +201,13 @@ struct Session : std::enable_shared_from_this<Session> {
       rpc::ToServer m;
       if (std::string why = wire::parseToServer(self->body, &m); !why.empty()) return self->fail(why);
       self->impl.onMessage(*self, m);
-      if (!self->closing && !self->closed) self->readHeader();
+      if (!self->out.closing() && !self->closed) self->readHeader();
     });
   }
 
   void send(const rpc::ToClient& m) {
     if (closed) return;
-    out.push_back(wire::frame(m.SerializeAsString()));
-    if (!writing) writeNext();
-  }
-
-  void writeNext() {
-    if (out.empty()) {
-      writing = false;
-      if (closing) closeNow();
-      return;
-    }
-    writing = true;
-    auto self = shared_from_this();
-    asio::async_write(socket, asio::buffer(out.front()), [self](boost::system::error_code ec, size_t) {
-      self->out.pop_front();
-      if (ec) return self->closeNow();
-      self->writeNext();
-    });
+    out.push(wire::frame(m.SerializeAsString()), shared_from_this());
   }
 
   // Tells the client what was wrong with the connection, then closes it.
@@ -232,10 +219,7 @@ struct Session : std::enable_shared_from_this<Session> {
     closeAfterWrites();
   }
 
-  void closeAfterWrites() {
-    closing = true;
-    if (!writing) closeNow();
-  }
+  void closeAfterWrites() { out.closeAfterWrites(); }
 
   void closeNow() {
     if (closed) return;
