@@ -141,14 +141,6 @@ def _parked_wait(work, timeout: timedelta | None = None):
         _C._fabric_park(False)
 
 
-def _tensors(x):
-    if isinstance(x, torch.Tensor):
-        yield x
-    elif isinstance(x, (list, tuple)):
-        for y in x:
-            yield from _tensors(y)
-
-
 class _TimingGloo:
     """Timing mode: a collective of at most the shim's carried bytes per rank (1 MiB) moves
     its bytes through Gloo, so that what ranks exchange about their own bookkeeping (lengths,
@@ -179,12 +171,12 @@ class _TimingGloo:
         def call(*args, **kwargs):
             if arg == -1:
                 return _DoneWork(None)
-            nbytes = 0 if arg is None else sum(t.numel() * t.element_size() for t in _tensors(args[arg]))
+            nbytes = 0 if arg is None else sum(t.numel() * t.element_size() for t in _gloo_hold.tensors(args[arg]))
             if nbytes > self.CARRIED_BYTES:
                 return _DoneWork(None)
             work = real(*args, **kwargs)
             note = self._noter()
-            for t in _tensors(args):
+            for t in _gloo_hold.tensors(args):
                 if t.numel():
                     note(t.data_ptr(), t.numel() * t.element_size())
             return work

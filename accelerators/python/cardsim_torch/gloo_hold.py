@@ -22,13 +22,13 @@ _lock = threading.Lock()
 _held: collections.deque = collections.deque()
 
 
-def _tensors(x, out: list) -> list:
+def tensors(x):
+    """The tensors in `x`, a tensor or nested lists and tuples of them, in order."""
     if isinstance(x, torch.Tensor):
-        out.append(x)
+        yield x
     elif isinstance(x, (list, tuple)):
         for y in x:
-            _tensors(y, out)
-    return out
+            yield from tensors(y)
 
 
 def _trim_locked() -> None:
@@ -41,7 +41,7 @@ def _trim_locked() -> None:
 def before(args) -> list:
     """The tensors among `args` (nested lists and tuples) with their use counts, taken
     before the call that hands them to Gloo; give the result to hold() after it."""
-    return [(t, t._use_count()) for t in _tensors(args, [])]
+    return [(t, t._use_count()) for t in tensors(args)]
 
 
 def hold(counted: list) -> None:
