@@ -388,12 +388,8 @@ int runReplay(const std::vector<std::string>& argv) {
       if (!S_ISDIR(st.st_mode)) throw UsageError("cardsim replay: --keep " + job.out_dir + " is not a directory");
       if (DIR* d = ::opendir(job.out_dir.c_str())) {
         std::string held;
-        while (dirent* ent = ::readdir(d)) {
-          const std::string n = ent->d_name;
-          if (n.rfind("rank", 0) == 0 && n.size() > std::strlen(trace::kFileExtension) &&
-              n.compare(n.size() - std::strlen(trace::kFileExtension), std::string::npos, trace::kFileExtension) == 0)
-            held = n;
-        }
+        while (dirent* ent = ::readdir(d))
+          if (isRankFileName(ent->d_name)) held = ent->d_name;
         ::closedir(d);
         if (!held.empty())
           throw UsageError("cardsim replay: --keep " + job.out_dir + " already holds trace files (" + held +

@@ -36,6 +36,14 @@ bool removeTree(const std::string& dir) {
                 16, FTW_DEPTH | FTW_PHYS) == 0;
 }
 
+bool isRankFileName(const std::string& name, int* rank) {
+  static const std::regex pattern(std::string("rank([0-9]+)") + "\\" + trace::kFileExtension);
+  std::smatch m;
+  if (!std::regex_match(name, m, pattern)) return false;
+  if (rank) *rank = std::stoi(m[1].str());
+  return true;
+}
+
 std::map<int, std::string> traceRankFiles(const std::string& path) {
   std::map<int, std::string> out;
   if (!isDirectory(path)) {
@@ -44,10 +52,9 @@ std::map<int, std::string> traceRankFiles(const std::string& path) {
   }
   DIR* d = ::opendir(path.c_str());
   if (!d) throw trace::TraceError(path + ": cannot open the directory");
-  const std::regex pattern(std::string("rank([0-9]+)") + "\\" + trace::kFileExtension);
   while (dirent* ent = ::readdir(d)) {
-    std::cmatch m;
-    if (std::regex_match(ent->d_name, m, pattern)) out[std::stoi(m[1].str())] = path + "/" + ent->d_name;
+    int rank = 0;
+    if (isRankFileName(ent->d_name, &rank)) out[rank] = path + "/" + ent->d_name;
   }
   ::closedir(d);
   if (out.empty()) throw trace::TraceError(path + ": no rank files (rank<N>" + trace::kFileExtension + ") in the directory");

@@ -13,6 +13,9 @@ namespace cardsim::cli {
 // that need the whole job compare the count with the header's world size.
 std::map<int, std::string> traceRankFiles(const std::string& path);
 
+// Whether `name` (a file name, no directory) is a rank file's, rank<N>.cstrace; sets *rank.
+bool isRankFileName(const std::string& name, int* rank = nullptr);
+
 // Removes a directory tree of the CLI's own (temporary files); false if some entry stayed.
 bool removeTree(const std::string& dir);
 
