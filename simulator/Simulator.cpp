@@ -111,6 +111,7 @@ struct Simulator::Impl : model::ICompletionSink {
   std::vector<std::unique_ptr<Card>> cards;
   // The preset's fabric among this process's devices (none: the preset has no fabric).
   std::unique_ptr<fabric::FabricParams> fabric_params;
+  std::string fabric_error;             // why there are no fabric_params
   std::unique_ptr<model::FabricLinks> fabric;
   std::vector<uint64_t> completed;     // per (device, queue)
   std::vector<TimePs> last_end;        // per (device, queue): end of the latest completed command
@@ -439,8 +440,9 @@ Simulator::Simulator(const SimOptions& options) : impl_(std::make_unique<Impl>()
   // the fabric configuration refuses: collectives report that) copies over PCIe.
   try {
     impl_->fabric_params = std::make_unique<fabric::FabricParams>(loadFabricParams(options));
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
     impl_->fabric_params.reset();
+    impl_->fabric_error = e.what();
   }
   hostclock::configureFromEnvironment();
   impl_->devices = options.devices;
@@ -476,6 +478,8 @@ Simulator::~Simulator() { impl_->shutdown(); }
 
 const SimOptions& Simulator::options() const { return impl_->options; }
 const DeviceParams& Simulator::params() const { return impl_->params; }
+const fabric::FabricParams* Simulator::fabricParams() const { return impl_->fabric_params.get(); }
+const std::string& Simulator::fabricError() const { return impl_->fabric_error; }
 uint32_t Simulator::deviceCount() const { return impl_->devices; }
 
 TimePs Simulator::hostNow() const { return hostclock::now(); }

@@ -23,6 +23,10 @@
 #include "device_models/DeviceParams.h"
 #include "simulator/Config.h"
 
+namespace cardsim::fabric {
+struct FabricParams;
+}  // namespace cardsim::fabric
+
 namespace cardsim::sim {
 
 using model::Command;
@@ -75,6 +79,10 @@ class Simulator {
 
   const SimOptions& options() const;
   const DeviceParams& params() const;
+  // The preset's fabric as loaded at start; null, with fabricError() saying why, if the
+  // preset has none or its fabric configuration was refused.
+  const fabric::FabricParams* fabricParams() const;
+  const std::string& fabricError() const;
   uint32_t deviceCount() const;
 
   // The calling host thread's virtual clock.

@@ -205,12 +205,15 @@ std::unique_ptr<IBackend> createSimBackend(const InitOptions& options, Status* w
     o.overrides = options.overrides;
     sim::Simulator& sim = sim::Simulator::start(o);
     // The fabric is optional: a preset without one still runs everything but collectives.
+    // (Loaded once, by the simulator: its peer copies cross the same fabric.)
     std::unique_ptr<sim::FabricModel> fabric;
-    std::string fabric_error;
-    try {
-      fabric = std::make_unique<sim::FabricModel>(sim::loadFabricParams(o));
-    } catch (const std::exception& e) {
-      fabric_error = e.what();
+    std::string fabric_error = sim.fabricError();
+    if (const fabric::FabricParams* p = sim.fabricParams()) {
+      try {
+        fabric = std::make_unique<sim::FabricModel>(*p);
+      } catch (const std::exception& e) {
+        fabric_error = e.what();
+      }
     }
     return std::make_unique<simbackend::SimBackend>(sim, std::move(fabric), std::move(fabric_error),
                                                     options.execution == "timing");
