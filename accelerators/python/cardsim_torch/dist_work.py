@@ -1,0 +1,89 @@
+"""The Work objects of the personality's process group (distributed.py): a collective that
+already finished, and a point-to-point transfer still in flight on Gloo, whose failures are
+reported in the words the collectives use."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+class DoneWork(dist._Work):
+    """A finished collective: wait() returns at once, the future holds the outputs."""
+
+    def __init__(self, result):
+        super().__init__()
+        self._result = result
+        self._fut = torch.futures.Future()
+        self._fut.set_result(result)
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def result(self):
+        return self._result
+
+    def get_future(self):
+        return self._fut
+
+
+def p2p_failure(what: str, peer: int, err: Exception) -> Exception:
+    """Gloo's error for a point-to-point transfer, in the words the collectives use: what,
+    with whom, and why (the peer's process gone, or the group's timeout)."""
+    text = str(err)
+    low = text.lower()
+    if "closed by peer" in low or "connection reset" in low or "broken pipe" in low or "connection closed" in low:
+        why = f"rank {peer} left the job (its connection closed: the process exited or was killed)"
+    elif "timed out" in low or "timeout" in low:
+        why = f"rank {peer} did not take part within the process group's timeout"
+    else:
+        why = "the transfer failed"
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return dist.DistBackendError(f"{what}: {why} [{first}]")
+
+
+class PendingWork(dist._Work):
+    """A point-to-point transfer in flight on Gloo; copies back on completion."""
+
+    def __init__(self, inner, finish, result, what: str = "", peer: int = -1):
+        super().__init__()
+        self._inner, self._finish, self._result, self._done = inner, finish, result, False
+        self._what, self._peer = what, peer
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if not self._done:
+            try:
+                from .distributed import _parked_wait   # (distributed imports this module)
+                _parked_wait(self._inner, timeout)
+            except dist.DistBackendError:
+                raise
+            except RuntimeError as e:
+                if not self._what:
+                    raise
+                raise p2p_failure(self._what, self._peer, e) from e
+            self._finish()
+            self._done = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done or self._inner.is_completed()
+
+    def is_success(self) -> bool:
+        return self._inner.is_success()
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        self.wait()
+        fut.set_result(self._result)
+        return fut
