@@ -39,10 +39,14 @@ struct Transfer {
 };
 
 // Transfers that start together once the previous phase has finished; `repeat` runs the
-// same pattern that many times back to back (the steps of a ring).
+// same pattern that many times back to back (the steps of a ring). A pipeline's repeats are
+// its chunks: only the first `pipeline_depth` of them (its hops) wait out the route's
+// latency, filling it; the chunks behind them stream on without it, as a library keeps
+// several chunks in flight. 0: every repeat waits (a ring's steps depend on each other).
 struct Phase {
   std::vector<Transfer> transfers;
   uint32_t repeat = 1;
+  uint32_t pipeline_depth = 0;
 };
 
 struct Schedule {

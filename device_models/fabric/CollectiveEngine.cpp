@@ -12,19 +12,19 @@ bool movesBytes(const Schedule& s) {
 }
 }  // namespace
 
-FlowSpec CollectiveEngine::flowOf(const Transfer& t, double release_s) const {
+FlowSpec CollectiveEngine::flowOf(const Transfer& t, double release_s, bool latency) const {
   FlowSpec f;
   f.path = topology_.route(t.src, t.dst);
   f.bytes = t.bytes;
-  f.latency_s = topology_.routeLatency(t.src, t.dst);
+  f.latency_s = latency ? topology_.routeLatency(t.src, t.dst) : 0.0;
   f.release_s = release_s;
   return f;
 }
 
-double CollectiveEngine::phaseTime(const Phase& p) const {
+double CollectiveEngine::phaseTime(const Phase& p, bool latency) const {
   std::vector<FlowSpec> flows;
   flows.reserve(p.transfers.size());
-  for (const Transfer& t : p.transfers) flows.push_back(flowOf(t, 0));
+  for (const Transfer& t : p.transfers) flows.push_back(flowOf(t, 0, latency));
   FlowSolver solver(topology_);
   double end = 0;
   for (double d : solver.run(std::move(flows))) end = std::max(end, d);
@@ -34,8 +34,12 @@ double CollectiveEngine::phaseTime(const Phase& p) const {
 double CollectiveEngine::timeAlone(const Schedule& s) const {
   if (!movesBytes(s)) return 0;
   double total = topology_.collectiveLatency();
-  for (const Phase& p : s.phases)
-    if (p.repeat > 0 && !p.transfers.empty()) total += p.repeat * phaseTime(p);
+  for (const Phase& p : s.phases) {
+    if (p.repeat == 0 || p.transfers.empty()) continue;
+    const uint32_t waiting = p.pipeline_depth > 0 ? std::min(p.pipeline_depth, p.repeat) : p.repeat;
+    total += waiting * phaseTime(p);
+    if (waiting < p.repeat) total += (p.repeat - waiting) * phaseTime(p, false);
+  }
   return total;
 }
 
@@ -67,9 +71,10 @@ std::vector<double> CollectiveEngine::timeTogether(const std::vector<Job>& jobs)
     }
     const Phase& p = jobs[j].schedule.phases[s.phase];
     s.outstanding = p.transfers.size();
+    const bool latency = p.pipeline_depth == 0 || s.rep < p.pipeline_depth;   // (see Phase)
     for (const Transfer& t : p.transfers) {
       owner.push_back(j);
-      add(flowOf(t, at));
+      add(flowOf(t, at, latency));
     }
   };
   const std::function<void(FlowSpec)> add_initial = [&](FlowSpec f) { initial.push_back(std::move(f)); };

@@ -19,8 +19,9 @@ class CollectiveEngine {
   // Seconds for `s` alone on an idle fabric, the topology's collective latency included
   // (0 for a schedule that moves nothing).
   double timeAlone(const Schedule& s) const;
-  // One repetition of a phase, alone.
-  double phaseTime(const Phase& p) const;
+  // One repetition of a phase, alone; without the routes' latency: a pipeline's chunk behind
+  // its first ones.
+  double phaseTime(const Phase& p, bool latency = true) const;
 
   struct Job {
     Schedule schedule;
@@ -30,7 +31,7 @@ class CollectiveEngine {
   std::vector<double> timeTogether(const std::vector<Job>& jobs) const;
 
  private:
-  FlowSpec flowOf(const Transfer& t, double release_s) const;
+  FlowSpec flowOf(const Transfer& t, double release_s, bool latency = true) const;
   const Topology& topology_;
 };
 

@@ -1,6 +1,7 @@
 // Ring: each rank sends to its successor. all_reduce takes 2(n-1) steps of S/n (reduce-
 // scatter then all-gather), all_gather and reduce_scatter n-1 steps of S/n; broadcast and
-// reduce run a pipelined chain from the root (n-2+m phases of S/m for m chunks). With
+// reduce run a pipelined chain from the root (n-2+m phases of S/m for m chunks, the route's
+// latency paid on the chain's n-1 hops only). With
 // several channels, each ring takes its share of the data over a different stride, so a
 // full mesh spreads them over different links.
 #include <numeric>
@@ -38,6 +39,7 @@ class Ring final : public ICollectiveAlgorithm {
           else p.transfers.push_back({r.ranks[b], r.ranks[a], r.bytes / (k * m)});
         }
       p.repeat = n - 2 + m;
+      p.pipeline_depth = n - 1;
       s.phases.push_back(std::move(p));
       return s;
     }

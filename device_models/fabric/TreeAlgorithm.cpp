@@ -2,7 +2,8 @@
 // rank, each carrying half the data. all_reduce reduces up both trees and broadcasts down,
 // pipelined in chunks: in steady state every tree edge moves a chunk each phase, in both
 // directions, for 2*depth + m - 1 phases; broadcast and reduce use one direction (depth +
-// m - 1 phases). Latency grows with log2(n) instead of n.
+// m - 1 phases). Only the pipeline's hops wait out the links' latency (Phase): latency
+// grows with log2(n) instead of n.
 #include <functional>
 
 #include "device_models/fabric/Algorithms.h"
@@ -62,7 +63,9 @@ class Tree final : public ICollectiveAlgorithm {
       }
     }
     const int d = depthOf(n);
-    p.repeat = static_cast<uint32_t>((up && down ? 2 * d : d) + static_cast<int>(m) - 1);
+    const int hops = up && down ? 2 * d : d;
+    p.repeat = static_cast<uint32_t>(hops + static_cast<int>(m) - 1);
+    p.pipeline_depth = static_cast<uint32_t>(hops);
     s.phases.push_back(std::move(p));
     return s;
   }

@@ -101,7 +101,8 @@ TEST(FabricAlgorithms, PipelinedChainBroadcastMatchesItsClosedForm) {
     r.root = 2;
     r.chunk_bytes = chunk;
     const uint32_t m = chunk > 0 ? 8 : 1;
-    EXPECT_NEAR(timeOf("ring", r, mesh), (n - 2 + m) * (kA + S / m / kB), 1e-12) << chunk;
+    // The chain's n-1 hops wait out the link's latency; the chunks behind stream on.
+    EXPECT_NEAR(timeOf("ring", r, mesh), (n - 1) * (kA + S / m / kB) + (m - 1) * (S / m / kB), 1e-12) << chunk;
   }
 }
 
@@ -114,7 +115,8 @@ TEST(FabricAlgorithms, TreeAloneMatchesItsClosedForm) {
     auto r = request(CollectiveOp::AllReduce, S, mesh);
     r.chunk_bytes = chunk;
     const uint32_t m = chunk > 0 ? 4 : 1;
-    EXPECT_NEAR(timeOf("tree", r, mesh), (2 * 2 + m - 1) * (kA + S / m / kB), 1e-12) << chunk;
+    // 2 x depth hops up and down, each waiting out the latency; then a chunk per phase.
+    EXPECT_NEAR(timeOf("tree", r, mesh), 2 * 2 * (kA + S / m / kB) + (m - 1) * (S / m / kB), 1e-12) << chunk;
   }
   // Its latency term grows with log2(n): 64 ranks, a tiny message.
   Topology big = switchStar(64, kLink, kSw, false);
@@ -178,6 +180,28 @@ TEST(FabricEngine, ConcurrentCollectivesShareLinksAsTheModelPredicts) {
   const auto late = engine.timeTogether({{a, 0}, {a, engine.timeAlone(a)}});
   EXPECT_NEAR(late[0], engine.timeAlone(a), 1e-12);
   EXPECT_NEAR(late[1], 2 * engine.timeAlone(a), 1e-12);
+}
+
+TEST(FabricEngine, PipelineChunksBehindTheHopsStreamWithoutTheLatencyOnBothPaths) {
+  // A chain broadcast over a star in 1 MB chunks: the 3 hops wait out link + switch + link,
+  // the 7 chunks behind them do not; timed alone or through the shared path, the same.
+  const double S = 8e6;
+  Topology star = switchStar(4, kLink, kSw, false);
+  CollectiveEngine engine(star);
+  auto r = request(CollectiveOp::Broadcast, S, star);
+  r.chunk_bytes = 1e6;
+  const Schedule chain = algorithm("ring").schedule(r, star);
+  ASSERT_EQ(chain.phases.size(), 1u);
+  EXPECT_EQ(chain.phases[0].repeat, 4u - 2 + 8);
+  EXPECT_EQ(chain.phases[0].pipeline_depth, 3u);
+  const double chunk = 1e6 / kB;
+  const double expected = 3 * (2 * kA + kSw + chunk) + 7 * chunk;
+  EXPECT_NEAR(engine.timeAlone(chain), expected, 1e-12);
+  EXPECT_NEAR(engine.timeTogether({{chain, 0}})[0], expected, 1e-12);
+  // A ring's steps depend on each other: every one waits (no pipeline depth).
+  const Schedule ring = algorithm("ring").schedule(request(CollectiveOp::AllReduce, S, star), star);
+  EXPECT_EQ(ring.phases[0].pipeline_depth, 0u);
+  EXPECT_NEAR(engine.timeTogether({{ring, 0}})[0], engine.timeAlone(ring), 1e-12);
 }
 
 TEST(FabricEngine, AThousandRanksAloneTakeOneSolve) {
