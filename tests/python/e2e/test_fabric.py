@@ -214,6 +214,12 @@ elif scenario == "simple":
     out["sum"] = t[0].item()
 print("OUT " + json.dumps(out), flush=True)
 sys.stdout.flush()
+if rank == 0:
+    # This process hosts the job's fabric server, and _exit skips the exit handler that keeps
+    # it serving: give its thread a moment to finish sending the answers it was writing to
+    # the others when this rank got its own (on a loaded machine it may be descheduled in
+    # between, and a rank would see the server vanish instead of its collective's error).
+    time.sleep(0.5)
 os._exit(0)
 '''
 
