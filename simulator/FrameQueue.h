@@ -1,6 +1,6 @@
 // Frames written to a socket one after another (asio allows one async_write in flight per
-// socket), and closing once what was queued has gone out. Both ends of a fabric connection
-// use one: the client (FabricClient) and the server's session (FabricServerState.h).
+// socket), and closing once what was queued has gone out: the fabric server's side of a
+// connection (its Session, FabricServerState.h). The client writes from its calling threads.
 // Serving thread only. The owner passes itself (shared_from_this()) to keep it alive in
 // the write handlers, and is told when the queue has ended: a write failed (`ec` set), or
 // everything queued before closeAfterWrites() went out.

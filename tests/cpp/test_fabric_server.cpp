@@ -410,3 +410,36 @@ TEST(FabricServer, ARankWhoseFabricDiffersFromTheServersIsRefusedNamingTheKey) {
   FabricClient ok(fx.address, FabricClient::Identity{"job", 1, 2, kPreset, fabric::fabricSignature(same)}, 5);
   EXPECT_EQ(ok.address(), fx.address);
 }
+
+TEST(FabricServer, OneConnectionServesSeveralThreadsEachWithItsOwnAnswer) {
+  // A rank's host threads share its one connection: whichever waits reads the socket and
+  // hands the others their answers. Three groups over the same two ranks, far apart in
+  // simulated time (no sharing of links), with different sizes: each thread must get the
+  // end of its own collective, whichever thread happened to read it.
+  Fixture fx;
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 2; ++r) clients.push_back(fx.client(r, 2));
+  const double bytes[3] = {4096, 1 << 20, 64 << 20};
+  for (int round = 0; round < 5; ++round) {
+    std::vector<std::future<FabricClient::Completion>> done;
+    std::vector<uint64_t> expected;
+    for (int r = 0; r < 2; ++r)
+      for (int g = 0; g < 3; ++g) {
+        const uint64_t arrival = static_cast<uint64_t>(round * 3 + g) * 1'000'000'000'000ull + static_cast<uint64_t>(r);
+        auto c = allReduce({0, 1}, arrival, bytes[g]);
+        c.group = "g" + std::to_string(g);
+        c.seq = clients[static_cast<size_t>(r)]->nextSeq(c.group);
+        expected.push_back(static_cast<uint64_t>(round * 3 + g) * 1'000'000'000'000ull + 1 +
+                           model::secondsToPs(aloneSeconds(bytes[g], {0, 1})));
+        FabricClient* client = clients[static_cast<size_t>(r)].get();
+        done.push_back(std::async(std::launch::async, [client, c, round, g] {
+          // Different threads reach the socket first in different rounds.
+          std::this_thread::sleep_for(std::chrono::milliseconds((round + g) % 3 * 5));
+          return client->collective(c);
+        }));
+      }
+    for (size_t i = 0; i < done.size(); ++i)
+      EXPECT_EQ(done[i].get().end_ps, expected[i]) << "round " << round << " rank " << i / 3 << " group g" << i % 3;
+  }
+  EXPECT_EQ(fx.server.stats().collectives_completed, 15u);
+}
