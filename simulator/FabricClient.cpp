@@ -193,8 +193,9 @@ struct FabricClient::Impl {
     pump(lock, Clock::now(), [] { return false; });
   }
 
-  // Writes one whole frame; false (with `why`) if the connection is gone.
-  bool sendFrame(const std::string& frame, std::string* why) {
+  // Writes one whole frame; false if the connection is gone (`why`), or if the server has
+  // not taken a byte for the send timeout (`stalled`).
+  bool sendFrame(const std::string& frame, std::string* why, bool* stalled) {
     std::lock_guard<std::mutex> w(write_mutex);
     if (fd < 0) {
       *why = "the connection to the fabric server was closed";
@@ -205,7 +206,8 @@ struct FabricClient::Impl {
       const ssize_t n = ::send(fd, frame.data() + done, frame.size() - done, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        *why = errno == EAGAIN || errno == EWOULDBLOCK ? "it stopped reading" : std::strerror(errno);
+        *stalled = errno == EAGAIN || errno == EWOULDBLOCK;
+        *why = std::strerror(errno);
         return false;
       }
       done += static_cast<std::size_t>(n);
@@ -215,9 +217,11 @@ struct FabricClient::Impl {
 
   void send(const std::string& frame) {
     std::string why;
-    if (sendFrame(frame, &why)) return;
+    bool stalled = false;
+    if (sendFrame(frame, &why, &stalled)) return;
     std::lock_guard<std::mutex> lock(mutex);
-    failLocked(lostMessage(why));
+    failLocked(stalled ? "the fabric server at " + address + " stopped reading: nothing could be written to it for 60 s"
+                       : lostMessage(why));
   }
 };
 
