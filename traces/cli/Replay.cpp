@@ -78,11 +78,11 @@ class Summing final : public shim::TraceObserver {
   replay::RankAnalyzer& analyzer_;
 };
 
-// Writes all of `bytes` to `fd` (a pipe the parent drains).
-bool writeAll(int fd, const std::string& bytes) {
+// Writes all of `size` bytes at `data` to `fd` (a pipe the parent drains).
+bool writeAll(int fd, const char* data, std::size_t size) {
   std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < size) {
+    const ssize_t n = ::write(fd, data + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     done += static_cast<std::size_t>(n);
@@ -148,7 +148,8 @@ struct RankChild {
     {
       const std::string pass = replay::writePass(analyzer.finish());
       const uint64_t n = pass.size();
-      if (!writeAll(pass_fd, std::string(reinterpret_cast<const char*>(&n), sizeof n) + pass))
+      // The length, then the summary (about a megabyte for the demo: not copied behind it).
+      if (!writeAll(pass_fd, reinterpret_cast<const char*>(&n), sizeof n) || !writeAll(pass_fd, pass.data(), pass.size()))
         throw std::runtime_error(std::string("cannot hand the replay's summary over: ") + std::strerror(errno));
       ::close(pass_fd);
     }
