@@ -295,6 +295,7 @@ FabricClient::FabricClient(const std::string& address, const Identity& who, doub
   h->set_world_size(who.world_size);
   h->set_preset(who.preset);
   h->set_fabric(who.fabric);
+  h->set_pid(static_cast<uint32_t>(::getpid()));
   impl_->send(wire::frame(hello.SerializeAsString()));
   const auto answer_by = std::max(deadline, Clock::now() + std::chrono::seconds(1));
   std::string why;

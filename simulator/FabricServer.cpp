@@ -2,6 +2,8 @@
 // ready collectives is FabricSettle.cpp; the shared state FabricServerState.h).
 #include "simulator/FabricServerState.h"
 
+#include <unistd.h>
+
 namespace cardsim::sim {
 
 void FabricServer::Impl::accept() {
@@ -51,6 +53,11 @@ void FabricServer::Impl::onHello(Session& s, const rpc::Hello& h) {
   s.hello = true;
   s.job = h.job();
   s.rank = rank;
+  {
+    boost::system::error_code ec;
+    const auto ep = s.socket.remote_endpoint(ec);
+    s.in_server_process = !ec && ep.address().is_loopback() && h.pid() == static_cast<uint32_t>(::getpid());
+  }
   by_rank[key] = s.shared_from_this();
   Job& job = jobs[s.job];
   job.gone.erase(rank);
@@ -186,14 +193,12 @@ void FabricServer::Impl::failPending(Job& job, const std::string& key, const std
   log(msg);
   failed.fetch_add(1);   // before the errors go out, as in answer()
   pending_count.fetch_sub(1);
-  for (const auto& [r, a] : p.arrived) {
-    auto s = a.session.lock();
-    if (!s) continue;
+  forEachHostLast(p, [&](Session& s, const Pending::Arrival& a) {
     rpc::ToClient m;
     m.mutable_error()->set_id(a.id);
     m.mutable_error()->set_message(msg);
-    s->send(m);
-  }
+    s.send(m);
+  });
   forget(job, p);
   job.pending.erase(it);
 }

@@ -1,6 +1,6 @@
 // The fabric server's state, shared by its two halves: FabricServer.cpp (connections,
 // hellos, arrivals, faults) and FabricSettle.cpp (when ready collectives are answered and
-// how they are timed together). Internal to simulator/; include only from those two.
+// how they are timed together). Internal to simulator/; include only from those two (and their tests).
 #pragma once
 
 #include <boost/asio.hpp>
@@ -177,6 +177,7 @@ struct Session : std::enable_shared_from_this<Session> {
   bool hello = false;
   std::string job;
   int rank = -1;
+  bool in_server_process = false;   // the rank whose process hosts this server (its Hello's pid)
 
   std::string who() const {
     return hello ? "rank " + std::to_string(rank) + " of job " + job + " (" + peer + ")" : "client " + peer;
@@ -229,5 +230,25 @@ struct Session : std::enable_shared_from_this<Session> {
     impl.onClosed(*this);
   }
 };
+
+// Calls `f` for each member of `p` still connected, the rank whose process hosts this server
+// last: its answer goes out once the others' are written (asio writes at once when it can),
+// so that a host ending its process right after its last collective (os._exit, skipping the
+// exit handler that keeps the server up) cannot cut the others' answers short.
+// (Several ranks may share the server's process: a test's, or one process driving them.)
+template <class F>
+void forEachHostLast(const Pending& p, F f) {
+  std::vector<std::pair<std::shared_ptr<Session>, const Pending::Arrival*>> hosts;
+  for (const auto& [r, a] : p.arrived) {
+    auto s = a.session.lock();
+    if (!s) continue;
+    if (s->in_server_process) {
+      hosts.emplace_back(std::move(s), &a);
+      continue;
+    }
+    f(*s, a);
+  }
+  for (const auto& [s, a] : hosts) f(*s, *a);
+}
 
 }  // namespace cardsim::sim

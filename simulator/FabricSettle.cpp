@@ -167,17 +167,16 @@ void FabricServer::Impl::answer(Job& job, const std::string& key, uint64_t end_p
   // (asio writes at once when it can), and the stats must already include it.
   completed.fetch_add(1);
   pending_count.fetch_sub(1);
-  for (const auto& [r, a] : p.arrived) {
-    auto s = a.session.lock();
-    if (!s || !a.answer) continue;
+  forEachHostLast(p, [&](Session& s, const Pending::Arrival& a) {
+    if (!a.answer) return;
     rpc::ToClient m;
     auto* c = m.mutable_complete();
     c->set_id(a.id);
     c->set_end_ps(end_ps);
     c->set_algorithm(alone.algorithm);
     c->set_alone_s(alone.seconds);
-    s->send(m);
-  }
+    s.send(m);
+  });
   forget(job, p);
   job.pending.erase(it);
 }

@@ -2,6 +2,7 @@
 // and faults (timeouts, departures, disagreement, other protocol versions, garbage) that
 // cost the offending collective or connection only.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 
@@ -16,6 +17,7 @@
 #include "simulator/FabricConfig.h"
 #include "simulator/FabricModel.h"
 #include "simulator/FabricServer.h"
+#include "simulator/FabricServerState.h"   // forEachHostLast, tested directly
 #include "simulator/FabricWire.h"
 #include "simulator/proto/fabric.pb.h"
 
@@ -442,4 +444,83 @@ TEST(FabricServer, OneConnectionServesSeveralThreadsEachWithItsOwnAnswer) {
       EXPECT_EQ(done[i].get().end_ps, expected[i]) << "round " << round << " rank " << i / 3 << " group g" << i % 3;
   }
   EXPECT_EQ(fx.server.stats().collectives_completed, 15u);
+}
+
+TEST(FabricServer, TheRankHostingTheServerHearsLastSoItsExitCannotCutTheOthersShort) {
+  // The job's rank 0 hosts its server; a program may end its process right after its last
+  // collective (os._exit skips the handler that keeps the server up). The answers of a
+  // collective go out member by member, the ranks in the server's own process last (asio
+  // writes each at once when it can), so that when the host has its answer, the others'
+  // are already written.
+  sim::FabricServer::Impl impl(params(), FabricServer::Options{kPreset, "127.0.0.1", 0, false});
+  sim::Pending p;
+  std::vector<std::shared_ptr<sim::Session>> sessions;
+  for (int r = 0; r < 4; ++r) {
+    sessions.push_back(std::make_shared<sim::Session>(impl, boost::asio::ip::tcp::socket(impl.io)));
+    sessions.back()->rank = r;
+    sessions.back()->in_server_process = r == 0 || r == 2;   // the host, and a rank it also drives
+    p.arrived[r] = sim::Pending::Arrival{sessions.back(), static_cast<uint64_t>(10 + r), 0, true};
+  }
+  sessions[3].reset();   // gone: skipped
+  p.arrived[3].session = sessions[3];
+  std::vector<int> order;
+  sim::forEachHostLast(p, [&](sim::Session& s, const sim::Pending::Arrival& a) {
+    order.push_back(s.rank);
+    EXPECT_EQ(a.id, static_cast<uint64_t>(10 + s.rank));
+  });
+  EXPECT_EQ(order, (std::vector<int>{1, 0, 2}));
+}
+
+TEST(FabricServer, ARankInAnotherProcessAndTheHostBothGetTheirAnswers) {
+  // The Hello's pid tells the server which rank lives in its own process; a rank that says
+  // it lives elsewhere (a raw connection here) is answered as before, with the same end.
+  Fixture fx;
+  auto host = fx.client(0, 2);
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::socket other(io);
+  other.connect({asio::ip::make_address("127.0.0.1"), fx.server.port()});
+  auto sendMessage = [&](const fabric_rpc::ToServer& m) {
+    asio::write(other, asio::buffer(sim::wire::frame(m.SerializeAsString())));
+  };
+  auto readMessage = [&] {
+    unsigned char h[4];
+    asio::read(other, asio::buffer(h, 4));
+    std::string body(sim::wire::frameLength(h), '\0');
+    asio::read(other, asio::buffer(body));
+    fabric_rpc::ToClient m;
+    EXPECT_TRUE(m.ParseFromString(body));
+    return m;
+  };
+  fabric_rpc::ToServer hello;
+  auto* h = hello.mutable_hello();
+  h->set_protocol_version(sim::wire::kProtocolVersion);
+  h->set_job("job");
+  h->set_rank(1);
+  h->set_world_size(2);
+  h->set_preset(kPreset);
+  h->set_pid(static_cast<uint32_t>(::getpid()) + 1);
+  sendMessage(hello);
+  ASSERT_TRUE(readMessage().has_welcome());
+  for (int i = 0; i < 20; ++i) {
+    fabric_rpc::ToServer arrive;
+    auto* a = arrive.mutable_arrive();
+    a->set_id(100 + static_cast<uint64_t>(i));
+    a->set_group("g");
+    a->add_ranks(0);
+    a->add_ranks(1);
+    a->set_seq(static_cast<uint64_t>(i));
+    a->set_op("all_reduce");
+    a->set_bytes(4096);
+    a->set_arrival_ps(static_cast<uint64_t>(i) * 1'000'000'000ull);
+    a->set_timeout_ms(10'000);
+    sendMessage(arrive);
+    auto c = allReduce({0, 1}, static_cast<uint64_t>(i) * 1'000'000'000ull, 4096);
+    c.seq = host->nextSeq(c.group);
+    const uint64_t end = host->collective(c).end_ps;
+    const fabric_rpc::ToClient m = readMessage();
+    ASSERT_TRUE(m.has_complete()) << i;
+    EXPECT_EQ(m.complete().id(), 100u + static_cast<uint64_t>(i));
+    EXPECT_EQ(m.complete().end_ps(), end);
+  }
 }

@@ -208,6 +208,17 @@ elif scenario == "exchange":
     out["got"] = got[0].item()
     out["acts"] = coll_acts()
     dist.barrier()   # as in the pipeline: the server's host stays until both receives are answered
+elif scenario == "host_exits_at_once":
+    # Rank 0 hosts the job's fabric server and ends its process the moment its last
+    # collective returns (os._exit skips the exit handler that keeps the server up): the
+    # server answers the ranks of other processes first, so theirs are out already.
+    t = torch.ones(1 << 10, device=d) * (rank + 1)
+    for _ in range(5):
+        dist.all_reduce(t)
+    mod.synchronize()
+    out["sum"] = t[0].item()
+    print("OUT " + json.dumps(out), flush=True)
+    os._exit(0)
 elif scenario == "simple":
     t = torch.ones(1 << 12, device=d) * (rank + 1)
     dist.all_reduce(t)
@@ -319,6 +330,15 @@ def test_times_do_not_depend_on_the_order_ranks_start_or_arrive_in(tmp_path):
         assert all(res[r] for r in range(world)), _shown(errs)
         runs.append({r: (res[r]["acts"], res[r]["host_ns"]) for r in range(world)})
     assert runs[0] == runs[1]
+
+
+def test_the_rank_hosting_the_server_may_exit_at_once_after_its_last_collective(tmp_path):
+    world = 3
+    for _ in range(3):
+        res, errs = run_ranks(tmp_path, world, "host_exits_at_once")
+        assert all(res[r] for r in range(world)), _shown(errs)
+        # 1+2+3 = 6 after the first all_reduce, then each multiplies by 3 (three equal terms)
+        assert all(res[r]["sum"] == 6.0 * 3 ** 4 for r in range(world)), res
 
 
 def test_a_rank_that_dies_fails_the_others_naming_it(tmp_path):
