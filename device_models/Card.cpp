@@ -112,8 +112,16 @@ void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
         memory_.loadForCollective(cmd.memory_bytes, cmd.memory_bytes / (static_cast<double>(d) * 1e-12),
                                   params_.dma.memory_weight, &traffic);
       }
+      // Its link traffic, likewise, holds back this process's peer copies on those links.
+      std::vector<std::pair<std::string, double>> rates;
+      if (fabric_ && !cmd.link_bytes.empty()) {
+        const double seconds = static_cast<double>(d) * 1e-12;
+        for (const auto& [link, bytes] : cmd.link_bytes) rates.emplace_back(link, bytes * cmd.link_share / seconds);
+        fabric_->occupy(rates, +1);
+      }
       sc_core::wait(sc_core::sc_time(static_cast<double>(d), sc_core::SC_PS));
       if (loads && traffic.pending > 0) memory_.cancel(&traffic);
+      if (!rates.empty()) fabric_->occupy(rates, -1);
       break;
     }
   }

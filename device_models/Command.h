@@ -5,6 +5,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "device_models/DeviceParams.h"
 
@@ -78,6 +81,11 @@ struct Command {
   TimePs end_at_ps = 0;              // Collective: ends no earlier than this (the fabric
                                      // server's completion across ranks); 0: start + duration
   double memory_bytes = 0;           // Collective: bytes it reads and writes in this card's memory
+  // Collective: the bytes its schedule moves over each fabric link (by the link's name), of
+  // which this command carries `link_share` (1/members when one process issues every member's
+  // command, else 1): peer copies of this process on those links give way while it runs.
+  std::vector<std::pair<std::string, double>> link_bytes;
+  double link_share = 1;
 };
 
 // Receives every completed command, in the simulation thread.

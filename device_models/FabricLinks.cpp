@@ -12,7 +12,11 @@ constexpr double kDoneBytes = 1e-3;
 }  // namespace
 
 FabricLinks::FabricLinks(sc_core::sc_module_name name, fabric::Topology topology)
-    : sc_module(name), topology_(std::move(topology)), solver_(topology_) {
+    : sc_module(name), topology_(std::move(topology)), solver_(topology_), occupied_(topology_.linkCount(), 0.0) {
+  for (std::size_t l = 0; l < topology_.linkCount(); ++l) {
+    const fabric::LinkId id{static_cast<uint32_t>(l)};
+    by_name_.emplace(topology_.link(id).name, id);
+  }
   SC_HAS_PROCESS(FabricLinks);
   SC_METHOD(onWake);
   sensitive << wake_;
@@ -36,6 +40,25 @@ void FabricLinks::transfer(DeviceId src, DeviceId dst, double bytes, Waiter* w) 
   reschedule();
 }
 
+void FabricLinks::occupy(const std::vector<std::pair<std::string, double>>& bytes_per_s, int sign) {
+  advance();
+  for (const auto& [link, rate] : bytes_per_s) {
+    auto it = by_name_.find(link);
+    if (it == by_name_.end()) continue;
+    double& o = occupied_[index(it->second)];
+    o = std::max(0.0, o + sign * rate);
+  }
+  assignRates();
+  reschedule();
+}
+
+double FabricLinks::available(const std::string& link) const {
+  auto it = by_name_.find(link);
+  if (it == by_name_.end()) return 0;
+  const double bw = topology_.link(it->second).params.bandwidth_bytes_per_s;
+  return std::max(0.0, bw - occupied_[index(it->second)]);
+}
+
 void FabricLinks::advance() {
   const double now = sc_core::sc_time_stamp().to_seconds();
   const double dt = now - now_s_;
@@ -48,7 +71,11 @@ void FabricLinks::assignRates() {
   std::vector<const std::vector<fabric::LinkId>*> paths;
   paths.reserve(flows_.size());
   for (const Flow& f : flows_) paths.push_back(f.path);
-  const std::vector<double> rates = solver_.rates(paths);
+  std::vector<double> capacity(topology_.linkCount());
+  for (std::size_t l = 0; l < capacity.size(); ++l)
+    capacity[l] = std::max(0.0, topology_.link(fabric::LinkId{static_cast<uint32_t>(l)}).params.bandwidth_bytes_per_s -
+                                    occupied_[l]);
+  const std::vector<double> rates = solver_.rates(paths, &capacity);
   for (std::size_t i = 0; i < flows_.size(); ++i) flows_[i].rate = rates[i];
 }
 
@@ -56,6 +83,7 @@ void FabricLinks::reschedule() {
   wake_.cancel();
   double best = -1;
   for (const Flow& f : flows_) {
+    if (f.rate <= 0) continue;   // held by collectives: moves again when one ends (occupy)
     const double t = f.rate == std::numeric_limits<double>::infinity() ? 0.0 : f.remaining / f.rate;
     if (best < 0 || t < best) best = t;
   }

@@ -4,10 +4,15 @@
 // both cards' PCIe links: it waits the route's latency, then its bytes cross every link of
 // the route at the max-min fair rate among the copies under way (fabric::FlowSolver's rule,
 // recomputed whenever a copy starts or ends). Device d of the process is device rank d of
-// the topology, as a job's rank r is on the fabric server.
+// the topology, as a job's rank r is on the fabric server. A collective running on one of the
+// cards takes its own traffic's rate off each link it crosses while it runs (its time is
+// the fabric model's, agreed by its ranks); the copies share what is left.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 #include <systemc>
 #include <vector>
 
@@ -28,6 +33,11 @@ class FabricLinks : public sc_core::sc_module {
   double latencySeconds(DeviceId src, DeviceId dst) const;
   // Starts moving `bytes` from src to dst; `w->pending` must already count this flow.
   void transfer(DeviceId src, DeviceId dst, double bytes, Waiter* w);
+  // Takes `bytes_per_s` off each named link (a collective's traffic while it runs), or gives
+  // it back with `sign` -1. Links this process's topology does not have are skipped.
+  void occupy(const std::vector<std::pair<std::string, double>>& bytes_per_s, int sign);
+  // The rate a link has left for copies, bytes/s (for tests).
+  double available(const std::string& link) const;
 
  private:
   struct Flow {
@@ -43,6 +53,8 @@ class FabricLinks : public sc_core::sc_module {
 
   fabric::Topology topology_;
   fabric::FlowSolver solver_;
+  std::map<std::string, fabric::LinkId> by_name_;
+  std::vector<double> occupied_;   // bytes/s taken by collectives, per link
   std::vector<Flow> flows_;
   double now_s_ = 0;
   sc_core::sc_event wake_;

@@ -6,14 +6,15 @@
 
 namespace cardsim::fabric {
 
-std::vector<double> FlowSolver::rates(const std::vector<const std::vector<LinkId>*>& paths) const {
+std::vector<double> FlowSolver::rates(const std::vector<const std::vector<LinkId>*>& paths,
+                                      const std::vector<double>* given) const {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const std::size_t nf = paths.size();
   std::vector<double> rate(nf, kInf);
   std::vector<double> capacity(topology_.linkCount());
   std::vector<uint32_t> users(topology_.linkCount(), 0);
   for (std::size_t l = 0; l < capacity.size(); ++l)
-    capacity[l] = topology_.link(LinkId{static_cast<uint32_t>(l)}).params.bandwidth_bytes_per_s;
+    capacity[l] = given ? (*given)[l] : topology_.link(LinkId{static_cast<uint32_t>(l)}).params.bandwidth_bytes_per_s;
   for (const auto* p : paths)
     for (LinkId l : *p) ++users[index(l)];
   std::vector<bool> fixed(nf, false);

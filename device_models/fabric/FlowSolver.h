@@ -25,8 +25,10 @@ class FlowSolver {
  public:
   explicit FlowSolver(const Topology& topology) : topology_(topology) {}
 
-  // The max-min fair rates (bytes/s) of flows sharing the topology's links.
-  std::vector<double> rates(const std::vector<const std::vector<LinkId>*>& paths) const;
+  // The max-min fair rates (bytes/s) of flows sharing the topology's links; with `capacity`
+  // (bytes/s per link, by LinkId), on those capacities instead of the links' own.
+  std::vector<double> rates(const std::vector<const std::vector<LinkId>*>& paths,
+                            const std::vector<double>* capacity = nullptr) const;
 
   // Simulates the flows to completion; returns each flow's completion time. `on_complete`,
   // if given, is called at each completion in time order and may add flows (released no

@@ -169,11 +169,18 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     if (const char* env = std::getenv("CARDSIM_COLL_ALGO")) algo = env;
   sim::FabricModel::Timed t;
   fabric::CollectiveOp op;
+  // A process driving several cards has their fabric links in its model (peer copies cross
+  // them): the collective's traffic on each link holds its copies back while it runs. Only
+  // a collective among this process's devices is laid out link by link for it (one over a
+  // thousand ranks would cost that per call, for the few links this process has).
+  sim::FabricModel::LinkLoads loads;
+  bool local_links = sim_.deviceCount() > 1;
+  for (int r : desc.ranks) local_links = local_links && r >= 0 && static_cast<uint32_t>(r) < sim_.deviceCount();
   try {
     // Validates the request here, before any other rank depends on it.
     op = fabric::parseOp(desc.op);
     t = fabric_->time(op, desc.bytes, desc.ranks, static_cast<uint32_t>(std::max(desc.root, 0)),
-                      static_cast<uint32_t>(std::max(desc.peer, 0)), algo);
+                      static_cast<uint32_t>(std::max(desc.peer, 0)), algo, local_links ? &loads : nullptr);
   } catch (const std::exception& e) {
     return Status(Code::InvalidValue, "launchFabricCollective '" + desc.op + "': " + e.what());
   }
@@ -181,6 +188,8 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   cmd.kind = CommandKind::Collective;
   cmd.duration_ps = model::secondsToPs(t.seconds);
   cmd.memory_bytes = fabric::memoryBytesPerMember(op, desc.bytes, static_cast<uint32_t>(desc.ranks.size()));
+  for (const auto& [link, use] : loads)
+    if (use.bytes > 0) cmd.link_bytes.emplace_back(link, use.bytes);
   const std::string name = desc.op + ":" + t.algorithm;
   double took = t.seconds;
   using P2P = CollectiveDesc::PointToPoint;
@@ -207,7 +216,11 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     posted_at = slot->time_ps.load();
   }
   sim::FabricClient* client = fabricClient();
-  if (client && desc.ranks.size() > 1 && (op != fabric::CollectiveOp::SendRecv || p2p) && !capturing(s)) {
+  const bool joined = client && desc.ranks.size() > 1 && (op != fabric::CollectiveOp::SendRecv || p2p) && !capturing(s);
+  // Joined, this process issues its own member's command alone; else (one process driving
+  // every member) each member's command carries its share of the collective's traffic.
+  cmd.link_share = joined || desc.ranks.empty() ? 1.0 : 1.0 / static_cast<double>(desc.ranks.size());
+  if (joined) {
     const model::TimePs free_at = sim_.queueFreeAt(model::DeviceId{static_cast<uint32_t>(s->device)}, s->queue);
     const model::TimePs ready = sim_.hostNow() + model::secondsToPs(params_.host.launch_overhead_s);
     sim::FabricClient::Collective c;

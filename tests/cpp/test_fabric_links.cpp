@@ -4,6 +4,9 @@
 #include "ShimTestUtil.h"
 #include "device_models/fabric/FabricParams.h"
 #include "simulator/FabricConfig.h"
+#include "simulator/FabricModel.h"
+
+#include <limits>
 
 namespace shim = cardsim::shim;
 namespace fabric = cardsim::fabric;
@@ -127,4 +130,67 @@ TEST(FabricLinks, NvlinkPeerCopyOfTheA100ReferenceRunsAtItsLinkRate) {
   // Published: 512 MiB GPU0 -> GPU1 over NVLink3 in 1959 us (274 GB/s, copy engines); the
   // preset's link carries the collectives' efficiency (235 GB/s), so the model is within 20%.
   EXPECT_NEAR(durationS(acts[0]), 1959e-6, 0.2 * 1959e-6);
+}
+
+TEST(FabricLinks, ACollectiveOnTheSameLinksHoldsAPeerCopyBackWhileItRuns) {
+  // One process driving chips 0-3 of an MLU370-X8 group: an all-reduce of chips 0 and 2
+  // (each member's command on its own card) crosses the link between cards 0 and 1, and so
+  // does a copy from chip 1 to chip 3. While the collective runs, its traffic on each link
+  // (the fabric model's bytes over its time) is not the copy's: the copy moves at what its
+  // route has left, then at the full rate once the collective has ended.
+  startRuntime("mlu370-x8", 4);
+  const auto t = topologyOf("mlu370-x8", 4);
+  const size_t copy_bytes = 256ull << 20;
+  const double coll_bytes = 64.0 * (1 << 20);
+  Buffers b = allocate(4, copy_bytes);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  shim::CollectiveDesc c;
+  c.op = "all_reduce";
+  c.bytes = coll_bytes;
+  c.ranks = {0, 2};
+  const shim::Stream s0 = streamOn(0), s2 = streamOn(2), s1 = streamOn(1);
+  ASSERT_SHIM_OK(shim::setDevice(0));
+  ASSERT_SHIM_OK(shim::launchFabricCollective(s0, c, nullptr, nullptr));
+  ASSERT_SHIM_OK(shim::setDevice(2));
+  ASSERT_SHIM_OK(shim::launchFabricCollective(s2, c, nullptr, nullptr));
+  ASSERT_SHIM_OK(shim::setDevice(1));
+  ASSERT_SHIM_OK(shim::memcpyPeerAsync(b.on[3], 3, b.on[1], 1, copy_bytes, s1));
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  const auto all = drain();
+  std::vector<shim::ActivityRecord> colls, copies = named(all, "memcpy peer");
+  for (const auto& a : all)
+    if (a.kind == shim::ActivityRecord::Kind::Collective) colls.push_back(a);
+  ASSERT_EQ(colls.size(), 2u);
+  ASSERT_EQ(copies.size(), 1u);
+  // The collective's traffic per link, as the fabric model lays it out.
+  cardsim::sim::SimOptions o;
+  o.preset = "mlu370-x8";
+  cardsim::sim::FabricModel model(cardsim::sim::loadFabricParams(o));
+  cardsim::sim::FabricModel::LinkLoads loads;
+  const double coll_s = model.time(fabric::CollectiveOp::AllReduce, coll_bytes, {0, 2}, 0, 1, "", &loads).seconds;
+  EXPECT_NEAR(durationS(colls[0]), coll_s, 1e-9);   // its own time is the model's, copy or not
+  // The copy's rate while the collective runs: the least its route's links have left.
+  const fabric::NodeId from = t.devices()[1], to = t.devices()[3];
+  double during = std::numeric_limits<double>::infinity(), full = during;
+  bool shared = false;
+  for (fabric::LinkId l : t.route(from, to)) {
+    const fabric::Link& link = t.link(l);
+    auto it = loads.find(link.name);
+    const double taken = it == loads.end() ? 0.0 : it->second.bytes / coll_s;
+    shared = shared || taken > 0;
+    during = std::min(during, link.params.bandwidth_bytes_per_s - taken);
+    full = std::min(full, link.params.bandwidth_bytes_per_s);
+  }
+  ASSERT_TRUE(shared) << "the copy's route should cross a link of the collective's";
+  ASSERT_LT(during, full);
+  // Closed form from the copy's start: the route's latency, bytes at `during` until the
+  // collective ends, the rest at `full`.
+  const double start = seconds(copies[0].start_ps), coll_end = seconds(std::max(colls[0].end_ps, colls[1].end_ps));
+  const double moving = start + t.routeLatency(from, to);
+  const double held = std::max(0.0, coll_end - moving);
+  const double expected = held * during >= copy_bytes
+                              ? moving + copy_bytes / during - start
+                              : coll_end - start + (copy_bytes - held * during) / full;
+  EXPECT_NEAR(durationS(copies[0]), expected, kTolerance * expected);
+  EXPECT_GT(durationS(copies[0]), 1.05 * alone(t, 1, 3, copy_bytes));
 }

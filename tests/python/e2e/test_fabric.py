@@ -219,6 +219,34 @@ elif scenario == "host_exits_at_once":
     out["sum"] = t[0].item()
     print("OUT " + json.dumps(out), flush=True)
     os._exit(0)
+elif scenario == "copy_beside_collective":
+    # Each rank's process drives both chips of the first card; rank r's collective runs on
+    # chip r, so the all_reduce crosses the chips' on-card link. Rank 0 times a copy from
+    # chip 0 to chip 1 over that link: alone, then while the all_reduce runs beside it.
+    mod.set_device(rank)
+    n = int(os.environ["NBYTES"]) // 4
+    t = torch.ones(n, device=torch.device("mlu", rank))
+    if rank == 0:
+        x, y = torch.ones(n, device="mlu:0"), torch.empty(n, device="mlu:1")
+
+        def timed_copy():
+            s, e = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
+            s.record(); y.copy_(x); e.record()
+            return s, e
+        mod.synchronize()
+        s, e = timed_copy()
+        e.synchronize()
+        out["alone_us"] = s.elapsed_time(e) * 1e3
+    dist.barrier()
+    side = mod.Stream()
+    with mod.stream(side):
+        dist.all_reduce(t)           # on the side stream; the copy on the default one
+    if rank == 0:
+        s, e = timed_copy()
+        e.synchronize()
+        out["beside_us"] = s.elapsed_time(e) * 1e3
+    mod.synchronize()
+    out["sum"] = t[0].item()
 elif scenario == "simple":
     t = torch.ones(1 << 12, device=d) * (rank + 1)
     dist.all_reduce(t)
@@ -339,6 +367,20 @@ def test_the_rank_hosting_the_server_may_exit_at_once_after_its_last_collective(
         assert all(res[r] for r in range(world)), _shown(errs)
         # 1+2+3 = 6 after the first all_reduce, then each multiplies by 3 (three equal terms)
         assert all(res[r]["sum"] == 6.0 * 3 ** 4 for r in range(world)), res
+
+
+def test_a_collective_holds_back_a_peer_copy_on_the_link_it_crosses(tmp_path):
+    # 64 MiB each: the 2-rank all_reduce over chips 0 and 1 keeps their on-card link busy in
+    # both directions for its whole time, so the copy (chip 0 -> chip 1, on the default
+    # stream) moves next to nothing until it ends, then at the full rate.
+    nbytes = 64 << 20
+    res, errs = run_ranks(tmp_path, 2, "copy_beside_collective", CARDSIM_DEVICES=2, NBYTES=nbytes)
+    assert all(res[r] for r in range(2)), _shown(errs)
+    assert all(res[r]["sum"] == 2.0 for r in range(2))
+    alone, beside = res[0]["alone_us"], res[0]["beside_us"]
+    coll = model_us("all_reduce", 2, nbytes)
+    assert beside > alone + 0.8 * coll, (alone, beside, coll)
+    assert beside < alone + coll * 1.05, (alone, beside, coll)
 
 
 def test_a_rank_that_dies_fails_the_others_naming_it(tmp_path):
