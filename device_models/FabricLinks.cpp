@@ -12,7 +12,11 @@ constexpr double kDoneBytes = 1e-3;
 }  // namespace
 
 FabricLinks::FabricLinks(sc_core::sc_module_name name, fabric::Topology topology)
-    : sc_module(name), topology_(std::move(topology)), solver_(topology_), occupied_(topology_.linkCount(), 0.0) {
+    : sc_module(name),
+      topology_(std::move(topology)),
+      solver_(topology_),
+      occupied_(topology_.linkCount(), 0.0),
+      occupiers_(topology_.linkCount(), 0) {
   for (std::size_t l = 0; l < topology_.linkCount(); ++l) {
     const fabric::LinkId id{static_cast<uint32_t>(l)};
     by_name_.emplace(topology_.link(id).name, id);
@@ -45,18 +49,12 @@ void FabricLinks::occupy(const std::vector<std::pair<std::string, double>>& byte
   for (const auto& [link, rate] : bytes_per_s) {
     auto it = by_name_.find(link);
     if (it == by_name_.end()) continue;
-    double& o = occupied_[index(it->second)];
-    o = std::max(0.0, o + sign * rate);
+    const std::size_t l = index(it->second);
+    occupiers_[l] = sign > 0 ? occupiers_[l] + 1 : (occupiers_[l] > 0 ? occupiers_[l] - 1 : 0);
+    occupied_[l] = occupiers_[l] == 0 ? 0.0 : std::max(0.0, occupied_[l] + sign * rate);
   }
   assignRates();
   reschedule();
-}
-
-double FabricLinks::available(const std::string& link) const {
-  auto it = by_name_.find(link);
-  if (it == by_name_.end()) return 0;
-  const double bw = topology_.link(it->second).params.bandwidth_bytes_per_s;
-  return std::max(0.0, bw - occupied_[index(it->second)]);
 }
 
 void FabricLinks::advance() {

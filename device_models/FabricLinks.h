@@ -36,8 +36,6 @@ class FabricLinks : public sc_core::sc_module {
   // Takes `bytes_per_s` off each named link (a collective's traffic while it runs), or gives
   // it back with `sign` -1. Links this process's topology does not have are skipped.
   void occupy(const std::vector<std::pair<std::string, double>>& bytes_per_s, int sign);
-  // The rate a link has left for copies, bytes/s (for tests).
-  double available(const std::string& link) const;
 
  private:
   struct Flow {
@@ -54,7 +52,8 @@ class FabricLinks : public sc_core::sc_module {
   fabric::Topology topology_;
   fabric::FlowSolver solver_;
   std::map<std::string, fabric::LinkId> by_name_;
-  std::vector<double> occupied_;   // bytes/s taken by collectives, per link
+  std::vector<double> occupied_;      // bytes/s taken by collectives, per link
+  std::vector<uint32_t> occupiers_;   // how many, per link (none: exactly 0 taken, no rounding left)
   std::vector<Flow> flows_;
   double now_s_ = 0;
   sc_core::sc_event wake_;
