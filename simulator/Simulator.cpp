@@ -50,11 +50,12 @@ struct Reply {
 class ReplySlot {
  public:
   void set_value(Reply r) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      value_ = std::move(r);
-      ready_ = true;
-    }
+    // Notified under the lock: the asker may destroy the slot as soon as it sees `ready_`,
+    // and a notify after the unlock would then touch a destroyed condition variable (a race
+    // ThreadSanitizer found between the status board's sampling thread and a synchronize).
+    std::lock_guard<std::mutex> lock(mutex_);
+    value_ = std::move(r);
+    ready_ = true;
     cv_.notify_one();
   }
   Reply get() {
