@@ -15,11 +15,13 @@ FabricLinks::FabricLinks(sc_core::sc_module_name name, fabric::Topology topology
     : sc_module(name),
       topology_(std::move(topology)),
       solver_(topology_),
-      occupied_(topology_.linkCount(), 0.0),
-      occupiers_(topology_.linkCount(), 0) {
+      taken_(topology_.linkCount(), 0.0),
+      occupiers_(topology_.linkCount(), 0),
+      capacity_(topology_.linkCount(), 0.0) {
   for (std::size_t l = 0; l < topology_.linkCount(); ++l) {
     const fabric::LinkId id{static_cast<uint32_t>(l)};
     by_name_.emplace(topology_.link(id).name, id);
+    capacity_[l] = topology_.link(id).params.bandwidth_bytes_per_s;
   }
   SC_HAS_PROCESS(FabricLinks);
   SC_METHOD(onWake);
@@ -51,7 +53,9 @@ void FabricLinks::occupy(const std::vector<std::pair<std::string, double>>& byte
     if (it == by_name_.end()) continue;
     const std::size_t l = index(it->second);
     occupiers_[l] = sign > 0 ? occupiers_[l] + 1 : (occupiers_[l] > 0 ? occupiers_[l] - 1 : 0);
-    occupied_[l] = occupiers_[l] == 0 ? 0.0 : std::max(0.0, occupied_[l] + sign * rate);
+    // Their rates may sum past the bandwidth: copies then get nothing until some end.
+    taken_[l] = occupiers_[l] == 0 ? 0.0 : taken_[l] + sign * rate;
+    capacity_[l] = std::max(0.0, topology_.link(it->second).params.bandwidth_bytes_per_s - taken_[l]);
   }
   assignRates();
   reschedule();
@@ -69,11 +73,7 @@ void FabricLinks::assignRates() {
   std::vector<const std::vector<fabric::LinkId>*> paths;
   paths.reserve(flows_.size());
   for (const Flow& f : flows_) paths.push_back(f.path);
-  std::vector<double> capacity(topology_.linkCount());
-  for (std::size_t l = 0; l < capacity.size(); ++l)
-    capacity[l] = std::max(0.0, topology_.link(fabric::LinkId{static_cast<uint32_t>(l)}).params.bandwidth_bytes_per_s -
-                                    occupied_[l]);
-  const std::vector<double> rates = solver_.rates(paths, &capacity);
+  const std::vector<double> rates = solver_.rates(paths, &capacity_);
   for (std::size_t i = 0; i < flows_.size(); ++i) flows_[i].rate = rates[i];
 }
 

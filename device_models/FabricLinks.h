@@ -52,8 +52,11 @@ class FabricLinks : public sc_core::sc_module {
   fabric::Topology topology_;
   fabric::FlowSolver solver_;
   std::map<std::string, fabric::LinkId> by_name_;
-  std::vector<double> occupied_;      // bytes/s taken by collectives, per link
-  std::vector<uint32_t> occupiers_;   // how many, per link (none: exactly 0 taken, no rounding left)
+  std::vector<double> taken_;         // bytes/s collectives take, per link
+  std::vector<uint32_t> occupiers_;   // collectives on each link (none: exactly 0 taken, no rounding left)
+  // Bandwidth minus taken_, at least 0: the flow solver's capacities, kept up to date when a
+  // collective starts or ends rather than rebuilt at every copy's start and end.
+  std::vector<double> capacity_;
   std::vector<Flow> flows_;
   double now_s_ = 0;
   sc_core::sc_event wake_;

@@ -238,17 +238,9 @@ struct Session : std::enable_shared_from_this<Session> {
 // (Several ranks may share the server's process: a test's, or one process driving them.)
 template <class F>
 void forEachHostLast(const Pending& p, F f) {
-  std::vector<std::pair<std::shared_ptr<Session>, const Pending::Arrival*>> hosts;
-  for (const auto& [r, a] : p.arrived) {
-    auto s = a.session.lock();
-    if (!s) continue;
-    if (s->in_server_process) {
-      hosts.emplace_back(std::move(s), &a);
-      continue;
-    }
-    f(*s, a);
-  }
-  for (const auto& [s, a] : hosts) f(*s, *a);
+  for (const bool host : {false, true})
+    for (const auto& [r, a] : p.arrived)
+      if (auto s = a.session.lock(); s && s->in_server_process == host) f(*s, a);
 }
 
 }  // namespace cardsim::sim
