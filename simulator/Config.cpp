@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "simulator/EmbeddedPresets.h"
@@ -254,8 +255,46 @@ std::vector<std::string> presetNames() {
   return names;
 }
 
+namespace {
+
+// Texts parsed before, with what they parsed to. A process parses the same preset several
+// times (the simulator's device and fabric parameters, a replay's analysis of the recorded
+// configuration), and a replay's rank processes, forked after the parent parsed it, find it
+// here: the text format costs most of a millisecond per parse. Only successful parses are
+// kept (a failing text throws again, naming its origin).
+class ParsedPresets {
+ public:
+  bool find(const std::string& text, config::Preset* out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [t, p] : entries_)
+      if (t == text) {
+        *out = p;
+        return true;
+      }
+    return false;
+  }
+  void add(const std::string& text, const config::Preset& preset) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (entries_.size() >= kMax) entries_.erase(entries_.begin());
+    entries_.emplace_back(text, preset);
+  }
+
+ private:
+  static constexpr std::size_t kMax = 8;
+  std::mutex mutex_;
+  std::vector<std::pair<std::string, config::Preset>> entries_;
+};
+
+ParsedPresets& parsedPresets() {
+  static auto* cache = new ParsedPresets;   // never destroyed: usable from exit handlers
+  return *cache;
+}
+
+}  // namespace
+
 config::Preset parsePresetText(const std::string& text, const std::string& origin) {
   config::Preset preset;
+  if (parsedPresets().find(text, &preset)) return preset;
   pb::TextFormat::Parser parser;
   CollectFirstError errors;
   parser.RecordErrorsTo(&errors);
@@ -279,6 +318,7 @@ config::Preset parsePresetText(const std::string& text, const std::string& origi
     }
     throw ConfigError(msg);
   }
+  parsedPresets().add(text, preset);
   return preset;
 }
 

@@ -6,6 +6,8 @@
 // PATH may also be Chakra execution traces (PREFIX of PREFIX.<rank>.et, or one .et file):
 // converted first (traces/replay/ChakraImport), then replayed the same way.
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -63,6 +65,7 @@ struct Job {
   std::string preset;                    // name or path every rank process starts from
   std::vector<std::string> overrides;
   std::string out_dir;                   // --keep: the replayed traces; else empty (none written)
+  std::string work_dir;                  // the replay's temporary directory
   int scale = 0;                         // --ranks N when it replicates
   std::map<std::string, std::string> env;   // CARDSIM_* the rank processes run with
 };
@@ -90,18 +93,59 @@ bool writeAll(int fd, const char* data, std::size_t size) {
   return true;
 }
 
-// One rank process as the parent sees it: its summary arrives on a pipe (length, then the
-// bytes), ending before the process does, so the parent need not wait for it to exit.
+// The file a rank process leaves its summary in (in the replay's temporary directory):
+// written whole before the rank says how long it is, so the parent reads it in one go.
+std::string passFile(const std::string& dir, int rank) { return dir + "/rank" + std::to_string(rank) + ".pass"; }
+
+// A file's bytes, mapped read-only (a rank's summary: read once, in place).
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0) {
+      const std::string why = std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      throw std::runtime_error("cannot read " + path + ": " + why);
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const std::string why = std::strerror(errno);
+        ::close(fd);
+        throw std::runtime_error("cannot map " + path + ": " + why);
+      }
+      data_ = static_cast<const char*>(p);
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<char*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::size_t size() const { return size_; }
+  std::string_view bytes() const { return {data_ ? data_ : "", size_}; }
+
+ private:
+  const char* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// One rank process as the parent sees it: on its pipe, once its summary is in its file,
+// the summary's length, ending before the process does, so the parent need not wait for
+// it to exit. A pipe that ends short of the length: the rank failed.
 struct RankChild {
   int rank = 0;
   pid_t pid = -1;
-  int fd = -1;              // the summary's pipe; -1 once it ended
-  std::string bytes;
-  bool complete() const {
+  int fd = -1;              // the pipe; -1 once it ended
+  std::string said;         // what came on the pipe
+  bool complete() const { return said.size() == sizeof(uint64_t); }
+  uint64_t length() const {
     uint64_t n = 0;
-    if (bytes.size() < sizeof n) return false;
-    std::memcpy(&n, bytes.data(), sizeof n);
-    return bytes.size() - sizeof n == n;
+    std::memcpy(&n, said.data(), sizeof n);
+    return n;
   }
 };
 
@@ -147,9 +191,13 @@ struct RankChild {
     if (shim::Status s = shim::traceStop(); !s.ok()) throw std::runtime_error(s.toString());
     {
       const std::string pass = replay::writePass(analyzer.finish());
+      const std::string file = passFile(job.work_dir, rank);
+      FILE* f = std::fopen(file.c_str(), "wb");
+      const bool written = f && std::fwrite(pass.data(), 1, pass.size(), f) == pass.size();
+      if (!f || std::fclose(f) != 0 || !written)
+        throw std::runtime_error("cannot write the replay's summary to " + file + ": " + std::strerror(errno));
       const uint64_t n = pass.size();
-      // The length, then the summary (about a megabyte for the demo: not copied behind it).
-      if (!writeAll(pass_fd, reinterpret_cast<const char*>(&n), sizeof n) || !writeAll(pass_fd, pass.data(), pass.size()))
+      if (!writeAll(pass_fd, reinterpret_cast<const char*>(&n), sizeof n))
         throw std::runtime_error(std::string("cannot hand the replay's summary over: ") + std::strerror(errno));
       ::close(pass_fd);
     }
@@ -318,6 +366,7 @@ int runReplay(const std::vector<std::string>& argv) {
   const long long ranks = a.integer("ranks", 0);
   if (a.has("ranks") && ranks < 1) throw UsageError("cardsim replay: --ranks must be at least 1, got " + a.get("ranks"));
   Job job;
+  job.work_dir = tmp;
   job.overrides = a.all("set");
   job.scale = a.has("ranks") && ranks != world ? static_cast<int>(ranks) : 0;
   if ((!a.has("ranks") || ranks == world) && files.size() != static_cast<std::size_t>(world))
@@ -487,7 +536,7 @@ int runReplay(const std::vector<std::string>& argv) {
       const ssize_t n = ::read(c.fd, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
       if (n > 0) {
-        c.bytes.append(buf, static_cast<std::size_t>(n));
+        c.said.append(buf, static_cast<std::size_t>(n));
         continue;
       }
       ::close(c.fd);
@@ -506,8 +555,15 @@ int runReplay(const std::vector<std::string>& argv) {
   }
   std::vector<replay::RankPass> passes(children.size());
   replay::inParallel(children.size(), [&](std::size_t i) {
-    passes[i] = replay::readPass(children[i].bytes.substr(sizeof(uint64_t)),
-                                 "the replay summary of rank " + std::to_string(children[i].rank));
+    const std::string what = "the replay summary of rank " + std::to_string(children[i].rank);
+    const std::string file = passFile(job.work_dir, children[i].rank);
+    const MappedFile mapped(file);
+    if (mapped.size() != children[i].length())
+      throw std::runtime_error(what + ": " + file + " holds " + std::to_string(mapped.size()) + " of its " +
+                               std::to_string(children[i].length()) + " bytes");
+    const std::string_view bytes = mapped.bytes();
+    passes[i] = replay::readPass(bytes, what);
+    replay::buildIndex(passes[i].rd);   // here, in parallel, rather than in merge
   });
   // Replicated ranks time their collectives in-process: the links' loads are the model's
   // for the collectives the replicated rank ran.

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 
@@ -298,6 +299,8 @@ RankPass RankAnalyzer::finish() {
 }
 
 void buildIndex(RankData& rd) {
+  if (rd.indexed) return;
+  rd.indexed = true;
   std::map<std::string, uint64_t> group_counts;
   rd.calls.settle();
   rd.by_end.reserve(rd.cmds.size());
@@ -364,6 +367,13 @@ RankPass readRank(int rank, const std::string& path) {
 
 namespace {
 
+// Plain data, bytes and all (std::pair of plain members is not trivially copyable only for
+// its assignment operator, which copying bytes does not use).
+template <typename T>
+constexpr bool isPlain() {
+  return std::is_trivially_copy_constructible_v<T> && std::is_trivially_destructible_v<T>;
+}
+
 class Out {
  public:
   explicit Out(std::size_t reserve) { s_.reserve(reserve); }
@@ -376,6 +386,14 @@ class Out {
     pod<uint64_t>(v.size());
     s_.append(v);
   }
+  // A vector of plain data as its count then its bytes (padding included: read back on the
+  // same machine, into the same layout).
+  template <typename T>
+  void block(const std::vector<T>& v) {
+    static_assert(isPlain<T>());
+    pod<uint64_t>(v.size());
+    s_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
   std::string take() { return std::move(s_); }
 
  private:
@@ -384,7 +402,7 @@ class Out {
 
 class In {
  public:
-  In(const std::string& s, const std::string& what) : s_(s), what_(what) {}
+  In(std::string_view s, const std::string& what) : s_(s), what_(what) {}
   template <typename T>
   T pod() {
     static_assert(std::is_trivially_copyable_v<T>);
@@ -397,9 +415,18 @@ class In {
   std::string str() {
     const uint64_t n = pod<uint64_t>();
     need(n);
-    std::string v = s_.substr(at_, n);
+    std::string v(s_.substr(at_, n));
     at_ += n;
     return v;
+  }
+  // A vector written by Out::block.
+  template <typename T>
+  void block(std::vector<T>* v) {
+    static_assert(isPlain<T>());
+    const uint64_t n = count(sizeof(T));
+    v->resize(n);
+    std::memcpy(static_cast<void*>(v->data()), s_.data() + at_, n * sizeof(T));
+    at_ += n * sizeof(T);
   }
   // A count of items at least `min_bytes` each: never more than the bytes left could hold.
   uint64_t count(std::size_t min_bytes) {
@@ -418,12 +445,12 @@ class In {
   [[noreturn]] void fail() const {
     throw std::runtime_error(what_ + ": cut short at byte " + std::to_string(at_) + " of " + std::to_string(s_.size()));
   }
-  const std::string& s_;
+  std::string_view s_;
   std::string what_;
   std::size_t at_ = 0;
 };
 
-constexpr uint64_t kPassMagic = 0x3173736170736373ull;   // "cspass1" and a version byte
+constexpr uint64_t kPassMagic = 0x3273736170736373ull;   // "cspass" and a version byte (2: vectors as blocks)
 
 }  // namespace
 
@@ -453,36 +480,9 @@ std::string writePass(const RankPass& p) {
   for (const std::string& n : rd.names) o.str(n);
   o.pod<uint64_t>(rd.groups.size());
   for (const std::string& g : rd.groups) o.str(g);
-  o.pod<uint64_t>(rd.cmds.size());
-  for (const Cmd& c : rd.cmds) {
-    o.pod<int32_t>(c.kind);
-    o.pod<int32_t>(c.device);
-    o.pod(c.stream);
-    o.pod(c.name);
-    o.pod(c.ready);
-    o.pod(c.start);
-    o.pod(c.end);
-    o.pod(c.call);
-    o.pod(c.bytes);
-    o.pod<uint8_t>(c.memory_bound);
-    o.pod(c.clusters);
-  }
-  o.pod<uint64_t>(rd.host_waits.size());
-  for (const auto& [end, begin] : rd.host_waits) {
-    o.pod(end);
-    o.pod(begin);
-  }
-  o.pod<uint64_t>(rd.calls.items().size());
-  for (const auto& [n, c] : rd.calls.items()) {
-    o.pod(n);
-    o.pod(c.begin);
-    o.pod(c.end);
-    o.pod(c.event);
-    o.pod<int32_t>(c.event_op);
-    o.pod<uint8_t>(c.is_event);
-    o.pod(c.alone_s);
-    o.pod(c.group);
-  }
+  o.block(rd.cmds);
+  o.block(rd.host_waits);
+  o.block(rd.calls.items());
   o.pod<uint64_t>(rd.event_records.size());
   for (const auto& [event, calls] : rd.event_records) {
     o.pod(event);
@@ -502,7 +502,7 @@ std::string writePass(const RankPass& p) {
   return o.take();
 }
 
-RankPass readPass(const std::string& bytes, const std::string& what) {
+RankPass readPass(std::string_view bytes, const std::string& what) {
   In in(bytes, what);
   if (in.pod<uint64_t>() != kPassMagic) throw std::runtime_error(what + ": not a rank's replay summary");
   RankPass p;
@@ -530,44 +530,24 @@ RankPass readPass(const std::string& bytes, const std::string& what) {
   for (uint64_t n = in.count(8); n > 0; --n) rd.names.push_back(in.str());
   rd.groups.clear();
   for (uint64_t n = in.count(8); n > 0; --n) rd.groups.push_back(in.str());
-  const uint64_t cmds = in.count(60);
-  rd.cmds.reserve(cmds);
-  for (uint64_t n = 0; n < cmds; ++n) {
-    Cmd c{};
-    c.kind = static_cast<trace::DeviceCommand::Kind>(in.pod<int32_t>());
-    c.device = in.pod<int32_t>();
-    c.stream = in.pod<uint32_t>();
-    c.name = in.pod<uint32_t>();
+  in.block(&rd.cmds);
+  for (std::size_t n = 0; n < rd.cmds.size(); ++n) {
+    const Cmd& c = rd.cmds[n];
     if (c.name >= rd.names.size()) throw std::runtime_error(what + ": command " + std::to_string(n) + " names name " +
                                                             std::to_string(c.name) + " of " + std::to_string(rd.names.size()));
-    c.ready = in.pod<uint64_t>();
-    c.start = in.pod<uint64_t>();
-    c.end = in.pod<uint64_t>();
-    c.call = in.pod<uint64_t>();
-    c.bytes = in.pod<double>();
-    c.memory_bound = in.pod<uint8_t>() != 0;
-    c.clusters = in.pod<uint32_t>();
-    rd.cmds.push_back(std::move(c));
+    if (!trace::DeviceCommand::Kind_IsValid(c.kind))
+      throw std::runtime_error(what + ": command " + std::to_string(n) + " has kind " + std::to_string(c.kind));
   }
-  for (uint64_t n = in.count(16); n > 0; --n) {
-    const uint64_t end = in.pod<uint64_t>();
-    rd.host_waits.emplace_back(end, in.pod<uint64_t>());
-  }
-  const uint64_t calls = in.count(44);
-  rd.calls.reserve(calls);   // in the order written: by number
-  for (uint64_t n = 0; n < calls; ++n) {
-    const uint64_t number = in.pod<uint64_t>();
-    Call c;
-    c.begin = in.pod<uint64_t>();
-    c.end = in.pod<uint64_t>();
-    c.event = in.pod<uint32_t>();
-    c.event_op = static_cast<trace::EventOp::Op>(in.pod<int32_t>());
-    c.is_event = in.pod<uint8_t>() != 0;
-    c.alone_s = in.pod<double>();
-    c.group = in.pod<uint32_t>();
+  in.block(&rd.host_waits);
+  in.block(&rd.calls.items());   // in the order written: by number, each once
+  for (std::size_t n = 1; n < rd.calls.items().size(); ++n)
+    if (rd.calls.items()[n - 1].first >= rd.calls.items()[n].first)
+      throw std::runtime_error(what + ": call " + std::to_string(rd.calls.items()[n].first) + " out of order");
+  for (const auto& [number, c] : rd.calls.items()) {
     if (c.group >= rd.groups.size()) throw std::runtime_error(what + ": call " + std::to_string(number) + " names group " +
                                                               std::to_string(c.group) + " of " + std::to_string(rd.groups.size()));
-    rd.calls.add(number, std::move(c));
+    if (c.is_event && !trace::EventOp::Op_IsValid(c.event_op))
+      throw std::runtime_error(what + ": call " + std::to_string(number) + " has event op " + std::to_string(c.event_op));
   }
   for (uint64_t n = in.count(12); n > 0; --n) {
     const uint32_t event = in.pod<uint32_t>();

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -105,7 +106,8 @@ struct RankData {
   std::map<uint32_t, std::vector<uint64_t>> event_records; // event -> RECORD calls
   uint64_t first_host = std::numeric_limits<uint64_t>::max();
   const std::string& name(const Cmd& c) const { return names[c.name]; }
-  // Indexes over them (buildIndex).
+  // Indexes over them (buildIndex; `indexed` once built).
+  bool indexed = false;
   CallTable<std::size_t> cmd_of_call;                          // the last command of a call
   std::map<std::pair<int, uint32_t>, std::vector<std::size_t>> streams;   // by start
   std::vector<std::size_t> stream_pos;                          // per command: its place in its stream
@@ -151,7 +153,7 @@ RankPass readRank(int rank, const std::string& path);
 // The binary form a rank process hands its pass over in (native byte order: the same
 // machine). readPass throws std::runtime_error naming `what` if the bytes are cut short.
 std::string writePass(const RankPass& pass);
-RankPass readPass(const std::string& bytes, const std::string& what);
+RankPass readPass(std::string_view bytes, const std::string& what);
 
 // The report of a run from its ranks' passes (in rank order).
 Report merge(std::vector<RankPass> passes, std::size_t top = 10);

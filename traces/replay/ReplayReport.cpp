@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 
 #include "traces/replay/RankAnalysis.h"
 
@@ -11,30 +12,79 @@ namespace cardsim::replay {
 
 namespace {
 
-std::string pathKind(trace::DeviceCommand::Kind k) {
+enum PathKind { kKernel, kMemset, kCollective, kWait, kCopy, kHost, kPathKinds };
+const char* const kPathKindNames[kPathKinds] = {"kernel", "memset", "collective", "wait", "copy", "host"};
+
+PathKind pathKind(trace::DeviceCommand::Kind k) {
   switch (k) {
-    case trace::DeviceCommand::KERNEL: return "kernel";
-    case trace::DeviceCommand::MEMSET: return "memset";
-    case trace::DeviceCommand::COLLECTIVE: return "collective";
+    case trace::DeviceCommand::KERNEL: return kKernel;
+    case trace::DeviceCommand::MEMSET: return kMemset;
+    case trace::DeviceCommand::COLLECTIVE: return kCollective;
     case trace::DeviceCommand::EVENT_RECORD:
-    case trace::DeviceCommand::EVENT_WAIT: return "wait";
-    default: return "copy";
+    case trace::DeviceCommand::EVENT_WAIT: return kWait;
+    default: return kCopy;
   }
 }
 
+// The path's items by (kind, name), the names interned across ranks: a path has a step per
+// command it crosses (tens of thousands), so a step must not build or compare strings.
+class PathItems {
+ public:
+  explicit PathItems(const std::vector<RankData>& ranks) : of_rank_(ranks.size()) {
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      of_rank_[r].reserve(ranks[r].names.size());
+      for (const std::string& n : ranks[r].names) of_rank_[r].push_back(intern(n));
+    }
+  }
+  uint32_t intern(const std::string& name) {
+    auto [it, fresh] = ids_.emplace(name, static_cast<uint32_t>(names_.size()));
+    if (fresh) names_.push_back(name);
+    return it->second;
+  }
+  uint32_t nameOf(std::size_t rank, uint32_t name) const { return of_rank_[rank][name]; }
+  // Adds `ps` as the original did: per item, per kind and in total, in path order.
+  void add(CriticalPath& cp, PathKind kind, uint32_t name, uint64_t ps) {
+    if (ps == 0) return;
+    const uint64_t key = static_cast<uint64_t>(kind) << 32 | name;
+    auto [it, fresh] = index_.emplace(key, items_.size());
+    if (fresh) items_.push_back(Item{kind, name, 0, 0});
+    Item& item = items_[it->second];
+    item.time_us += ps / 1e6;
+    ++item.count;
+    kind_us_[kind] += ps / 1e6;
+    kind_seen_[kind] = true;
+    cp.total_us += ps / 1e6;
+  }
+  // The items in (kind, name) order, as a map by those strings would hold them.
+  void finish(CriticalPath& cp) const {
+    for (int k = 0; k < kPathKinds; ++k)
+      if (kind_seen_[k]) cp.by_kind[kPathKindNames[k]] = kind_us_[k];
+    for (const Item& i : items_) cp.items.push_back(PathItem{kPathKindNames[i.kind], names_[i.name], i.time_us, i.count});
+    std::sort(cp.items.begin(), cp.items.end(), [](const PathItem& a, const PathItem& b) {
+      return a.kind != b.kind ? a.kind < b.kind : a.name < b.name;
+    });
+  }
+
+ private:
+  struct Item {
+    PathKind kind;
+    uint32_t name;
+    double time_us;
+    uint64_t count;
+  };
+  std::vector<std::vector<uint32_t>> of_rank_;
+  std::unordered_map<std::string, uint32_t> ids_;
+  std::vector<std::string> names_;
+  std::unordered_map<uint64_t, std::size_t> index_;
+  std::vector<Item> items_;
+  double kind_us_[kPathKinds] = {};
+  bool kind_seen_[kPathKinds] = {};
+};
+
 CriticalPath criticalPath(const std::vector<RankData>& ranks) {
   CriticalPath cp;
-  std::map<std::pair<std::string, std::string>, PathItem> items;
-  auto add = [&](const std::string& kind, const std::string& name, uint64_t ps) {
-    if (ps == 0) return;
-    PathItem& it = items[{kind, name}];
-    it.kind = kind;
-    it.name = name;
-    it.time_us += ps / 1e6;
-    ++it.count;
-    cp.by_kind[kind] += ps / 1e6;
-    cp.total_us += ps / 1e6;
-  };
+  PathItems items(ranks);
+  const uint32_t host_gap = items.intern("host gap"), for_the_card = items.intern("for the card");
   // Start at the last device completion of the run.
   int r = -1;
   std::size_t cur = 0;
@@ -70,7 +120,8 @@ CriticalPath criticalPath(const std::vector<RankData>& ranks) {
       }
     }
     const Cmd& c = rd->cmds[cur];
-    add(pathKind(c.kind), rd->name(c), std::min(c.end, horizon) > c.start ? std::min(c.end, horizon) - c.start : 0);
+    items.add(cp, pathKind(c.kind), items.nameOf(static_cast<std::size_t>(r), c.name),
+              std::min(c.end, horizon) > c.start ? std::min(c.end, horizon) - c.start : 0);
     horizon = std::min(horizon, c.start);
     // What it waited for.
     uint64_t stream_end = 0, event_end = 0;
@@ -115,7 +166,7 @@ CriticalPath criticalPath(const std::vector<RankData>& ranks) {
         if (it->first <= bound) break;
       }
       if (blocker != SIZE_MAX) {
-        add("wait", "for the card", c.start > end ? c.start - end : 0);
+        items.add(cp, kWait, for_the_card, c.start > end ? c.start - end : 0);
         horizon = std::min(horizon, end);
         cur = blocker;
         continue;
@@ -150,14 +201,15 @@ CriticalPath criticalPath(const std::vector<RankData>& ranks) {
     }
     if (waited == SIZE_MAX) {
       const uint64_t from = std::min(rd->first_host, c.ready);
-      add("host", "host gap", std::min(c.ready, horizon) > from ? std::min(c.ready, horizon) - from : 0);
+      items.add(cp, kHost, host_gap, std::min(c.ready, horizon) > from ? std::min(c.ready, horizon) - from : 0);
       break;
     }
-    add("host", "host gap", std::min(c.ready, horizon) > waited_end ? std::min(c.ready, horizon) - waited_end : 0);
+    items.add(cp, kHost, host_gap,
+              std::min(c.ready, horizon) > waited_end ? std::min(c.ready, horizon) - waited_end : 0);
     horizon = std::min(horizon, waited_end);
     cur = waited;
   }
-  for (auto& [k, v] : items) cp.items.push_back(v);
+  items.finish(cp);
   std::sort(cp.items.begin(), cp.items.end(), [](const PathItem& a, const PathItem& b) {
     return a.time_us != b.time_us ? a.time_us > b.time_us : a.name < b.name;
   });
@@ -170,40 +222,55 @@ CriticalPath criticalPath(const std::vector<RankData>& ranks) {
 Report analyze(const std::map<int, std::string>& files, std::size_t top) {
   std::vector<std::pair<int, std::string>> order(files.begin(), files.end());
   std::vector<RankPass> passes(order.size());
-  inParallel(order.size(), [&](std::size_t i) { passes[i] = readRank(order[i].first, order[i].second); });
+  inParallel(order.size(), [&](std::size_t i) {
+    passes[i] = readRank(order[i].first, order[i].second);
+    buildIndex(passes[i].rd);
+  });
   return merge(std::move(passes), top);
 }
 
 Report merge(std::vector<RankPass> passes, std::size_t top) {
   Report report;
   uint64_t first_all = std::numeric_limits<uint64_t>::max(), last_all = 0;
-  std::map<std::string, KernelTotal> kernels;
-  std::map<std::string, double> kernel_memory_ps;
+  struct KernelSum {
+    KernelTotal total;
+    double memory_ps;
+  };
+  std::vector<KernelSum> kernels;
+  std::map<std::string, std::size_t> kernel_index;   // by name: the order the report lists ties in
   std::vector<RankData> data;
   for (RankPass& pass : passes) {
     report.preset = pass.preset;
     report.device_name = pass.device_name;
     report.world_size = std::max(report.world_size, pass.world_size);
-    // The kernels' times in command order, so that the totals add up the same every time.
+    // The kernels' times in command order, so that the totals add up the same every time
+    // (by name: the rank's name ids mapped onto the run's once, not a string per kernel).
+    std::vector<std::size_t> slot(pass.rd.names.size(), SIZE_MAX);
     for (const Cmd& c : pass.rd.cmds) {
       if (c.kind != trace::DeviceCommand::KERNEL) continue;
-      const std::string& name = pass.rd.name(c);
-      KernelTotal& kt = kernels[name];
-      kt.name = name;
-      ++kt.count;
-      kt.time_us += (c.end - c.start) / 1e6;
-      if (c.memory_bound && c.end > c.start) kernel_memory_ps[name] += static_cast<double>(c.end - c.start);
+      std::size_t& k = slot[c.name];
+      if (k == SIZE_MAX) {
+        const std::string& name = pass.rd.name(c);
+        auto [it, fresh] = kernel_index.emplace(name, kernels.size());
+        if (fresh) kernels.push_back(KernelSum{KernelTotal{name, 0, 0, false}, 0});
+        k = it->second;
+      }
+      KernelSum& ks = kernels[k];
+      ++ks.total.count;
+      ks.total.time_us += (c.end - c.start) / 1e6;
+      if (c.memory_bound && c.end > c.start) ks.memory_ps += static_cast<double>(c.end - c.start);
     }
     first_all = std::min(first_all, pass.first);
     last_all = std::max(last_all, pass.last);
     report.ranks.push_back(std::move(pass.rr));
-    buildIndex(pass.rd);
+    buildIndex(pass.rd);   // unless built already, in parallel with the other ranks'
     data.push_back(std::move(pass.rd));
   }
   if (first_all == std::numeric_limits<uint64_t>::max()) first_all = 0;
   report.total_us = last_all > first_all ? (last_all - first_all) / 1e6 : 0;
-  for (auto& [name, kt] : kernels) {
-    kt.memory_bound = kernel_memory_ps[name] / 1e6 > kt.time_us / 2;
+  for (const auto& [name, k] : kernel_index) {
+    KernelTotal kt = kernels[k].total;
+    kt.memory_bound = kernels[k].memory_ps / 1e6 > kt.time_us / 2;
     report.top_kernels.push_back(kt);
   }
   std::sort(report.top_kernels.begin(), report.top_kernels.end(), [](const KernelTotal& a, const KernelTotal& b) {
