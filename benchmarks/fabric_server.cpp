@@ -1,6 +1,8 @@
 // fabric_server_collectives_per_s: small collectives per wall second through the fabric
-// server (FabricServer.h) with 8 ranks, each a thread with its own TCP connection, as 8
-// rank processes would have. Each all-reduce completes only when all 8 have arrived, so
+// server (FabricServer.h) with 8 ranks, each a thread with its own connection, as 8 rank
+// processes on the server's host would have (its Unix-domain socket, as a job started on
+// one host connects; fabric_server_collectives_per_s_tcp: the same over loopback TCP, as
+// ranks on other hosts would). Each all-reduce completes only when all 8 have arrived, so
 // this is the server's round-trip rate for a full group, not a per-message rate.
 #include <chrono>
 #include <cstdio>
@@ -15,20 +17,16 @@
 
 using namespace cardsim;
 
-int main(int argc, char** argv) {
-  const int ranks = 8;
-  const int collectives = argc > 1 ? std::atoi(argv[1]) : 2000;
-  const char* preset = "mlu370-x8";
-  sim::SimOptions o;
-  o.preset = preset;
-  sim::FabricServer server(sim::loadFabricParams(o), sim::FabricServer::Options{preset, "127.0.0.1", 0, false});
-  server.start();
-  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+namespace {
 
+// Collectives per wall second, the ranks connected to `address` (the server's local or TCP one).
+double rate(const std::string& address, const std::string& job, int collectives) {
+  const int ranks = 8;
+  const char* preset = "mlu370-x8";
   std::vector<std::unique_ptr<sim::FabricClient>> clients;
   for (int r = 0; r < ranks; ++r)
     clients.push_back(std::make_unique<sim::FabricClient>(
-        address, sim::FabricClient::Identity{"bench", static_cast<uint32_t>(r), ranks, preset}, 10));
+        address, sim::FabricClient::Identity{job, static_cast<uint32_t>(r), ranks, preset}, 10));
   std::vector<int> members;
   for (int r = 0; r < ranks; ++r) members.push_back(r);
 
@@ -63,7 +61,24 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   round(collectives);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return collectives / s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int collectives = argc > 1 ? std::atoi(argv[1]) : 2000;
+  const char* preset = "mlu370-x8";
+  sim::SimOptions o;
+  o.preset = preset;
+  sim::FabricServer::Options so{preset, "127.0.0.1", 0, false};
+  so.local = true;
+  sim::FabricServer server(sim::loadFabricParams(o), so);
+  server.start();
+  const double local = rate(server.localAddress(), "bench-local", collectives);
+  const double tcp = rate("127.0.0.1:" + std::to_string(server.port()), "bench-tcp", collectives);
   server.stop();
-  std::printf("fabric_server_collectives_per_s: %.0f\n", collectives / s);
+  std::printf("fabric_server_collectives_per_s: %.0f\n", local);
+  std::printf("fabric_server_collectives_per_s_tcp: %.0f\n", tcp);
   return 0;
 }

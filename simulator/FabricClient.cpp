@@ -11,10 +11,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -227,8 +229,34 @@ struct FabricClient::Impl {
 
 namespace {
 
-// A TCP connection to host:port, retrying refused connections until `deadline`.
-int connectTo(const std::string& address, const std::string& host, const std::string& port, Clock::time_point deadline) {
+struct Endpoint {
+  int family, type, protocol;
+  sockaddr_storage addr;
+  socklen_t len;
+};
+
+// Where "host:port" (TCP) or "unix:PATH" / "unix:@NAME" (a Unix-domain socket, @ for an
+// abstract name, as FabricServer::localAddress() gives) leads.
+std::vector<Endpoint> resolve(const std::string& address) {
+  std::vector<Endpoint> out;
+  if (address.rfind("unix:", 0) == 0) {
+    std::string path = address.substr(5);
+    if (!path.empty() && path[0] == '@') path[0] = '\0';
+    Endpoint e{AF_UNIX, SOCK_STREAM, 0, {}, 0};
+    auto* un = reinterpret_cast<sockaddr_un*>(&e.addr);
+    if (path.empty() || path.size() >= sizeof un->sun_path)
+      throw FabricError("fabric server address '" + address + "': the socket's name must be 1 to " +
+                        std::to_string(sizeof un->sun_path - 1) + " characters");
+    un->sun_family = AF_UNIX;
+    std::memcpy(un->sun_path, path.data(), path.size());
+    e.len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + (path[0] == '\0' ? 0 : 1));
+    out.push_back(e);
+    return out;
+  }
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size())
+    throw FabricError("fabric server address '" + address + "' is not host:port (nor unix:PATH)");
+  const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -236,10 +264,21 @@ int connectTo(const std::string& address, const std::string& host, const std::st
   if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0)
     throw FabricError("fabric server address '" + address + "': " + ::gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
+  for (addrinfo* a = list.get(); a; a = a->ai_next) {
+    Endpoint e{a->ai_family, a->ai_socktype, a->ai_protocol, {}, a->ai_addrlen};
+    std::memcpy(&e.addr, a->ai_addr, a->ai_addrlen);
+    out.push_back(e);
+  }
+  return out;
+}
+
+// A connection to `address`, retrying refused connections until `deadline`.
+int connectTo(const std::string& address, Clock::time_point deadline) {
+  const std::vector<Endpoint> endpoints = resolve(address);
   for (;;) {
     int last_error = ECONNREFUSED;
-    for (addrinfo* a = list.get(); a; a = a->ai_next) {
-      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    for (const Endpoint& a : endpoints) {
+      const int fd = ::socket(a.family, a.type | SOCK_CLOEXEC, a.protocol);
       if (fd < 0) {
         last_error = errno;
         continue;
@@ -247,8 +286,8 @@ int connectTo(const std::string& address, const std::string& host, const std::st
       // Non-blocking while connecting, so that an address that never answers is bounded too.
       const int flags = ::fcntl(fd, F_GETFL, 0);
       ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-      int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
-      if (rc != 0 && errno == EINPROGRESS) {
+      int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len);
+      if (rc != 0 && (errno == EINPROGRESS || errno == EAGAIN)) {
         pollfd p{fd, POLLOUT, 0};
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         rc = ::poll(&p, 1, static_cast<int>(std::clamp<long long>(left, 0, 3600 * 1000)));
@@ -261,7 +300,7 @@ int connectTo(const std::string& address, const std::string& host, const std::st
       if (rc == 0) {
         ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
         const int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (a.family != AF_UNIX) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         // A server that stops reading cannot block a rank's call for ever.
         timeval t{60, 0};
         ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof t);
@@ -270,7 +309,9 @@ int connectTo(const std::string& address, const std::string& host, const std::st
       last_error = errno;
       ::close(fd);
     }
-    if (last_error != ECONNREFUSED || Clock::now() >= deadline)
+    // A Unix-domain name nobody listens on yet: ECONNREFUSED (or ENOENT for a path).
+    const bool retry = last_error == ECONNREFUSED || last_error == ENOENT;
+    if (!retry || Clock::now() >= deadline)
       throw FabricError("cannot connect to the fabric server at " + address + ": " + std::strerror(last_error));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -281,12 +322,9 @@ int connectTo(const std::string& address, const std::string& host, const std::st
 FabricClient::FabricClient(const std::string& address, const Identity& who, double connect_timeout_s)
     : address_(address), impl_(std::make_shared<Impl>()) {
   impl_->address = address;
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size())
-    throw FabricError("fabric server address '" + address + "' is not host:port");
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(connect_timeout_s));
-  impl_->fd = connectTo(address, address.substr(0, colon), address.substr(colon + 1), deadline);
+  impl_->fd = connectTo(address, deadline);
   rpc::ToServer hello;
   auto* h = hello.mutable_hello();
   h->set_protocol_version(wire::kProtocolVersion);

@@ -26,7 +26,9 @@ class FabricClient {
     std::string preset;
     std::string fabric = {};   // fabric::fabricSignature of the rank's parameters ("": not checked)
   };
-  // Connects to "host:port" (retrying refused connections until `connect_timeout_s`) and
+  // Connects to "host:port", or to "unix:PATH" / "unix:@NAME" (a Unix-domain socket, @ for an
+  // abstract name: FabricServer::localAddress()), retrying refused connections until
+  // `connect_timeout_s`, and
   // introduces the rank; throws FabricError naming the address and the reason.
   FabricClient(const std::string& address, const Identity& who, double connect_timeout_s = 30);
   ~FabricClient();

@@ -11,15 +11,30 @@ void FabricServer::Impl::accept() {
     if (stopping || !acceptor.is_open()) return;
     if (!ec) {
       socket.set_option(tcp::no_delay(true), ec);
-      auto s = std::make_shared<Session>(*this, std::move(socket));
-      sessions.insert(s);
-      accepted.fetch_add(1);
-      open.fetch_add(1);
-      log("connection from " + s->peer);
-      s->readHeader();
+      boost::system::error_code ep_ec;
+      const auto ep = socket.remote_endpoint(ep_ec);
+      std::string peer = ep_ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+      open(Socket(std::move(socket)), std::move(peer), !ep_ec && ep.address().is_loopback());
     }
     accept();
   });
+}
+
+void FabricServer::Impl::acceptLocal() {
+  local_acceptor.async_accept([this](boost::system::error_code ec, local::socket socket) {
+    if (stopping || !local_acceptor.is_open()) return;
+    if (!ec) open(Socket(std::move(socket)), "unix:@" + local_name, true);
+    acceptLocal();
+  });
+}
+
+void FabricServer::Impl::open(Socket socket, std::string peer, bool same_host) {
+  auto s = std::make_shared<Session>(*this, std::move(socket), std::move(peer), same_host);
+  sessions.insert(s);
+  accepted.fetch_add(1);
+  open_count.fetch_add(1);
+  log("connection from " + s->peer);
+  s->readHeader();
 }
 
 void FabricServer::Impl::onMessage(Session& s, const rpc::ToServer& m) {
@@ -53,11 +68,7 @@ void FabricServer::Impl::onHello(Session& s, const rpc::Hello& h) {
   s.hello = true;
   s.job = h.job();
   s.rank = rank;
-  {
-    boost::system::error_code ec;
-    const auto ep = s.socket.remote_endpoint(ec);
-    s.in_server_process = !ec && ep.address().is_loopback() && h.pid() == static_cast<uint32_t>(::getpid());
-  }
+  s.in_server_process = s.same_host && h.pid() == static_cast<uint32_t>(::getpid());
   by_rank[key] = s.shared_from_this();
   Job& job = jobs[s.job];
   job.gone.erase(rank);
@@ -206,7 +217,7 @@ void FabricServer::Impl::failPending(Job& job, const std::string& key, const std
 void FabricServer::Impl::onClosed(Session& s) {
   auto self = s.shared_from_this();
   sessions.erase(self);
-  open.fetch_sub(1);
+  open_count.fetch_sub(1);
   if (!s.hello) return;
   by_rank.erase(std::make_pair(s.job, s.rank));
   auto jit = jobs.find(s.job);
@@ -240,6 +251,7 @@ void FabricServer::Impl::startStopping() {
   stopping = true;
   boost::system::error_code ec;
   acceptor.close(ec);
+  local_acceptor.close(ec);
   for (auto& [name, job] : jobs) {
     for (auto& [key, p] : job.pending)
       if (p.timer) p.timer->cancel();
@@ -262,6 +274,21 @@ FabricServer::FabricServer(fabric::FabricParams params, Options options)
     throw std::runtime_error("fabric server: cannot listen on " + where + ": " + e.what());
   }
   impl_->accept();
+  if (impl_->options.local) {
+    // An abstract name (Linux): no file to clean up, and only this host's processes reach it.
+    static std::atomic<unsigned> serial{0};
+    impl_->local_name = "cardsim-fabric-" + std::to_string(::getpid()) + "-" + std::to_string(serial++) + "-" +
+                        std::to_string(impl_->acceptor.local_endpoint().port());
+    try {
+      const local::endpoint ep(std::string(1, '\0') + impl_->local_name);
+      impl_->local_acceptor.open(ep.protocol());
+      impl_->local_acceptor.bind(ep);
+      impl_->local_acceptor.listen();
+    } catch (const std::exception& e) {
+      throw std::runtime_error("fabric server: cannot listen on unix:@" + impl_->local_name + ": " + e.what());
+    }
+    impl_->acceptLocal();
+  }
 }
 
 FabricServer::~FabricServer() {
@@ -269,6 +296,10 @@ FabricServer::~FabricServer() {
 }
 
 uint16_t FabricServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+std::string FabricServer::localAddress() const {
+  return impl_->local_name.empty() ? std::string() : "unix:@" + impl_->local_name;
+}
 
 void FabricServer::start() {
   impl_->running = true;
@@ -306,7 +337,7 @@ FabricServer::Stats FabricServer::stats() const {
   s.collectives_completed = impl_->completed.load();
   s.collectives_failed = impl_->failed.load();
   s.connections_accepted = impl_->accepted.load();
-  s.connections_open = impl_->open.load();
+  s.connections_open = impl_->open_count.load();
   s.collectives_pending = impl_->pending_count.load();
   return s;
 }

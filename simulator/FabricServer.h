@@ -1,5 +1,6 @@
 // The fabric server: one shared collective-fabric model for the ranks of a job, one
-// process per rank (Boost.Asio over TCP, protocol in simulator/proto/fabric.proto).
+// process per rank (Boost.Asio over TCP, and a Unix-domain socket for the ranks of its host;
+// protocol in simulator/proto/fabric.proto).
 //
 // Each rank reports when a collective can start on its stream (its arrival, in simulated
 // time); once every member of the group has arrived, the collective completes at the
@@ -33,6 +34,9 @@ class FabricServer {
     // Ready collectives are answered once every rank of the job waits for an answer (or has
     // left), or after this many wall seconds if one is busy elsewhere (see FabricServer.cpp).
     double settle_s = 3.0;
+    // Also listen on a Unix-domain socket (an abstract name, localAddress()) for ranks on
+    // this host: the same protocol, at a fraction of loopback TCP's cost per message.
+    bool local = false;
   };
   // Binds and listens; throws std::runtime_error naming the address on failure.
   FabricServer(fabric::FabricParams params, Options options);
@@ -41,6 +45,8 @@ class FabricServer {
   FabricServer& operator=(const FabricServer&) = delete;
 
   uint16_t port() const;
+  // "unix:@NAME" with Options::local (FabricClient connects to it as to "host:port"); else "".
+  std::string localAddress() const;
   // Serves on a background thread.
   void start();
   // Serves on the calling thread until stop() (from another thread or a signal handler).

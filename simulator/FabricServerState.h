@@ -29,6 +29,9 @@ namespace cardsim::sim {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using local = asio::local::stream_protocol;
+// A connection over TCP or a Unix-domain socket: the protocol is the same.
+using Socket = asio::generic::stream_protocol::socket;
 namespace rpc = cardsim::fabric_rpc;
 
 namespace fabric_server {
@@ -115,10 +118,13 @@ struct Job {
 
 struct FabricServer::Impl {
   Impl(fabric::FabricParams params, Options o)
-      : acceptor(io), signature(fabric::fabricSignature(params)), model(std::move(params)), options(std::move(o)) {}
+      : acceptor(io), local_acceptor(io), signature(fabric::fabricSignature(params)), model(std::move(params)),
+        options(std::move(o)) {}
 
   asio::io_context io;
   tcp::acceptor acceptor;
+  local::acceptor local_acceptor;   // Options::local: ranks on this host, by an abstract name
+  std::string local_name;           // that name, without its leading NUL
   std::string signature;   // fabric::fabricSignature of the model's parameters
   FabricModel model;
   Options options;
@@ -132,7 +138,7 @@ struct FabricServer::Impl {
   std::map<std::pair<std::string, int>, std::weak_ptr<Session>> by_rank;
   bool stopping = false;
 
-  std::atomic<uint64_t> completed{0}, failed{0}, accepted{0}, open{0}, pending_count{0};
+  std::atomic<uint64_t> completed{0}, failed{0}, accepted{0}, open_count{0}, pending_count{0};
   mutable std::mutex loads_mutex;
   FabricModel::LinkLoads loads;   // summed over completed collectives
 
@@ -140,6 +146,8 @@ struct FabricServer::Impl {
     if (options.log) std::fprintf(stderr, "cardsim fabricd: %s\n", line.c_str());
   }
   void accept();
+  void acceptLocal();
+  void open(Socket socket, std::string peer, bool same_host);
   void onMessage(Session& s, const rpc::ToServer& m);
   void onHello(Session& s, const rpc::Hello& h);
   void onArrive(Session& s, const rpc::Arrive& a);
@@ -159,15 +167,13 @@ struct FabricServer::Impl {
 };
 
 struct Session : std::enable_shared_from_this<Session> {
-  Session(FabricServer::Impl& i, tcp::socket s) : impl(i), socket(std::move(s)) {
-    boost::system::error_code ec;
-    auto ep = socket.remote_endpoint(ec);
-    peer = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
-  }
+  Session(FabricServer::Impl& i, Socket s, std::string peer_name, bool same)
+      : impl(i), socket(std::move(s)), peer(std::move(peer_name)), same_host(same) {}
 
   FabricServer::Impl& impl;
-  tcp::socket socket;
+  Socket socket;
   std::string peer;
+  bool same_host = false;           // over loopback TCP or the Unix-domain socket
   unsigned char header[4] = {};
   std::string body;
   // Answers; the connection closes once they are written out after closeAfterWrites(), or
@@ -225,7 +231,7 @@ struct Session : std::enable_shared_from_this<Session> {
     if (closed) return;
     closed = true;
     boost::system::error_code ec;
-    socket.shutdown(tcp::socket::shutdown_both, ec);
+    socket.shutdown(Socket::shutdown_both, ec);
     socket.close(ec);
     impl.onClosed(*this);
   }

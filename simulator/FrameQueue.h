@@ -20,7 +20,8 @@ class FrameQueue {
  public:
   using Ended = std::function<void(const boost::system::error_code& ec)>;
 
-  FrameQueue(boost::asio::ip::tcp::socket& socket, Ended ended) : socket_(socket), ended_(std::move(ended)) {}
+  FrameQueue(boost::asio::generic::stream_protocol::socket& socket, Ended ended)
+      : socket_(socket), ended_(std::move(ended)) {}
 
   // Queues a frame (dropped once a write has failed: the connection is gone).
   void push(std::string frame, std::shared_ptr<void> keep) {
@@ -57,7 +58,7 @@ class FrameQueue {
                              });
   }
 
-  boost::asio::ip::tcp::socket& socket_;
+  boost::asio::generic::stream_protocol::socket& socket_;
   Ended ended_;
   std::deque<std::string> out_;
   bool writing_ = false;

@@ -432,6 +432,12 @@ PYBIND11_MODULE(_C, m) {
     throwIfFailed(shim::fabricServe(bind, static_cast<uint16_t>(port), &bound), "fabricServe");
     return static_cast<int>(bound);
   });
+  // The running server's Unix-domain address, for the ranks on its host.
+  m.def("_fabric_local_address", [] {
+    std::string address;
+    throwIfFailed(shim::fabricServe("", 0, nullptr, &address), "fabricServe");
+    return address;
+  });
   m.def("_fabric_connect", [](const std::string& address, const std::string& job, int rank, int world,
                               double timeout_s) {
     py::gil_scoped_release nogil;

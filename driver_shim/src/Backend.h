@@ -82,7 +82,7 @@ class IBackend {
   virtual Status drainActivities(std::vector<ActivityRecord>* out) = 0;
 
   // The fabric server (shim.h); only a backend with a fabric model has one.
-  virtual Status fabricServe(const std::string&, uint16_t, uint16_t*) {
+  virtual Status fabricServe(const std::string&, uint16_t, uint16_t*, std::string*) {
     return Status(Code::NotSupported, std::string("fabricServe: the ") + name() + " backend has no fabric model");
   }
   virtual Status fabricConnect(const std::string&, const std::string&, int, int, double) {

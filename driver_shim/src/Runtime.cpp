@@ -353,8 +353,8 @@ Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double*
                               std::string* algorithm) {
   CARDSIM_FORWARD(launchFabricCollective(stream, desc, seconds, algorithm));
 }
-Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) {
-  CARDSIM_FORWARD(fabricServe(bind, port, bound_port));
+Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port, std::string* local_address) {
+  CARDSIM_FORWARD(fabricServe(bind, port, bound_port, local_address));
 }
 Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
                      double connect_timeout_s) {

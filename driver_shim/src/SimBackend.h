@@ -265,7 +265,7 @@ class SimBackend final : public IBackend {
   Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override;
   Status timingNoteHostWrite(const void* ptr, std::size_t bytes) override;
   Status timingScrub(void* ptr, std::size_t bytes) override;
-  Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) override;
+  Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port, std::string* local_address) override;
   Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
                        double connect_timeout_s) override;
   Status fabricAddress(std::string* address) override;

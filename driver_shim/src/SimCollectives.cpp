@@ -79,17 +79,20 @@ std::string pointToPointKey(const CollectiveDesc& desc) {
 
 }  // namespace
 
-Status SimBackend::fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) {
+Status SimBackend::fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port,
+                               std::string* local_address) {
   if (!fabric_) return Status(Code::NotSupported, "fabricServe: " + fabric_error_);
   std::lock_guard<std::mutex> lock(g_fabric_mutex);
   if (g_server) {
     if (bound_port) *bound_port = g_server->port();
+    if (local_address) *local_address = g_server->localAddress();
     return Status::Ok();
   }
   sim::FabricServer::Options o;
   o.preset = sim_.options().preset;
   o.bind = bind.empty() ? "127.0.0.1" : bind;
   o.port = port;
+  o.local = true;
   // CARDSIM_FABRIC_LOG=1: the server's log (ranks joining and leaving, late answers) on the
   // hosting rank's stderr, as `cardsim fabricd` prints it.
   if (const char* env = std::getenv("CARDSIM_FABRIC_LOG")) o.log = std::string(env) == "1";
@@ -110,6 +113,7 @@ Status SimBackend::fabricServe(const std::string& bind, uint16_t port, uint16_t*
   }
   stopFabricAtExit();
   if (bound_port) *bound_port = g_server->port();
+  if (local_address) *local_address = g_server->localAddress();
   return Status::Ok();
 }
 

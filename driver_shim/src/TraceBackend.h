@@ -123,8 +123,8 @@ class TraceBackend final : public IBackend {
   Status setActivityRecording(bool on) override;
   Status drainActivities(std::vector<ActivityRecord>* out) override;
 
-  Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port) override {
-    return inner_->fabricServe(bind, port, bound_port);
+  Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port, std::string* local_address) override {
+    return inner_->fabricServe(bind, port, bound_port, local_address);
   }
   Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
                        double connect_timeout_s) override {

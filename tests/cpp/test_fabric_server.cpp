@@ -105,6 +105,41 @@ TEST(FabricServer, CompletesAtLatestArrivalPlusModelTimeWhateverTheArrivalOrder)
   EXPECT_EQ(fx.server.stats().collectives_pending, 0u);
 }
 
+TEST(FabricServer, RanksOverItsUnixSocketAndOverTcpShareOneJobWithTheSameAnswers) {
+  // A server with Options::local also listens on a Unix-domain socket (an abstract name):
+  // the ranks of its host connect there, others over TCP, and all take part in one job.
+  FabricServer::Options o{kPreset, "127.0.0.1", 0, false};
+  o.local = true;
+  FabricServer server(params(), o);
+  server.start();
+  const std::string local = server.localAddress();
+  ASSERT_EQ(local.rfind("unix:@", 0), 0u) << local;
+  const std::string tcp = "127.0.0.1:" + std::to_string(server.port());
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 4; ++r)
+    clients.push_back(std::make_unique<FabricClient>(r % 2 ? local : tcp, FabricClient::Identity{"job", r, 4, kPreset}, 5));
+  const std::vector<int> ranks = {0, 1, 2, 3};
+  const uint64_t arrivals[4] = {5'000'000, 9'000'000, 1'000'000, 7'000'000};
+  std::vector<std::future<FabricClient::Completion>> done;
+  for (int r = 0; r < 4; ++r) {
+    auto c = allReduce(ranks, arrivals[r]);
+    c.seq = clients[static_cast<size_t>(r)]->nextSeq(c.group);
+    done.push_back(std::async(std::launch::async, [&clients, r, c] { return clients[static_cast<size_t>(r)]->collective(c); }));
+  }
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(done[static_cast<size_t>(r)].get().end_ps, 9'000'000 + model::secondsToPs(aloneSeconds(1 << 20, ranks)))
+        << "rank " << r;
+  EXPECT_EQ(server.stats().connections_accepted, 4u);
+  // A server without it has no local address; one that stopped refuses connections there.
+  Fixture plain;
+  EXPECT_EQ(plain.server.localAddress(), "");
+  server.stop();
+  const std::string e = errorOf([&] { FabricClient(local, FabricClient::Identity{"job", 0, 1, kPreset}, 0.3); });
+  EXPECT_NE(e.find("cannot connect to the fabric server at " + local), std::string::npos) << e;
+  const std::string bad = errorOf([] { FabricClient("unix:", FabricClient::Identity{"job", 0, 1, kPreset}, 0.3); });
+  EXPECT_NE(bad.find("the socket's name must be 1 to"), std::string::npos) << bad;
+}
+
 TEST(FabricServer, TimeoutNamesTheGroupTheCollectiveAndTheMissingRank) {
   Fixture fx;
   auto c0 = fx.client(0, 3), c1 = fx.client(1, 3), c2 = fx.client(2, 3);
@@ -456,7 +491,7 @@ TEST(FabricServer, TheRankHostingTheServerHearsLastSoItsExitCannotCutTheOthersSh
   sim::Pending p;
   std::vector<std::shared_ptr<sim::Session>> sessions;
   for (int r = 0; r < 4; ++r) {
-    sessions.push_back(std::make_shared<sim::Session>(impl, boost::asio::ip::tcp::socket(impl.io)));
+    sessions.push_back(std::make_shared<sim::Session>(impl, sim::Socket(impl.io), "test", true));
     sessions.back()->rank = r;
     sessions.back()->in_server_process = r == 0 || r == 2;   // the host, and a rank it also drives
     p.arrived[r] = sim::Pending::Arrival{sessions.back(), static_cast<uint64_t>(10 + r), 0, true};

@@ -1,6 +1,7 @@
 // cardsim fabricd: a fabric server started by hand, for jobs whose ranks span hosts (or to
-// share one fabric between jobs). Ranks find it through CARDSIM_FABRIC=host:port. Serves
-// until SIGINT or SIGTERM.
+// share one fabric between jobs). Ranks find it through CARDSIM_FABRIC=host:port, or those
+// on its host through its Unix-domain socket (CARDSIM_FABRIC=unix:@NAME, printed at start).
+// Serves until SIGINT or SIGTERM.
 #include <csignal>
 #include <cstdio>
 
@@ -50,6 +51,7 @@ int runFabricd(const std::vector<std::string>& argv) {
   }
   so.port = static_cast<uint16_t>(port);
   so.log = !a.has("quiet");
+  so.local = true;
   so.settle_s = a.number("settle-s", 3.0);
   if (!(so.settle_s >= 0) || so.settle_s > 3600)
     throw UsageError("cardsim fabricd: --settle-s must be 0..3600 seconds, got " + a.get("settle-s", ""));
@@ -61,8 +63,9 @@ int runFabricd(const std::vector<std::string>& argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   sim::FabricServer server(sim::loadFabricParams(o), so);
   server.start();
-  std::printf("cardsim fabricd: serving the fabric of preset %s on %s:%u (ranks: CARDSIM_FABRIC=<this host>:%u)\n",
-              o.preset.c_str(), so.bind.c_str(), server.port(), server.port());
+  std::printf("cardsim fabricd: serving the fabric of preset %s on %s:%u (ranks: CARDSIM_FABRIC=<this host>:%u; "
+              "on this host also CARDSIM_FABRIC=%s)\n",
+              o.preset.c_str(), so.bind.c_str(), server.port(), server.port(), server.localAddress().c_str());
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop_signals, &sig);

@@ -488,14 +488,16 @@ int runReplay(const std::vector<std::string>& argv) {
   std::unique_ptr<sim::FabricServer> server;
   if (joined) {
     try {
-      server = std::make_unique<sim::FabricServer>(fp, sim::FabricServer::Options{job.preset, "127.0.0.1", 0, false});
+      sim::FabricServer::Options so{job.preset, "127.0.0.1", 0, false};
+      so.local = true;   // the ranks are this host's processes: a Unix-domain socket costs less per message
+      server = std::make_unique<sim::FabricServer>(fp, so);
       server->start();
     } catch (...) {
       for (pid_t p : pids) ::kill(p, SIGKILL);
       for (pid_t p : pids) ::waitpid(p, nullptr, 0);
       throw;
     }
-    const std::string address = "127.0.0.1:" + std::to_string(server->port());
+    const std::string address = server->localAddress();
     for (int fd : address_fds) {
       (void)!::write(fd, address.data(), address.size());
       ::close(fd);

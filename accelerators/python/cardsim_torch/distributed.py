@@ -9,7 +9,8 @@ Timing: each collective occupies the device's current stream on the preset's col
 fabric (shim launchFabricCollective); the group's global ranks are its devices on the fabric,
 one device per rank. In a job of several processes the ranks share one fabric server: rank 0
 starts it in its process when the default group is created and its address travels through
-the c10d store (``CARDSIM_FABRIC=host:port`` names a ``cardsim fabricd`` instead;
+the c10d store (its Unix-domain socket when the store is on loopback, every rank on this
+host; ``CARDSIM_FABRIC=host:port`` or ``unix:PATH`` names a ``cardsim fabricd`` instead;
 ``CARDSIM_FABRIC=off`` times each collective alone on each rank). A collective then starts
 on each rank when its stream gets to it, and completes on every member at the latest
 arrival plus the model's time, whatever order the processes reach it in. It is reported to
@@ -166,7 +167,9 @@ def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
             master = os.environ.get("MASTER_ADDR", "127.0.0.1")
             local = master in ("127.0.0.1", "localhost", "::1")
             port = _C._fabric_serve("127.0.0.1" if local else "0.0.0.0", 0)
-            where = f"{'127.0.0.1' if local else master}:{port}"
+            # Every rank on this host (the store is on loopback): the server's Unix-domain
+            # socket, cheaper per collective than loopback TCP.
+            where = (_C._fabric_local_address() or f"127.0.0.1:{port}") if local else f"{master}:{port}"
         store.set("cardsim/fabric/address", where)
         store.set("cardsim/fabric/job", uuid.uuid4().hex)
     else:

@@ -286,8 +286,11 @@ Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double*
 
 // Starts a fabric server for this process's preset on a background thread (rank 0 of a job
 // does this) listening on `bind` ("127.0.0.1", or "0.0.0.0" for jobs spanning hosts) and
-// `port` (0: any free port); returns the port. It serves until the process exits.
-Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port);
+// `port` (0: any free port); returns the port. It serves until the process exits. It also
+// listens on a Unix-domain socket for ranks on this host (cheaper per message than loopback
+// TCP): `local_address` gets its address ("unix:@NAME", for fabricConnect). A second call
+// returns the running server's port and address.
+Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port, std::string* local_address = nullptr);
 // Joins the job's fabric at "host:port" as `rank` of `world_size` (`job` the same string on
 // every rank). Once per process; a second call with another address fails.
 // `connect_timeout_s`: how long to retry a refused connection and wait for the server's

@@ -321,6 +321,8 @@ def test_ranks_complete_together_at_the_latest_arrival_plus_the_models_time(tmp_
     assert all(res[r] for r in range(world)), _shown(errs)
     # CARDSIM_FABRIC_LOG=1 (set for every run here): the server's log on rank 0's stderr.
     assert all(f"cardsim fabricd: rank {r} of job " in errs[0] for r in range(world)), errs[0]
+    # The store is on loopback, so every rank is on this host: all join by the Unix socket.
+    assert errs[0].count("connection from unix:@") == world and "connection from 127.0.0.1" not in errs[0], errs[0]
     assert all(res[r]["sum"] == 6.0 for r in range(world))
     # (activities come in completion order, the same on every rank when ends agree)
     acts = [sorted(res[r]["acts"], key=lambda a: a[2]) for r in range(world)]
@@ -508,20 +510,25 @@ def _start_fabricd(*args):
     line = p.stdout.readline()
     assert "serving the fabric of preset" in line, (line, p.stderr.read() if p.poll() is not None else "")
     port = int(line.split(" on 127.0.0.1:")[1].split()[0])
+    p.local_address = line.split("on this host also CARDSIM_FABRIC=")[1].split(")")[0]
     return p, port
 
 
 def test_a_fabricd_started_by_hand_serves_a_job(tmp_path):
+    """Over TCP, and for ranks on its host over its Unix-domain socket: one job each."""
     p, port = _start_fabricd("--preset", "mlu370-x8")
     try:
-        res, errs = run_ranks(tmp_path, 2, "simple", CARDSIM_FABRIC=f"127.0.0.1:{port}")
-        assert all(res[r] and res[r]["sum"] == 3.0 for r in range(2)), errs
+        assert p.local_address.startswith("unix:@"), p.local_address
+        for where in (f"127.0.0.1:{port}", p.local_address):
+            res, errs = run_ranks(tmp_path, 2, "simple", CARDSIM_FABRIC=where)
+            assert all(res[r] and res[r]["sum"] == 3.0 for r in range(2)), (where, errs)
     finally:
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
-    assert "1 collectives completed" in err, err
+    assert "2 collectives completed" in err, err
     assert "rank 0 of job" in err and "joined" in err, err
+    assert "connection from unix:@" in err and "connection from 127.0.0.1:" in err, err
 
 
 def test_a_rank_with_another_preset_is_refused_by_name(tmp_path):
