@@ -10,6 +10,7 @@
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceFormat.h"
 #include "traces/lib/TraceReader.h"
+#include "traces/replay/RankAnalysis.h"
 
 namespace cardsim::cli {
 
@@ -61,8 +62,13 @@ std::map<int, std::string> traceRankFiles(const std::string& path) {
   int world = -1;
   std::string first;
   trace::Header h0;
-  for (const auto& [n, file] : out) {
-    const trace::Header h = checkedHeader(file);
+  // Each file read to its end, the files at once (the first failure in rank order is reported).
+  std::vector<std::pair<int, std::string>> order(out.begin(), out.end());
+  std::vector<trace::Header> headers(order.size());
+  replay::inParallel(order.size(), [&](std::size_t i) { headers[i] = checkedHeader(order[i].second); });
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const auto& [n, file] = order[i];
+    const trace::Header& h = headers[i];
     if (h.rank() != n)
       throw trace::TraceError(file + ": the header says rank " + std::to_string(h.rank()) + ", the file name rank " +
                               std::to_string(n));

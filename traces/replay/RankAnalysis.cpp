@@ -1,5 +1,7 @@
 #include "traces/replay/RankAnalysis.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -140,6 +142,14 @@ void RankAnalyzer::header(const trace::Header& h) {
   } catch (const std::exception&) {
     // a trace from another backend without a preset: every kernel counts as compute
   }
+}
+
+void RankAnalyzer::reserve(std::size_t calls, std::size_t commands) {
+  RankData& rd = s_->pass.rd;
+  rd.calls.reserve(calls);
+  rd.host_waits.reserve(calls / 2);
+  rd.cmds.reserve(commands);
+  s_->launches.reserve(commands);
 }
 
 void RankAnalyzer::record(const trace::Envelope& e) {
@@ -334,6 +344,16 @@ void buildIndex(RankData& rd) {
   std::sort(rd.by_end.begin(), rd.by_end.end());
 }
 
+std::pair<std::size_t, std::size_t> reserveFor(const std::string& trace_file) {
+  struct stat st {};
+  if (::stat(trace_file.c_str(), &st) != 0 || st.st_size <= 0) return {0, 0};
+  // A record takes 30-60 bytes uncompressed; about a third are device commands. Generous:
+  // room left over is address space only. (A compressed trace is underestimated: the
+  // tables then grow as they would without the hint.)
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  return {bytes / 24, bytes / 48};
+}
+
 void inParallel(std::size_t n, const std::function<void(std::size_t)>& fn) {
   std::vector<std::exception_ptr> errors(n);
   const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(n, std::thread::hardware_concurrency()));
@@ -358,6 +378,7 @@ RankPass readRank(int rank, const std::string& path) {
   trace::TraceReader reader(path);
   RankAnalyzer analyzer(rank, path);
   analyzer.header(reader.header());
+  analyzer.reserve(reserveFor(path).first, reserveFor(path).second);
   trace::Envelope e;
   while (reader.next(&e)) analyzer.record(e);
   return analyzer.finish();
