@@ -17,9 +17,9 @@ namespace {
 // Small enough to stay in cache and cost little to set up per open; a longer record grows it.
 constexpr std::size_t kChunk = 64 << 10;
 
-// Whether an encoded Envelope has its End field (14), from the wire format alone. Anything
-// it cannot walk counts as yes, so that the full parse judges it.
-bool hasEndField(const uint8_t* p, const uint8_t* end) {
+// Whether an encoded Envelope has field `field` at its top level, from the wire format
+// alone. Anything it cannot walk counts as yes, so that the full parse judges it.
+bool hasField(const uint8_t* p, const uint8_t* end, uint32_t field) {
   auto varint = [&](uint64_t* v) {
     *v = 0;
     for (int shift = 0; shift < 64; shift += 7) {
@@ -33,7 +33,7 @@ bool hasEndField(const uint8_t* p, const uint8_t* end) {
   while (p < end) {
     uint64_t tag = 0, v = 0;
     if (!varint(&tag)) return true;
-    if ((tag >> 3) == 14) return true;
+    if ((tag >> 3) == field) return true;
     switch (tag & 7) {
       case 0: if (!varint(&v)) return true; break;
       case 1: if (end - p < 8) return true; p += 8; break;
@@ -44,6 +44,50 @@ bool hasEndField(const uint8_t* p, const uint8_t* end) {
   }
   return false;
 }
+
+// Whether an encoded Envelope has its End field. The writer puts a record's kind first
+// (fields in number order, the record's oneof numbered below the rest), so the first tag
+// settles it; a record that starts otherwise is walked whole.
+bool hasEndField(const uint8_t* p, const uint8_t* end) {
+  if (p != end && (*p & 7) == 2 && (*p >> 3) >= 1 && (*p >> 3) <= Envelope::kEndFieldNumber)
+    return (*p >> 3) == Envelope::kEndFieldNumber;
+  return hasField(p, end, Envelope::kEndFieldNumber);
+}
+
+// Whether an encoded Envelope is a device command: its first field the Command (the writer
+// puts the record's kind first: fields in number order), and no End field after it (the
+// last of a oneof's fields wins). Anything it cannot walk counts as no.
+bool isCommandRecord(const uint8_t* p, const uint8_t* end) {
+  constexpr uint8_t kCommandTag = (Envelope::kCommandFieldNumber << 3) | 2;   // one byte: field 13, length-delimited
+  if (p == end || *p != kCommandTag) return false;
+  bool command = false;
+  auto varint = [&](uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p == end) return false;
+      const uint8_t b = *p++;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  };
+  while (p < end) {
+    uint64_t tag = 0, v = 0;
+    if (!varint(&tag)) return false;
+    const uint64_t field = tag >> 3;
+    if (field == Envelope::kEndFieldNumber) return false;
+    if (field == Envelope::kCommandFieldNumber) command = true;
+    switch (tag & 7) {
+      case 0: if (!varint(&v)) return false; break;
+      case 1: if (end - p < 8) return false; p += 8; break;
+      case 2: if (!varint(&v) || v > static_cast<uint64_t>(end - p)) return false; p += v; break;
+      case 5: if (end - p < 4) return false; p += 4; break;
+      default: return false;
+    }
+  }
+  return command;
+}
+
 }  // namespace
 
 TraceReader::TraceReader(const std::string& path) : path_(path) {
@@ -194,6 +238,8 @@ bool TraceReader::readRecord(Envelope* record, bool only_end) {
   const uint8_t* body = buffer_.data() + pos_ + prefix;
   if (only_end && !hasEndField(body, body + len)) {
     record->clear_record();
+  } else if (skip_commands_ && isCommandRecord(body, body + len)) {
+    record->Clear();   // a device command: its bytes are under the CRC all the same
   } else if (!record->ParseFromArray(body, static_cast<int>(len)))
     throw TraceError(where() + ": corrupt: the record's " + std::to_string(len) + " bytes do not parse");
   pos_ += prefix + len;
@@ -203,6 +249,25 @@ bool TraceReader::readRecord(Envelope* record, bool only_end) {
 }
 
 bool TraceReader::next(Envelope* record) { return nextRecord(record, false); }
+
+const Envelope* TraceReader::next() {
+  // Each parse leaves its record's parts on the arena; a fresh start every so often keeps
+  // it within its first block (records are tens to hundreds of bytes).
+  constexpr uint32_t kRecordsPerArena = 1024;
+  if (!arena_ || arena_records_ >= kRecordsPerArena) {
+    if (arena_block_.empty()) arena_block_.resize(256 << 10);
+    google::protobuf::ArenaOptions o;
+    o.initial_block = arena_block_.data();
+    o.initial_block_size = arena_block_.size();
+    arena_record_ = nullptr;
+    arena_.reset();   // before the new one takes the block
+    arena_ = std::make_unique<google::protobuf::Arena>(o);
+    arena_record_ = google::protobuf::Arena::CreateMessage<Envelope>(arena_.get());
+    arena_records_ = 0;
+  }
+  ++arena_records_;
+  return nextRecord(arena_record_, false) ? arena_record_ : nullptr;
+}
 
 void TraceReader::checkValues(const Envelope& e, uint64_t at) const {
   // Values no recorder writes and every consumer would mistime: a record whose bytes parse

@@ -8,8 +8,11 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <google/protobuf/arena.h>
 
 #include "traces/proto/trace.pb.h"
 
@@ -41,6 +44,14 @@ class TraceReader {
   // record has been read and checked (it is then in end()). Records of kinds this reader
   // does not know (a newer minor version) come back with no record set.
   bool next(Envelope* record);
+  // The same, into a message the reader owns, valid until the next call: parsed on an arena
+  // the reader recycles every few thousand records, so that reading allocates nothing per
+  // record (a replay reads tens of thousands per rank). Null once the End record is read.
+  const Envelope* next();
+  // Device command records (what the recorded run's commands did: a replay re-times them
+  // rather than reads them) come back empty, without being parsed or checked beyond the
+  // file's CRC-32 and record count.
+  void skipCommands(bool skip) { skip_commands_ = skip; }
   const End& end() const { return end_; }
   // Reads to the End record checking what next() checks, but parses only the End: every
   // byte is still under its CRC-32 and the record count, at a fraction of next()'s cost.
@@ -77,7 +88,13 @@ class TraceReader {
   Header header_;
   End end_;
   bool done_ = false;
+  bool skip_commands_ = false;
   z_stream_s* gz_ = nullptr;        // the inflate stream of a compressed file
+  // next()'s message and its arena (starting in arena_block_, so a reset costs no allocation).
+  std::vector<char> arena_block_;
+  std::unique_ptr<google::protobuf::Arena> arena_;
+  Envelope* arena_record_ = nullptr;
+  uint32_t arena_records_ = 0;
   std::vector<uint8_t> raw_;        // its compressed input
   bool raw_eof_ = false, gz_end_ = false;
   uint64_t raw_offset_ = 0;         // compressed bytes read from the file

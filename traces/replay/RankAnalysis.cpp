@@ -379,8 +379,7 @@ RankPass readRank(int rank, const std::string& path) {
   RankAnalyzer analyzer(rank, path);
   analyzer.header(reader.header());
   analyzer.reserve(reserveFor(path).first, reserveFor(path).second);
-  trace::Envelope e;
-  while (reader.next(&e)) analyzer.record(e);
+  while (const trace::Envelope* e = reader.next()) analyzer.record(*e);
   return analyzer.finish();
 }
 

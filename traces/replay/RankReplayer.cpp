@@ -136,8 +136,9 @@ void RankReplayer::noteClock(const trace::Envelope& e) {
 void RankReplayer::run() {
   trace::TraceReader reader(path_);
   world_ = std::max(1, reader.header().world_size());
-  trace::Envelope e;
-  while (reader.next(&e)) {
+  reader.skipCommands(true);   // the recorded commands' results: the replay makes its own
+  while (const trace::Envelope* next = reader.next()) {
+    const trace::Envelope& e = *next;
     record_ = reader.recordIndex() - 1;
     if (e.record_case() == trace::Envelope::kName) {
       names_[e.name().id()] = e.name().text();
