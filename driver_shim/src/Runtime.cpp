@@ -40,6 +40,10 @@ const BackendEntry kBackends[] = {
 
 std::mutex g_mutex;
 std::unique_ptr<IBackend> g_backend;
+// g_backend's pointer for calls once it exists, read without g_mutex (every shim call reads
+// it; a lock per call cost a few percent of a replay). Set under g_mutex whenever g_backend
+// changes; a backend it pointed to lives on (inside the TraceBackend that wraps it).
+std::atomic<IBackend*> g_current{nullptr};
 // Set in a child forked after initialization: the simulation thread stayed in the parent.
 std::atomic<bool> g_forked_child{false};
 InitOptions g_options;
@@ -70,6 +74,7 @@ Status initLocked(const InitOptions& in) {
     g_backend = e.create(options, &why);
     if (!g_backend) return why;
     g_backend = wrapForTracing(std::move(g_backend), options);   // CARDSIM_TRACE
+    g_current.store(g_backend.get(), std::memory_order_release);
     if (options.status_board) StatusBoard::startForProcess(g_backend.get());
     static std::once_flag at_fork;
     std::call_once(at_fork, [] { pthread_atfork(nullptr, nullptr, [] { g_forked_child = true; }); });
@@ -94,6 +99,7 @@ IBackend* backend(Status* why) {
     *why = forkedChildError();
     return nullptr;
   }
+  if (IBackend* b = g_current.load(std::memory_order_acquire)) return b;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_backend) {
     Status s = initLocked(InitOptions{});
@@ -153,6 +159,7 @@ TraceBackend* tracingBackend(Status* why) {
   auto t = std::make_unique<TraceBackend>(std::move(g_backend), g_options);
   TraceBackend* raw = t.get();
   g_backend = std::move(t);
+  g_current.store(raw, std::memory_order_release);
   return raw;
 }
 
