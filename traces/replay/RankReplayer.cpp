@@ -93,12 +93,11 @@ void* RankReplayer::devicePointer(uint64_t address, uint64_t bytes, int device, 
       return static_cast<char*>(it->second.ptr) + (address - it->first);
   }
   // Allocated before the recording started: a stand-in of the size this call touches.
-  int current = 0;
-  (void)shim::getDevice(&current);
-  if (device >= 0 && device != current) check(shim::setDevice(device), e, "setDevice");
+  const int current = currentDevice();
+  if (device >= 0) useDevice(device, e);
   void* p = nullptr;
   check(shim::malloc(&p, std::max<uint64_t>(bytes, 1)), e, "a stand-in for memory allocated before the recording");
-  if (device >= 0 && device != current) check(shim::setDevice(current), e, "setDevice");
+  useDevice(current, e);
   device_blocks_[address] = DeviceBlock{p, std::max<uint64_t>(bytes, 1), device};
   return p;
 }
@@ -122,9 +121,19 @@ void RankReplayer::alignClock(const trace::Envelope& e) {
   uint64_t now = 0;
   (void)shim::hostTimePs(&now);
   if (target > static_cast<int64_t>(now)) (void)shim::hostClockJoin(static_cast<uint64_t>(target));
-  int current = 0;
-  (void)shim::getDevice(&current);
-  if (e.device() >= 0 && e.device() != current) check(shim::setDevice(e.device()), e, "setDevice");
+  if (e.device() >= 0) useDevice(e.device(), e);
+}
+
+int RankReplayer::currentDevice() {
+  if (device_ < 0) (void)shim::getDevice(&device_);
+  return device_;
+}
+
+void RankReplayer::useDevice(int device, const trace::Envelope& e) {
+  if (device == currentDevice()) return;
+  device_ = -1;   // unknown, should the call fail
+  check(shim::setDevice(device), e, "setDevice");
+  device_ = device;
 }
 
 void RankReplayer::noteClock(const trace::Envelope& e) {
@@ -362,7 +371,11 @@ void RankReplayer::replay(const trace::Envelope& e) {
     case trace::Envelope::kApi: {
       const trace::ApiCall& a = e.api();
       switch (a.api()) {
-        case trace::ApiCall::SET_DEVICE: check(shim::setDevice(static_cast<int>(a.arg())), e, "setDevice"); return;
+        case trace::ApiCall::SET_DEVICE:   // replayed as recorded, current or not (a call the host paid for)
+          device_ = -1;
+          check(shim::setDevice(static_cast<int>(a.arg())), e, "setDevice");
+          device_ = static_cast<int>(a.arg());
+          return;
         case trace::ApiCall::DEVICE_SYNCHRONIZE: check(shim::deviceSynchronize(), e, "deviceSynchronize"); return;
         case trace::ApiCall::MEM_GET_INFO: {
           std::size_t f = 0, t = 0;

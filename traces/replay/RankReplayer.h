@@ -67,6 +67,11 @@ class RankReplayer {
   std::map<uint32_t, int64_t> drift_ps_;            // per recorded thread: replay - recording
   uint64_t calls_ = 0;
   uint64_t record_ = 0;
+  // The calling thread's current device as this replayer last set it (-1: ask the runtime):
+  // the replay makes every call from one thread, and only it changes the device.
+  int device_ = -1;
+  int currentDevice();
+  void useDevice(int device, const trace::Envelope& e);   // setDevice unless already current
 };
 
 }  // namespace cardsim::replay
