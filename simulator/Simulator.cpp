@@ -106,6 +106,7 @@ struct Simulator::Impl : model::ICompletionSink {
   bool stop = false;
   bool caller_driven = true;           // false: CARDSIM_SIM_DRIVER=thread
   bool driving = false;                // a caller is running the simulation
+  std::vector<Item> drive_batch;       // the driver's batch, swapped with the intake (keeps both allocated)
   std::vector<uint64_t> submitted;     // per (device, queue)
 
   // Touched only by the thread running the simulation (the driver or the simulation thread).
@@ -191,7 +192,7 @@ void Simulator::Impl::threadMain(std::promise<void>* ready) {
 }
 
 void Simulator::Impl::driveUntilIdle() {
-  std::vector<Item> batch;
+  std::vector<Item>& batch = drive_batch;   // one driver at a time; its capacity goes back to the intake
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mutex);
