@@ -227,7 +227,13 @@ void Simulator::Impl::simulate(std::vector<Item>& batch) {
   }
   batch.clear();
   try {
-    runTo(horizon);
+    // A lone wait (a synchronize, a synchronous copy) is registered first and the simulation
+    // runs until it is answered, then on to the horizon if it is not there yet: one run of
+    // the scheduler where the wait ends past the horizon (the usual case) instead of two. Its
+    // answer is the same, max(its time, the last completion), and the simulation ends where
+    // it did (SystemC resumes a paused run where it stopped).
+    const bool lone_wait = requests.size() == 1 && requests[0]->kind == Request::Kind::Wait;
+    if (!lone_wait) runTo(horizon);
     for (Request* r : requests) handle(r);
     requests.clear();
     while (!waits.empty()) {
@@ -246,6 +252,7 @@ void Simulator::Impl::simulate(std::vector<Item>& batch) {
         waits.clear();
       }
     }
+    if (lone_wait) runTo(horizon);
   } catch (const std::exception& e) {
     // An exception out of sc_start leaves SystemC's scheduler mid-delta; it cannot resume
     // (one simulation context per process, no restart), so later calls fail with this.
