@@ -458,7 +458,6 @@ int runReplay(const std::vector<std::string>& argv) {
   if (job.scale > 0) run = {{files.begin()->first, files.begin()->second}};
   const bool joined = job.scale == 0 && run.size() > 1;
 
-  std::vector<pid_t> pids;
   std::vector<RankChild> children;
   std::vector<int> address_fds;
   std::fflush(nullptr);
@@ -480,7 +479,6 @@ int runReplay(const std::vector<std::string>& argv) {
       for (const RankChild& c : children) ::close(c.fd);   // the earlier ranks' pipes are the parent's
       rankProcess(job, rank, world, file, devices, joined ? fds[0] : -1, pass[1]);
     }
-    pids.push_back(pid);
     ::close(pass[1]);
     children.push_back(RankChild{rank, pid, pass[0], {}});
     if (joined) {
@@ -497,8 +495,8 @@ int runReplay(const std::vector<std::string>& argv) {
       server = std::make_unique<sim::FabricServer>(fp, so);
       server->start();
     } catch (...) {
-      for (pid_t p : pids) ::kill(p, SIGKILL);
-      for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+      for (const RankChild& c : children) ::kill(c.pid, SIGKILL);
+      for (const RankChild& c : children) ::waitpid(c.pid, nullptr, 0);
       throw;
     }
     const std::string address = server->localAddress();
@@ -517,7 +515,7 @@ int runReplay(const std::vector<std::string>& argv) {
     while (::waitpid(who, &status, 0) < 0 && errno == EINTR) {
     }
     if (!failed) {
-      for (pid_t q : pids) ::kill(q, SIGKILL);
+      for (const RankChild& c : children) ::kill(c.pid, SIGKILL);
       bad_input = WIFEXITED(status) && WEXITSTATUS(status) == 2;
     }
     failed = true;
