@@ -287,7 +287,7 @@ int connectTo(const std::string& address, Clock::time_point deadline) {
       const int flags = ::fcntl(fd, F_GETFL, 0);
       ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
       int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len);
-      if (rc != 0 && (errno == EINPROGRESS || errno == EAGAIN)) {
+      if (rc != 0 && errno == EINPROGRESS) {
         pollfd p{fd, POLLOUT, 0};
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         rc = ::poll(&p, 1, static_cast<int>(std::clamp<long long>(left, 0, 3600 * 1000)));
@@ -309,8 +309,9 @@ int connectTo(const std::string& address, Clock::time_point deadline) {
       last_error = errno;
       ::close(fd);
     }
-    // A Unix-domain name nobody listens on yet: ECONNREFUSED (or ENOENT for a path).
-    const bool retry = last_error == ECONNREFUSED || last_error == ENOENT;
+    // A Unix-domain name nobody listens on yet: ECONNREFUSED (or ENOENT for a path); its
+    // backlog full: EAGAIN (a Unix-domain connect does not complete later, as TCP's does).
+    const bool retry = last_error == ECONNREFUSED || last_error == ENOENT || last_error == EAGAIN;
     if (!retry || Clock::now() >= deadline)
       throw FabricError("cannot connect to the fabric server at " + address + ": " + std::strerror(last_error));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
