@@ -72,9 +72,9 @@ RankSummary summarize(const std::string& path, bool print) {
   RankSummary s;
   s.file = path;
   s.header = reader.header();
-  trace::Envelope e;
   if (print) std::printf("%s #0 %s\n", path.c_str(), s.header.ShortDebugString().c_str());
-  while (reader.next(&e)) {
+  while (const trace::Envelope* next = reader.next()) {
+    const trace::Envelope& e = *next;
     if (print) std::printf("%s #%llu %s\n", path.c_str(), static_cast<unsigned long long>(reader.recordIndex() - 1),
                            e.ShortDebugString().c_str());
     ++s.records[kindOf(e)];

@@ -84,8 +84,8 @@ void RunTimeline::readRank(int rank, const std::string& file) {
   const std::size_t first_call = calls_.size(), first_command = commands_.size();
   std::map<uint32_t, std::string>& names = ranks_.back().names;
   std::unordered_map<uint64_t, std::size_t> call_index;   // call number -> calls_
-  trace::Envelope e;
-  while (reader.next(&e)) {
+  while (const trace::Envelope* next = reader.next()) {
+    const trace::Envelope& e = *next;   // the reader's: copied where it is kept
     switch (e.record_case()) {
       case trace::Envelope::kName: names[e.name().id()] = e.name().text(); break;
       case trace::Envelope::kCommand: {
