@@ -236,6 +236,26 @@ TEST(LoadPreset, DotTextprotoNameIsTreatedAsAPath) {
   EXPECT_FALSE(contains(msg, "unknown preset")) << msg;
 }
 
+TEST(LoadPreset, AParsedTextIsReusedAndABadOneFailsEachTimeNamingItsOrigin) {
+  // Parses are remembered by text (a process, and a replay's forked ranks, parse the same
+  // preset several times): the same text gives the same preset whatever its origin, and a
+  // text that fails names the origin of each attempt.
+  const std::string text = presetText(loadPreset("br100"));
+  const cfg::Preset a = cardsim::sim::parsePresetText(text, "first");
+  const cfg::Preset b = cardsim::sim::parsePresetText(text, "second");
+  EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString());
+  const std::string bad = text + "\nno_such_key: 1\n";
+  for (const char* origin : {"attempt-one.textproto", "attempt-two.textproto"}) {
+    const std::string msg = configError([&] { cardsim::sim::parsePresetText(bad, origin); });
+    EXPECT_TRUE(contains(msg, origin)) << msg;
+    EXPECT_TRUE(contains(msg, "no_such_key")) << msg;
+  }
+  // An override applied to one copy does not reach the next parse of the text.
+  cfg::Preset changed = cardsim::sim::parsePresetText(text, "third");
+  applyOverride(changed, "memory.bandwidth=1TB/s", "test");
+  EXPECT_EQ(cardsim::sim::parsePresetText(text, "fourth").SerializeAsString(), a.SerializeAsString());
+}
+
 TEST(LoadPreset, FromFileRoundTripsAnEmbeddedPreset) {
   const cfg::Preset embedded = loadPreset("br100");
   const std::string path = writeTempFile("cardsim-roundtrip-br100.textproto", presetText(embedded));
