@@ -284,10 +284,15 @@ FabricServer::FabricServer(fabric::FabricParams params, Options options)
       impl_->local_acceptor.open(ep.protocol());
       impl_->local_acceptor.bind(ep);
       impl_->local_acceptor.listen();
+      impl_->acceptLocal();
     } catch (const std::exception& e) {
-      throw std::runtime_error("fabric server: cannot listen on unix:@" + impl_->local_name + ": " + e.what());
+      // Where abstract Unix-domain names are not available, TCP serves alone (localAddress()
+      // is then "", and the ranks connect by host:port).
+      impl_->log("no Unix-domain socket (" + std::string(e.what()) + "); serving over TCP only");
+      boost::system::error_code ec;
+      impl_->local_acceptor.close(ec);
+      impl_->local_name.clear();
     }
-    impl_->acceptLocal();
   }
 }
 

@@ -45,7 +45,8 @@ class FabricServer {
   FabricServer& operator=(const FabricServer&) = delete;
 
   uint16_t port() const;
-  // "unix:@NAME" with Options::local (FabricClient connects to it as to "host:port"); else "".
+  // "unix:@NAME" with Options::local (FabricClient connects to it as to "host:port"); "" without
+  // it, or where the system offers no abstract Unix-domain names (TCP then serves alone).
   std::string localAddress() const;
   // Serves on a background thread.
   void start();

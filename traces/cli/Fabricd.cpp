@@ -63,9 +63,10 @@ int runFabricd(const std::vector<std::string>& argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   sim::FabricServer server(sim::loadFabricParams(o), so);
   server.start();
-  std::printf("cardsim fabricd: serving the fabric of preset %s on %s:%u (ranks: CARDSIM_FABRIC=<this host>:%u; "
-              "on this host also CARDSIM_FABRIC=%s)\n",
-              o.preset.c_str(), so.bind.c_str(), server.port(), server.port(), server.localAddress().c_str());
+  const std::string local = server.localAddress().empty() ? std::string()
+                                                          : "; on this host also CARDSIM_FABRIC=" + server.localAddress();
+  std::printf("cardsim fabricd: serving the fabric of preset %s on %s:%u (ranks: CARDSIM_FABRIC=<this host>:%u%s)\n",
+              o.preset.c_str(), so.bind.c_str(), server.port(), server.port(), local.c_str());
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop_signals, &sig);

@@ -499,7 +499,8 @@ int runReplay(const std::vector<std::string>& argv) {
       for (const RankChild& c : children) ::waitpid(c.pid, nullptr, 0);
       throw;
     }
-    const std::string address = server->localAddress();
+    const std::string address =
+        server->localAddress().empty() ? "127.0.0.1:" + std::to_string(server->port()) : server->localAddress();
     for (int fd : address_fds) {
       (void)!::write(fd, address.data(), address.size());
       ::close(fd);
