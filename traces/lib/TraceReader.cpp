@@ -17,9 +17,11 @@ namespace {
 // Small enough to stay in cache and cost little to set up per open; a longer record grows it.
 constexpr std::size_t kChunk = 64 << 10;
 
-// Whether an encoded Envelope has field `field` at its top level, from the wire format
-// alone. Anything it cannot walk counts as yes, so that the full parse judges it.
-bool hasField(const uint8_t* p, const uint8_t* end, uint32_t field) {
+// Where field `field` stands at the top level of an encoded Envelope, from the wire format
+// alone: present, absent, or past what can be walked (the full parse judges that).
+enum class FieldScan { Present, Absent, Unwalkable };
+
+FieldScan scanForField(const uint8_t* p, const uint8_t* end, uint32_t field) {
   auto varint = [&](uint64_t* v) {
     *v = 0;
     for (int shift = 0; shift < 64; shift += 7) {
@@ -32,60 +34,39 @@ bool hasField(const uint8_t* p, const uint8_t* end, uint32_t field) {
   };
   while (p < end) {
     uint64_t tag = 0, v = 0;
-    if (!varint(&tag)) return true;
-    if ((tag >> 3) == field) return true;
+    if (!varint(&tag)) return FieldScan::Unwalkable;
+    if ((tag >> 3) == field) return FieldScan::Present;
     switch (tag & 7) {
-      case 0: if (!varint(&v)) return true; break;
-      case 1: if (end - p < 8) return true; p += 8; break;
-      case 2: if (!varint(&v) || v > static_cast<uint64_t>(end - p)) return true; p += v; break;
-      case 5: if (end - p < 4) return true; p += 4; break;
-      default: return true;
+      case 0: if (!varint(&v)) return FieldScan::Unwalkable; break;
+      case 1: if (end - p < 8) return FieldScan::Unwalkable; p += 8; break;
+      case 2: if (!varint(&v) || v > static_cast<uint64_t>(end - p)) return FieldScan::Unwalkable; p += v; break;
+      case 5: if (end - p < 4) return FieldScan::Unwalkable; p += 4; break;
+      default: return FieldScan::Unwalkable;
     }
   }
-  return false;
+  return FieldScan::Absent;
 }
 
-// Whether an encoded Envelope has its End field. The writer puts a record's kind first
-// (fields in number order, the record's oneof numbered below the rest), so the first tag
-// settles it; a record that starts otherwise is walked whole.
+// The record's kind from its first tag: the writer puts it first (fields in number order,
+// the record's oneof numbered below the rest); 0 when the record starts otherwise.
+uint32_t leadingKind(const uint8_t* p, const uint8_t* end) {
+  if (p == end || (*p & 7) != 2) return 0;
+  const uint32_t field = *p >> 3;   // a one-byte tag: fields 1-15
+  return field <= Envelope::kEndFieldNumber ? field : 0;
+}
+
+// Whether an encoded Envelope has its End field (a record that cannot be walked counts as
+// yes, so that the full parse judges it).
 bool hasEndField(const uint8_t* p, const uint8_t* end) {
-  if (p != end && (*p & 7) == 2 && (*p >> 3) >= 1 && (*p >> 3) <= Envelope::kEndFieldNumber)
-    return (*p >> 3) == Envelope::kEndFieldNumber;
-  return hasField(p, end, Envelope::kEndFieldNumber);
+  if (const uint32_t kind = leadingKind(p, end)) return kind == Envelope::kEndFieldNumber;
+  return scanForField(p, end, Envelope::kEndFieldNumber) != FieldScan::Absent;
 }
 
-// Whether an encoded Envelope is a device command: its first field the Command (the writer
-// puts the record's kind first: fields in number order), and no End field after it (the
-// last of a oneof's fields wins). Anything it cannot walk counts as no.
+// Whether an encoded Envelope is a device command: its kind the Command and no End field
+// after it (the last of a oneof's fields wins). One that cannot be walked counts as no.
 bool isCommandRecord(const uint8_t* p, const uint8_t* end) {
-  constexpr uint8_t kCommandTag = (Envelope::kCommandFieldNumber << 3) | 2;   // one byte: field 13, length-delimited
-  if (p == end || *p != kCommandTag) return false;
-  bool command = false;
-  auto varint = [&](uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (p == end) return false;
-      const uint8_t b = *p++;
-      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (!(b & 0x80)) return true;
-    }
-    return false;
-  };
-  while (p < end) {
-    uint64_t tag = 0, v = 0;
-    if (!varint(&tag)) return false;
-    const uint64_t field = tag >> 3;
-    if (field == Envelope::kEndFieldNumber) return false;
-    if (field == Envelope::kCommandFieldNumber) command = true;
-    switch (tag & 7) {
-      case 0: if (!varint(&v)) return false; break;
-      case 1: if (end - p < 8) return false; p += 8; break;
-      case 2: if (!varint(&v) || v > static_cast<uint64_t>(end - p)) return false; p += v; break;
-      case 5: if (end - p < 4) return false; p += 4; break;
-      default: return false;
-    }
-  }
-  return command;
+  return leadingKind(p, end) == Envelope::kCommandFieldNumber &&
+         scanForField(p, end, Envelope::kEndFieldNumber) == FieldScan::Absent;
 }
 
 }  // namespace
