@@ -252,7 +252,7 @@ void Simulator::Impl::simulate(std::vector<Item>& batch) {
         waits.clear();
       }
     }
-    if (lone_wait) runTo(horizon);
+    runTo(horizon);   // a lone wait's run may have stopped short of it (a no-op otherwise)
   } catch (const std::exception& e) {
     // An exception out of sc_start leaves SystemC's scheduler mid-delta; it cannot resume
     // (one simulation context per process, no restart), so later calls fail with this.

@@ -426,17 +426,13 @@ PYBIND11_MODULE(_C, m) {
      py::arg("peer") = 1, py::arg("group") = "", py::arg("timeout_s") = 0.0, py::arg("dtype") = "",
      py::arg("p2p") = 0, py::arg("tag") = 0, py::arg("posted") = 0);
   // The job's fabric server: start one in this process (returns its port), join one.
+  // (port, Unix-domain address for the ranks on its host, "" where there is none)
   m.def("_fabric_serve", [](const std::string& bind, int port) {
     uint16_t bound = 0;
+    std::string local;
     accel::start();
-    throwIfFailed(shim::fabricServe(bind, static_cast<uint16_t>(port), &bound), "fabricServe");
-    return static_cast<int>(bound);
-  });
-  // The running server's Unix-domain address, for the ranks on its host.
-  m.def("_fabric_local_address", [] {
-    std::string address;
-    throwIfFailed(shim::fabricServe("", 0, nullptr, &address), "fabricServe");
-    return address;
+    throwIfFailed(shim::fabricServe(bind, static_cast<uint16_t>(port), &bound, &local), "fabricServe");
+    return std::make_pair(static_cast<int>(bound), local);
   });
   m.def("_fabric_connect", [](const std::string& address, const std::string& job, int rank, int world,
                               double timeout_s) {

@@ -183,10 +183,7 @@ struct RankChild {
     const std::string replayed = job.out_dir.empty() ? std::string()
                                                      : job.out_dir + "/rank" + std::to_string(rank) + trace::kFileExtension;
     replay::RankAnalyzer analyzer(rank, replayed.empty() ? "rank " + std::to_string(rank) + " (replayed)" : replayed);
-    {
-      const auto [calls, commands] = replay::reserveFor(file);   // the replay re-records as many
-      analyzer.reserve(calls, commands);
-    }
+    analyzer.reserveFor(file);   // the replay re-records about as many records
     Summing summing(analyzer);
     if (shim::Status s = shim::traceStartObserved(job.out_dir, &summing); !s.ok()) throw std::runtime_error(s.toString());
     replay::ReplayOptions ro;

@@ -144,7 +144,14 @@ void RankAnalyzer::header(const trace::Header& h) {
   }
 }
 
-void RankAnalyzer::reserve(std::size_t calls, std::size_t commands) {
+void RankAnalyzer::reserveFor(const std::string& trace_file) {
+  struct stat st {};
+  if (::stat(trace_file.c_str(), &st) != 0 || st.st_size <= 0) return;
+  // A record takes 30-60 bytes uncompressed; about a third are device commands. Generous:
+  // room left over is address space only. (A compressed trace is underestimated: the
+  // tables then grow as they would without the hint.)
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  const std::size_t calls = bytes / 24, commands = bytes / 48;
   RankData& rd = s_->pass.rd;
   rd.calls.reserve(calls);
   rd.host_waits.reserve(calls / 2);
@@ -344,16 +351,6 @@ void buildIndex(RankData& rd) {
   std::sort(rd.by_end.begin(), rd.by_end.end());
 }
 
-std::pair<std::size_t, std::size_t> reserveFor(const std::string& trace_file) {
-  struct stat st {};
-  if (::stat(trace_file.c_str(), &st) != 0 || st.st_size <= 0) return {0, 0};
-  // A record takes 30-60 bytes uncompressed; about a third are device commands. Generous:
-  // room left over is address space only. (A compressed trace is underestimated: the
-  // tables then grow as they would without the hint.)
-  const auto bytes = static_cast<std::size_t>(st.st_size);
-  return {bytes / 24, bytes / 48};
-}
-
 void inParallel(std::size_t n, const std::function<void(std::size_t)>& fn) {
   std::vector<std::exception_ptr> errors(n);
   const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(n, std::thread::hardware_concurrency()));
@@ -378,7 +375,7 @@ RankPass readRank(int rank, const std::string& path) {
   trace::TraceReader reader(path);
   RankAnalyzer analyzer(rank, path);
   analyzer.header(reader.header());
-  analyzer.reserve(reserveFor(path).first, reserveFor(path).second);
+  analyzer.reserveFor(path);
   while (const trace::Envelope* e = reader.next()) analyzer.record(*e);
   return analyzer.finish();
 }

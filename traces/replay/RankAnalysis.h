@@ -134,9 +134,9 @@ class RankAnalyzer {
   RankAnalyzer(int rank, std::string file);
   ~RankAnalyzer();
   void header(const trace::Header& h);
-  // Room for about this many host calls and device commands (a hint: the tables then grow
-  // without copying themselves over; room never used costs no memory the process touches).
-  void reserve(std::size_t calls, std::size_t commands);
+  // Room for the records of about `trace_file`'s size (a hint: the tables then grow without
+  // copying themselves over; room never used costs no memory the process touches).
+  void reserveFor(const std::string& trace_file);
   void record(const trace::Envelope& e);
   // The rank's pass; the analyzer is spent.
   RankPass finish();
@@ -145,9 +145,6 @@ class RankAnalyzer {
   struct State;
   std::unique_ptr<State> s_;
 };
-
-// RankAnalyzer::reserve's hint for the records of a trace file (its size on disk).
-std::pair<std::size_t, std::size_t> reserveFor(const std::string& trace_file);
 
 // Runs fn(0) .. fn(n - 1) on up to one thread per core (ranks are independent until they
 // are merged); rethrows the failure of the lowest index, as a serial pass would report it.

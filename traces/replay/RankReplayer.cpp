@@ -129,8 +129,8 @@ int RankReplayer::currentDevice() {
   return device_;
 }
 
-void RankReplayer::useDevice(int device, const trace::Envelope& e) {
-  if (device == currentDevice()) return;
+void RankReplayer::useDevice(int device, const trace::Envelope& e, bool always) {
+  if (!always && device == currentDevice()) return;
   device_ = -1;   // unknown, should the call fail
   check(shim::setDevice(device), e, "setDevice");
   device_ = device;
@@ -372,9 +372,7 @@ void RankReplayer::replay(const trace::Envelope& e) {
       const trace::ApiCall& a = e.api();
       switch (a.api()) {
         case trace::ApiCall::SET_DEVICE:   // replayed as recorded, current or not (a call the host paid for)
-          device_ = -1;
-          check(shim::setDevice(static_cast<int>(a.arg())), e, "setDevice");
-          device_ = static_cast<int>(a.arg());
+          useDevice(static_cast<int>(a.arg()), e, true);
           return;
         case trace::ApiCall::DEVICE_SYNCHRONIZE: check(shim::deviceSynchronize(), e, "deviceSynchronize"); return;
         case trace::ApiCall::MEM_GET_INFO: {

@@ -71,7 +71,8 @@ class RankReplayer {
   // the replay makes every call from one thread, and only it changes the device.
   int device_ = -1;
   int currentDevice();
-  void useDevice(int device, const trace::Envelope& e);   // setDevice unless already current
+  // setDevice unless already current (`always`: a recorded setDevice, replayed as recorded)
+  void useDevice(int device, const trace::Envelope& e, bool always = false);
 };
 
 }  // namespace cardsim::replay

@@ -52,13 +52,12 @@ class PathItems {
     item.time_us += ps / 1e6;
     ++item.count;
     kind_us_[kind] += ps / 1e6;
-    kind_seen_[kind] = true;
     cp.total_us += ps / 1e6;
   }
   // The items in (kind, name) order, as a map by those strings would hold them.
   void finish(CriticalPath& cp) const {
     for (int k = 0; k < kPathKinds; ++k)
-      if (kind_seen_[k]) cp.by_kind[kPathKindNames[k]] = kind_us_[k];
+      if (kind_us_[k] > 0) cp.by_kind[kPathKindNames[k]] = kind_us_[k];   // added to: ps > 0
     for (const Item& i : items_) cp.items.push_back(PathItem{kPathKindNames[i.kind], names_[i.name], i.time_us, i.count});
     std::sort(cp.items.begin(), cp.items.end(), [](const PathItem& a, const PathItem& b) {
       return a.kind != b.kind ? a.kind < b.kind : a.name < b.name;
@@ -78,7 +77,6 @@ class PathItems {
   std::unordered_map<uint64_t, std::size_t> index_;
   std::vector<Item> items_;
   double kind_us_[kPathKinds] = {};
-  bool kind_seen_[kPathKinds] = {};
 };
 
 CriticalPath criticalPath(const std::vector<RankData>& ranks) {

@@ -166,10 +166,10 @@ def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
         if not where:
             master = os.environ.get("MASTER_ADDR", "127.0.0.1")
             local = master in ("127.0.0.1", "localhost", "::1")
-            port = _C._fabric_serve("127.0.0.1" if local else "0.0.0.0", 0)
+            port, local_address = _C._fabric_serve("127.0.0.1" if local else "0.0.0.0", 0)
             # Every rank on this host (the store is on loopback): the server's Unix-domain
             # socket, cheaper per collective than loopback TCP.
-            where = (_C._fabric_local_address() or f"127.0.0.1:{port}") if local else f"{master}:{port}"
+            where = (local_address or f"127.0.0.1:{port}") if local else f"{master}:{port}"
         store.set("cardsim/fabric/address", where)
         store.set("cardsim/fabric/job", uuid.uuid4().hex)
     else:
