@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "device_models/Card.h"
 #include "device_models/FabricLinks.h"
@@ -108,6 +109,10 @@ struct Simulator::Impl : model::ICompletionSink {
   bool driving = false;                // a caller is running the simulation
   std::vector<Item> drive_batch;       // the driver's batch, swapped with the intake (keeps both allocated)
   std::vector<uint64_t> submitted;     // per (device, queue)
+  // Where a wait answered without running the simulation (alreadyComplete) would have run it
+  // to: the next run goes there first, so every later command meets the simulation where it
+  // would have been (a command behind it starts at it).
+  TimePs deferred_horizon = 0;
 
   // Touched only by the thread running the simulation (the driver or the simulation thread).
   std::vector<std::unique_ptr<Card>> cards;
@@ -138,14 +143,20 @@ struct Simulator::Impl : model::ICompletionSink {
   // Caller-driven mode: the thread that needs an answer runs the simulation itself until
   // the intake is empty (one such driver at a time, `driving` under `mutex`).
   void driveUntilIdle();
-  // Queues a batch's commands and runs the simulation until its requests are answered.
-  void simulate(std::vector<Item>& batch);
+  // Queues a batch's commands and runs the simulation until its requests are answered,
+  // after running it to `deferred` (a deferred_horizon taken with the batch).
+  void simulate(std::vector<Item>& batch, TimePs deferred);
   void runTo(TimePs horizon);
   void handle(Request* r);
   void onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
                   TimePs end) override;
   uint64_t push(Item item);  // returns the command's seq (0 for a request)
   Reply ask(std::unique_ptr<Request> r);
+  // Whether every point has completed, known without running the simulation: nothing is
+  // waiting to be simulated and nobody is running it (so `completed` is stable and its last
+  // writer's stores are visible through `mutex`).
+  // If so, notes the run to `at_ps` (the waiter's time) it stands in for.
+  bool alreadyComplete(const std::vector<QueuePoint>& points, TimePs at_ps);
   void shutdown();
 };
 
@@ -176,6 +187,7 @@ void Simulator::Impl::threadMain(std::promise<void>* ready) {
   ready->set_value();
 
   std::vector<Item> batch;
+  TimePs deferred = 0;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex);
@@ -186,14 +198,16 @@ void Simulator::Impl::threadMain(std::promise<void>* ready) {
       sleeping = false;
       if (stop && intake.empty()) break;
       batch.swap(intake);
+      deferred = std::exchange(deferred_horizon, 0);
     }
-    simulate(batch);
+    simulate(batch, deferred);
   }
 }
 
 void Simulator::Impl::driveUntilIdle() {
   std::vector<Item>& batch = drive_batch;   // one driver at a time; its capacity goes back to the intake
   for (;;) {
+    TimePs deferred = 0;
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (intake.empty()) {
@@ -201,12 +215,22 @@ void Simulator::Impl::driveUntilIdle() {
         return;
       }
       batch.swap(intake);
+      deferred = std::exchange(deferred_horizon, 0);
     }
-    simulate(batch);
+    simulate(batch, deferred);
   }
 }
 
-void Simulator::Impl::simulate(std::vector<Item>& batch) {
+void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
+  if (deferred > simNowPs() && fatal.empty()) {
+    try {
+      runTo(deferred);
+    } catch (const std::exception& e) {
+      fatal = std::string("cardsim: the device model failed inside SystemC (") + e.what() +
+              "); SystemC cannot resume a simulation after that, so the emulated cards of this "
+              "process are unusable: restart the process (and please report the error)";
+    }
+  }
   std::vector<Request*> requests;
   // Commands: run every event before their ready times, not at them, so that a later
   // command of the same host thread ready at the same time is not pushed 1 ps into the
@@ -396,6 +420,16 @@ uint64_t Simulator::Impl::push(Item item) {
   return seq;
 }
 
+bool Simulator::Impl::alreadyComplete(const std::vector<QueuePoint>& points, TimePs at_ps) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!intake.empty() || !fatal.empty()) return false;
+  if (caller_driven ? driving : !sleeping) return false;
+  for (const QueuePoint& p : points)
+    if (completed[slot(p.device, p.queue)] < p.seq) return false;
+  deferred_horizon = std::max(deferred_horizon, at_ps + 1);   // where the wait's run would have ended
+  return true;
+}
+
 Reply Simulator::Impl::ask(std::unique_ptr<Request> r) {
   Item item;
   item.request = r.get();
@@ -540,6 +574,13 @@ TimePs Simulator::waitFor(const std::vector<QueuePoint>& points, double overhead
     if (p.seq > 0) r->points.push_back(p);
   r->at_ps = hostclock::now();
   if (r->points.empty()) return hostclock::now();
+  if (impl_->alreadyComplete(r->points, r->at_ps)) {
+    // The answer the simulation would give (the caller's own time) without running it: a
+    // synchronize right after a synchronous copy, say. The simulation catches up with the
+    // caller's time at its next run, before it takes any command queued since.
+    hostclock::noteReturn();
+    return hostclock::now();
+  }
   Reply rep = impl_->ask(std::move(r));
   const TimePs after = hostclock::raise(rep.time_ps);
   hostclock::noteReturn();
@@ -580,6 +621,21 @@ bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) 
 void Simulator::setRecording(bool on) { impl_->recording.store(on); }
 
 std::vector<Activity> Simulator::drainActivities() {
+  bool behind = false;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    behind = impl_->deferred_horizon > 0;
+  }
+  if (behind && impl_->recording.load()) {
+    // Commands that a deferred run would have completed are reported as they would have been.
+    auto r = std::make_unique<Request>();
+    r->kind = Request::Kind::Query;   // no points, at time 0: runs nothing beyond the deferred run
+    try {
+      impl_->ask(std::move(r));
+    } catch (const std::exception&) {
+      // The model failed: the next call that needs it says so.
+    }
+  }
   std::lock_guard<std::mutex> lock(impl_->activity_mutex);
   std::vector<Activity> out;
   out.swap(impl_->activities);

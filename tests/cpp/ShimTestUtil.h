@@ -37,6 +37,11 @@ inline long residentBytes() {
     const ::cardsim::shim::Status s_ = (call);               \
     ASSERT_TRUE(s_.ok()) << #call << " -> " << s_.toString(); \
   } while (0)
+#define EXPECT_SHIM_OK(call)                                 \
+  do {                                                       \
+    const ::cardsim::shim::Status s_ = (call);               \
+    EXPECT_TRUE(s_.ok()) << #call << " -> " << s_.toString(); \
+  } while (0)
 
 // Starts the runtime with a preset and device count; the parameters it simulates.
 inline model::DeviceParams startRuntime(const std::string& preset, uint32_t devices,

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -266,6 +268,61 @@ TEST(ShimTiming, HostClockAdvancesByCallOverheadsAndSyncMovesItToCompletion) {
   // The launches queued back to back: each starts when the previous ends.
   for (size_t i = 1; i < acts.size(); ++i) EXPECT_EQ(acts[i].start_ps, acts[i - 1].end_ps);
   EXPECT_EQ(t2, std::max(acts.back().end_ps, t1 + cardsim::model::secondsToPs(p.host.sync_overhead_s)));
+}
+
+TEST(ShimTiming, ASynchronizeWithNothingLeftMeetsLaterWorkWhereItsRunWouldHaveEnded) {
+  // A synchronize whose work has all completed is answered without running the simulation
+  // (its answer is the caller's own time); the run it stands in for still happens before any
+  // later command, so a command another thread submits from behind that time starts at it,
+  // as it would have had the simulation run there at once.
+  auto p = startRuntime("mlu370-x8", 1);
+  ASSERT_SHIM_OK(shim::setActivityRecording(true));
+  shim::Stream a, b;
+  ASSERT_SHIM_OK(shim::streamCreate(&a));
+  ASSERT_SHIM_OK(shim::streamCreate(&b));
+  std::mutex m;
+  std::condition_variable cv;
+  int stage = 0;
+  uint64_t behind_ps = 0;
+  std::thread other([&] {
+    // This thread's clock starts now and stays behind while the main thread moves on.
+    EXPECT_SHIM_OK(shim::launchKernel(b, "early", memoryBound(1e6, 1), {}));
+    EXPECT_SHIM_OK(shim::streamSynchronize(b));
+    EXPECT_SHIM_OK(shim::hostTimePs(&behind_ps));
+    std::unique_lock<std::mutex> lock(m);
+    stage = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stage == 2; });
+    lock.unlock();
+    EXPECT_SHIM_OK(shim::launchKernel(b, "late", memoryBound(1e6, 1), {}));
+    EXPECT_SHIM_OK(shim::streamSynchronize(b));
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return stage == 1; });
+  }
+  ASSERT_SHIM_OK(shim::launchKernel(a, "k", memoryBound(1e8, p.compute.clusters), {}));
+  ASSERT_SHIM_OK(shim::streamSynchronize(a));   // runs the simulation to k's end
+  uint64_t t = 0;
+  ASSERT_SHIM_OK(shim::hostTimePs(&t));
+  ASSERT_SHIM_OK(shim::hostClockJoin(t + 1000000000));   // 1 ms of host work
+  ASSERT_SHIM_OK(shim::streamSynchronize(a));   // nothing left on a: answered at once
+  uint64_t waited = 0;
+  ASSERT_SHIM_OK(shim::hostTimePs(&waited));
+  EXPECT_EQ(waited, t + 1000000000 + cardsim::model::secondsToPs(p.host.sync_overhead_s));
+  {
+    std::lock_guard<std::mutex> lock(m);
+    stage = 2;
+  }
+  cv.notify_all();
+  other.join();
+  auto acts = drain();
+  const auto k = named(acts, "k").at(0);
+  const auto late = named(acts, "late").at(0);
+  ASSERT_LT(late.submit_ps, waited);   // submitted from behind the synchronize's time
+  ASSERT_GT(behind_ps, 0u);
+  EXPECT_LT(k.end_ps, waited);
+  EXPECT_EQ(late.start_ps, waited + 1);   // where the synchronize's run would have ended
 }
 
 namespace {
