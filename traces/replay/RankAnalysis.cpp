@@ -336,19 +336,21 @@ void buildIndex(RankData& rd) {
       rd.collective_key[i] = key;
     }
   }
+  // A stream runs its commands in order, so these lists and the calls come sorted (or
+  // nearly): a sort only where they are not.
   for (auto& [key, list] : rd.streams) {
-    std::stable_sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) {
-      return rd.cmds[a].start < rd.cmds[b].start;
-    });
+    auto by_start = [&](std::size_t a, std::size_t b) { return rd.cmds[a].start < rd.cmds[b].start; };
+    if (!std::is_sorted(list.begin(), list.end(), by_start)) std::stable_sort(list.begin(), list.end(), by_start);
   }
   rd.stream_pos.assign(rd.cmds.size(), 0);
   for (const auto& [key, list] : rd.streams)
     for (std::size_t p = 0; p < list.size(); ++p) rd.stream_pos[list[p]] = p;
   // The last command of each call: commands in order, so the table keeps the last.
-  std::stable_sort(of_call.begin(), of_call.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  auto by_call = [](const auto& a, const auto& b) { return a.first < b.first; };
+  if (!std::is_sorted(of_call.begin(), of_call.end(), by_call)) std::stable_sort(of_call.begin(), of_call.end(), by_call);
   for (const auto& [call, i] : of_call) rd.cmd_of_call.add(call, i);   // sorted: no settling needed
   rd.cmd_of_call.settle();
-  std::sort(rd.by_end.begin(), rd.by_end.end());
+  if (!std::is_sorted(rd.by_end.begin(), rd.by_end.end())) std::sort(rd.by_end.begin(), rd.by_end.end());
 }
 
 void inParallel(std::size_t n, const std::function<void(std::size_t)>& fn) {
