@@ -7,7 +7,7 @@ state none -> the model's own choice), times them with `cardsim collbench --mode
 (one process per group of sizes) and prints the error of every point and, per system x
 collective x algorithm, the geometric-mean error exp(mean |ln(model/measured)|) - 1.
 
-Rows that set a preset parameter (the latency and NVLS figures) are shown as `cal` and left
+Rows that set a preset parameter (the latency, NVLink4 and NVLS figures) are shown as `cal` and left
 out of the means: their agreement is by construction. Anchor rows without a time and rows
 the fabric model does not time are listed with the reason.
 
@@ -37,13 +37,19 @@ CALIBRATION = {
     ("AZ-NDA100V4", 8, 65536, "NCCL default"): "sets a100-sxm fabric.collective_latency",
     ("AZ-NDV5-H200", 8, 65536, "NVLS"): "sets h200-sxm fabric.collective_latency",
     ("MLE-H200-SHARP", 8, 8589934592, "NVLS (NCCL auto)"): "sets h200-sxm fabric.reduction_efficiency",
+    ("MLE-H200-SHARP", 8, 8589934592, "Ring (NCCL_NVLS_ENABLE=0)"): "sets h200-sxm fabric.link.efficiency",
 }
 
 # Anchor rows (no time) and what they set, for the listing.
 ANCHORS = {
     ("MLE-A100-NOTE", "all_reduce"): "NVLink3 efficiency of a100-sxm (fabric.link.efficiency = 235/300)",
-    ("MLE-H200-NVBW", "memcpy_p2p"): "NVLink4 efficiency of h200-sxm (fabric.link.efficiency = 396.40/450)",
     ("MLE-H200-NVBW", "memcpy_h2d"): "PCIe Gen5 efficiency of h200-sxm (host_link.efficiency = 0.88)",
+}
+
+# Anchor rows (no time) read but not used for a parameter, and why.
+UNUSED_ANCHORS = {
+    ("MLE-H200-NVBW", "memcpy_p2p"): "copy engines reach 0.881 of NVLink4; the link's one figure is NCCL's ring's "
+                                     "(0.8124, from row MLE-H200-SHARP 8 GPUs Ring), as NVLink3's is NCCL's",
 }
 
 # The fabric model's collectives for the CSV's names; copies between two GPUs are one
@@ -113,8 +119,9 @@ def read_rows(path: pathlib.Path):
             key = (r["source_id"], r["collective"])
             if not r["measured_us"].strip() or r["notes"].startswith("NO TIME"):
                 why = ANCHORS.get(key)
+                unused = UNUSED_ANCHORS.get(key)
                 skipped.append({**key_dict(r), "reason": "anchor without a time" +
-                                (f": sets the {why}" if why else ": not used")})
+                                (f": sets the {why}" if why else f": not used ({unused})" if unused else ": not used")})
                 continue
             preset = preset_of(r["system"])
             op = OPS.get(r["collective"])

@@ -83,7 +83,7 @@ TEST(FabricConfig, PresetShapes) {
   o.preset = "h100-sxm";
   f = sim::loadFabricParams(o);
   EXPECT_EQ(f.shape, fabric::NodeShape::SwitchStar);
-  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.881);
+  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.8124);
   EXPECT_TRUE(f.in_switch_reduction);
   o.preset = "mlu370-x8";
   f = sim::loadFabricParams(o);
@@ -104,16 +104,16 @@ TEST(FabricConfig, ReferencePresetsCarryTheirCalibration) {
   EXPECT_DOUBLE_EQ(f.collective_latency_s, 40.8e-6);
   o.preset = "h200-sxm";
   f = sim::loadFabricParams(o);
-  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.881);
+  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.8124);
   EXPECT_TRUE(f.in_switch_reduction);
-  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.682);
+  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.7395);
   EXPECT_DOUBLE_EQ(f.collective_latency_s, 30.2e-6);
   EXPECT_DOUBLE_EQ(fabric::buildTopology(f).collectiveLatency(), 30.2e-6);
   // The H100 shares the H200's links, switch and GPU die: the same figures.
   o.preset = "h100-sxm";
   f = sim::loadFabricParams(o);
-  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.881);
-  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.682);
+  EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.8124);
+  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.7395);
   EXPECT_DOUBLE_EQ(f.collective_latency_s, 30.2e-6);
   // Presets without them: no fixed cost, full-rate reductions.
   o.preset = "br100";
