@@ -30,7 +30,8 @@ void FairShare::add(double bytes, double weight, void* cookie, double cap_bytes_
 void FairShare::assignRates() {
   // Water-filling: visit flows by cap per unit of weight; a flow whose cap is below its
   // share of what is left takes its cap, the rest split the remainder by weight.
-  std::vector<Flow*> order(flows_.size());
+  std::vector<Flow*>& order = order_;
+  order.resize(flows_.size());
   std::iota(order.begin(), order.end(), flows_.data());
   std::sort(order.begin(), order.end(), [](const Flow* a, const Flow* b) {
     return a->cap / a->weight < b->cap / b->weight;
@@ -55,8 +56,9 @@ double FairShare::secondsToNextFinish() const {
   return best;
 }
 
-std::vector<void*> FairShare::popFinished() {
-  std::vector<void*> done;
+const std::vector<void*>& FairShare::popFinished() {
+  std::vector<void*>& done = done_;
+  done.clear();
   auto it = std::remove_if(flows_.begin(), flows_.end(), [&](const Flow& f) {
     if (f.remaining > kDoneBytes) return false;
     done.push_back(f.cookie);

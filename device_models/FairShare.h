@@ -24,8 +24,8 @@ class FairShare {
   void add(double bytes, double weight, void* cookie, double cap_bytes_per_s = kNoCap);
   // Seconds from the last advanceTo() until the next flow finishes; < 0 when idle.
   double secondsToNextFinish() const;
-  // Removes and returns the flows finished by the last advanceTo().
-  std::vector<void*> popFinished();
+  // Removes and returns the flows finished by the last advanceTo() (valid until the next call).
+  const std::vector<void*>& popFinished();
   // Drops the flow added with `cookie`, finished or not (its moved bytes stay counted);
   // false if there is none.
   bool remove(const void* cookie);
@@ -52,6 +52,9 @@ class FairShare {
   double bytes_moved_ = 0;
   double busy_s_ = 0;
   std::vector<Flow> flows_;
+  // Scratch kept between calls (a copy or kernel changes the flows several times each).
+  std::vector<Flow*> order_;
+  std::vector<void*> done_;
 };
 
 }  // namespace cardsim::model

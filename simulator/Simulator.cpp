@@ -108,6 +108,7 @@ struct Simulator::Impl : model::ICompletionSink {
   bool caller_driven = true;           // false: CARDSIM_SIM_DRIVER=thread
   bool driving = false;                // a caller is running the simulation
   std::vector<Item> drive_batch;       // the driver's batch, swapped with the intake (keeps both allocated)
+  std::vector<Request*> batch_requests;   // simulate()'s requests of its batch (touched by the running simulation only)
   std::vector<uint64_t> submitted;     // per (device, queue)
   // Where a wait answered without running the simulation (alreadyComplete) would have run it
   // to: the next run goes there first, so every later command meets the simulation where it
@@ -151,7 +152,8 @@ struct Simulator::Impl : model::ICompletionSink {
   void onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
                   TimePs end) override;
   uint64_t push(Item item);  // returns the command's seq (0 for a request)
-  Reply ask(std::unique_ptr<Request> r);
+  // `r` lives on the caller's stack: it is answered (and out of every list) before ask returns.
+  Reply ask(Request& r);
   // Whether every point has completed, known without running the simulation: nothing is
   // waiting to be simulated and nobody is running it (so `completed` is stable and its last
   // writer's stores are visible through `mutex`).
@@ -222,6 +224,8 @@ void Simulator::Impl::driveUntilIdle() {
 }
 
 void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
+  std::vector<Request*>& requests = batch_requests;   // one simulate at a time; kept allocated
+  requests.clear();
   if (deferred > simNowPs() && fatal.empty()) {
     try {
       runTo(deferred);
@@ -231,7 +235,6 @@ void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
               "process are unusable: restart the process (and please report the error)";
     }
   }
-  std::vector<Request*> requests;
   // Commands: run every event before their ready times, not at them, so that a later
   // command of the same host thread ready at the same time is not pushed 1 ps into the
   // future (which would make times depend on where the intake was cut into batches).
@@ -332,8 +335,10 @@ void Simulator::Impl::handle(Request* r) {
       if (r->kind == Request::Kind::Peek)
         for (const QueuePoint& p : r->points)
           if (completed[slot(p.device, p.queue)] >= p.seq) w.latest_ps = std::max(w.latest_ps, last_end[slot(p.device, p.queue)]);
-      for (const QueuePoint& p : r->points)
-        if (completed[slot(p.device, p.queue)] < p.seq) w.remaining.push_back(p);
+      w.remaining = std::move(r->points);   // the request's own list, less what has completed
+      w.remaining.erase(std::remove_if(w.remaining.begin(), w.remaining.end(),
+                                       [&](const QueuePoint& p) { return completed[slot(p.device, p.queue)] >= p.seq; }),
+                        w.remaining.end());
       if (w.remaining.empty()) {
         // A command queued now starts no earlier than where the simulation already is.
         const TimePs t = r->kind == Request::Kind::Peek ? std::max(w.latest_ps, simNowPs()) : r->at_ps;
@@ -430,11 +435,11 @@ bool Simulator::Impl::alreadyComplete(const std::vector<QueuePoint>& points, Tim
   return true;
 }
 
-Reply Simulator::Impl::ask(std::unique_ptr<Request> r) {
+Reply Simulator::Impl::ask(Request& r) {
   Item item;
-  item.request = r.get();
+  item.request = &r;
   push(std::move(item));
-  Reply rep = r->reply.get();
+  Reply rep = r.reply.get();
   if (!rep.error.empty()) throw std::runtime_error("cardsim: " + rep.error);
   return rep;
 }
@@ -566,22 +571,23 @@ std::vector<QueuePoint> Simulator::deviceTails(DeviceId device) const {
   return points;
 }
 
-TimePs Simulator::waitFor(const std::vector<QueuePoint>& points, double overhead_s) {
+TimePs Simulator::waitFor(std::vector<QueuePoint> points, double overhead_s) {
   hostAdvance(overhead_s);
-  auto r = std::make_unique<Request>();
-  r->kind = Request::Kind::Wait;
-  for (const QueuePoint& p : points)
-    if (p.seq > 0) r->points.push_back(p);
-  r->at_ps = hostclock::now();
-  if (r->points.empty()) return hostclock::now();
-  if (impl_->alreadyComplete(r->points, r->at_ps)) {
+  Request r;
+  r.kind = Request::Kind::Wait;
+  points.erase(std::remove_if(points.begin(), points.end(), [](const QueuePoint& p) { return p.seq == 0; }),
+               points.end());
+  r.points = std::move(points);
+  r.at_ps = hostclock::now();
+  if (r.points.empty()) return hostclock::now();
+  if (impl_->alreadyComplete(r.points, r.at_ps)) {
     // The answer the simulation would give (the caller's own time) without running it: a
     // synchronize right after a synchronous copy, say. The simulation catches up with the
     // caller's time at its next run, before it takes any command queued since.
     hostclock::noteReturn();
     return hostclock::now();
   }
-  Reply rep = impl_->ask(std::move(r));
+  Reply rep = impl_->ask(r);
   const TimePs after = hostclock::raise(rep.time_ps);
   hostclock::noteReturn();
   return after;
@@ -589,31 +595,31 @@ TimePs Simulator::waitFor(const std::vector<QueuePoint>& points, double overhead
 
 void Simulator::reach(const QueuePoint& point) {
   if (point.seq == 0) return;
-  auto r = std::make_unique<Request>();
-  r->kind = Request::Kind::Peek;
-  r->points.push_back(point);
-  impl_->ask(std::move(r));
+  Request r;
+  r.kind = Request::Kind::Peek;
+  r.points.push_back(point);
+  impl_->ask(r);
   hostclock::noteReturn();
 }
 
 TimePs Simulator::queueFreeAt(DeviceId device, QueueId queue) {
   const QueuePoint p = tail(device, queue);
-  auto r = std::make_unique<Request>();
-  r->kind = Request::Kind::Peek;
-  r->points.push_back(p);
-  r->at_ps = 0;
-  const TimePs t = impl_->ask(std::move(r)).time_ps;
+  Request r;
+  r.kind = Request::Kind::Peek;
+  r.points.push_back(p);
+  r.at_ps = 0;
+  const TimePs t = impl_->ask(r).time_ps;
   hostclock::noteReturn();
   return t;
 }
 
 bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) {
   hostAdvance(overhead_s);
-  auto r = std::make_unique<Request>();
-  r->kind = Request::Kind::Query;
-  r->points = points;
-  r->at_ps = hostclock::now();
-  const bool done = impl_->ask(std::move(r)).done;
+  Request r;
+  r.kind = Request::Kind::Query;
+  r.points = points;
+  r.at_ps = hostclock::now();
+  const bool done = impl_->ask(r).done;
   hostclock::noteReturn();
   return done;
 }
@@ -628,10 +634,10 @@ std::vector<Activity> Simulator::drainActivities() {
   }
   if (behind && impl_->recording.load()) {
     // Commands that a deferred run would have completed are reported as they would have been.
-    auto r = std::make_unique<Request>();
-    r->kind = Request::Kind::Query;   // no points, at time 0: runs nothing beyond the deferred run
+    Request r;
+    r.kind = Request::Kind::Query;   // no points, at time 0: runs nothing beyond the deferred run
     try {
-      impl_->ask(std::move(r));
+      impl_->ask(r);
     } catch (const std::exception&) {
       // The model failed: the next call that needs it says so.
     }
@@ -660,11 +666,11 @@ std::string Simulator::nameOf(uint32_t id) const {
 DeviceCounters Simulator::counters(DeviceId device) {
   if (index(device) >= impl_->devices)
     throw std::out_of_range("cardsim: no device " + std::to_string(index(device)));
-  auto r = std::make_unique<Request>();
-  r->kind = Request::Kind::Counters;
-  r->device = device;
-  r->at_ps = hostclock::now();
-  return impl_->ask(std::move(r)).counters;
+  Request r;
+  r.kind = Request::Kind::Counters;
+  r.device = device;
+  r.at_ps = hostclock::now();
+  return impl_->ask(r).counters;
 }
 
 uint64_t Simulator::commandsCompleted() const { return impl_->completed_total.load(); }

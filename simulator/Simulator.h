@@ -109,7 +109,7 @@ class Simulator {
 
   // Blocks until every point has completed; the host clock moves to the later of its
   // own time plus `overhead_s` and the last completion. Returns the host time after.
-  TimePs waitFor(const std::vector<QueuePoint>& points, double overhead_s);
+  TimePs waitFor(std::vector<QueuePoint> points, double overhead_s);
   // The earliest a command queued now on (device, queue) can start, its ready time aside:
   // the later of the queue's last completion and the simulation's current time (a command
   // is never started in the simulation's past). Blocks until the simulation gets there,

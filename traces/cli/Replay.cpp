@@ -188,6 +188,7 @@ struct RankChild {
     if (shim::Status s = shim::traceStartObserved(job.out_dir, &summing); !s.ok()) throw std::runtime_error(s.toString());
     replay::ReplayOptions ro;
     ro.scale_ranks = job.scale;
+    ro.keep_shapes = !job.out_dir.empty();
     replay::RankReplayer(file, ro).run();
     if (shim::Status s = shim::traceStop(); !s.ok()) throw std::runtime_error(s.toString());
     {
