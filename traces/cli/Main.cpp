@@ -1,5 +1,6 @@
 // cardsim: the project's one command-line tool. Subcommands come from the table below;
 // an unknown one lists the valid names.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -62,7 +63,13 @@ int main(int argc, char** argv) {
   for (const Command& c : kCommands) {
     if (name != c.name) continue;
     try {
-      return c.run(std::vector<std::string>(argv + 2, argv + argc));
+      const int status = c.run(std::vector<std::string>(argv + 2, argv + argc));
+      // Output that did not get out (a full disk, a closed pipe) is a failure, not a success.
+      if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "cardsim %s: cannot write its output: %s\n", c.name, std::strerror(errno));
+        return status != 0 ? status : 1;
+      }
+      return status;
     } catch (const cardsim::cli::UsageError& e) {
       std::fprintf(stderr, "%s\n", e.what());
       return 2;

@@ -367,6 +367,9 @@ int runReplay(const std::vector<std::string>& argv) {
   const int world = std::max(1, h0.world_size());
   const long long ranks = a.integer("ranks", 0);
   if (a.has("ranks") && ranks < 1) throw UsageError("cardsim replay: --ranks must be at least 1, got " + a.get("ranks"));
+  if (a.has("json"))
+    if (const std::string why = unwritableReason(a.get("json")); !why.empty())
+      throw UsageError("cardsim replay: --json " + a.get("json") + ": cannot write there: " + why);
   Job job;
   job.work_dir = tmp;
   job.overrides = a.all("set");
@@ -449,7 +452,9 @@ int runReplay(const std::vector<std::string>& argv) {
       }
     }
   }
-  if (!job.out_dir.empty()) ::mkdir(job.out_dir.c_str(), 0777);
+  if (!job.out_dir.empty())
+    if (const std::string why = makeDirectories(job.out_dir); !why.empty())
+      throw UsageError("cardsim replay: --keep " + job.out_dir + ": cannot create the directory: " + why);
 
   // Which recorded ranks run: all of them, or rank 0 standing for --ranks N.
   std::map<int, std::string> run = files;

@@ -138,12 +138,12 @@ int runSweep(const std::vector<std::string>& argv) {
     so.preset = a.get("preset");
     (void)sim::loadDeviceParams(so);   // ConfigError names an unknown preset
   }
-  {
-    const std::size_t slash = prefix.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : prefix.substr(0, slash));
-    if (::access(dir.c_str(), W_OK) != 0)
-      throw UsageError("cardsim sweep: --out " + prefix + ": cannot write into " + dir + " (" + std::strerror(errno) + ")");
-  }
+  // Its outputs' places, checked before any replay runs.
+  std::vector<std::string> outputs = {prefix + ".csv"};
+  if (!a.has("no-plot")) outputs.push_back(prefix + ".png");
+  for (const std::string& out : outputs)
+    if (const std::string why = unwritableReason(out); !why.empty())
+      throw UsageError("cardsim sweep: --out " + prefix + ": cannot write " + out + ": " + why);
 
   // The combinations, in order: the last dimension varies fastest.
   std::vector<std::vector<std::size_t>> combos(1);

@@ -3,8 +3,12 @@
 #include <dirent.h>
 #include <ftw.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <regex>
 
 #include "traces/lib/TraceError.h"
@@ -99,6 +103,29 @@ std::map<int, std::string> traceRankFiles(const std::string& path) {
     throw trace::TraceError(out.rbegin()->second + ": rank " + std::to_string(out.rbegin()->first) +
                             " is outside world size " + std::to_string(world));
   return out;
+}
+
+std::string unwritableReason(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return "it is a directory";
+    if (::access(path.c_str(), W_OK) != 0) return std::strerror(errno);
+    return "";
+  }
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (::stat(dir.c_str(), &st) != 0) return "no directory " + dir;
+  if (!S_ISDIR(st.st_mode)) return dir + " is not a directory";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return "cannot write into " + dir + " (" + std::strerror(errno) + ")";
+  return "";
+}
+
+std::string makeDirectories(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ec.message();
+  if (!std::filesystem::is_directory(dir, ec)) return "it is not a directory";
+  return "";
 }
 
 std::string jsonString(const std::string& s) {

@@ -19,6 +19,14 @@ bool isRankFileName(const std::string& name, int* rank = nullptr);
 // Removes a directory tree of the CLI's own (temporary files); false if some entry stayed.
 bool removeTree(const std::string& dir);
 
+// Why a file could not be written at `path` (a missing or read-only directory, a read-only
+// file, a directory in its place), or "" if it can: asked before work whose result goes
+// there, so that nothing is computed only to be lost.
+std::string unwritableReason(const std::string& path);
+
+// Creates directory `dir` and any missing parents; "" on success (or if it exists), else why not.
+std::string makeDirectories(const std::string& dir);
+
 // `s` as a JSON string literal.
 std::string jsonString(const std::string& s);
 

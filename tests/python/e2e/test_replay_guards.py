@@ -236,3 +236,30 @@ def test_a_well_formed_trace_with_an_impossible_value_is_bad_input_to_replay(tmp
         res = cardsim(cmd, bad)
         assert res.returncode == 2, (cmd, res.stdout[-500:], res.stderr)
         assert "corrupt: the kernel's flops is nan" in res.stderr and "record #" in res.stderr, res.stderr
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_replay(tmp_path):
+    # --json into a missing directory or onto a directory: exit 2 naming it, no report on
+    # stdout (nothing computed only to be lost).
+    for target, why in ((tmp_path / "missing" / "r.json", "no directory"), (tmp_path, "is a directory")):
+        res = cardsim("replay", GOLDEN / "compute_bound", "--json", target)
+        assert res.returncode == 2, (res.returncode, res.stderr)
+        assert str(target) in res.stderr and why in res.stderr, res.stderr
+        assert res.stdout == "" and not (tmp_path / "missing").exists()
+    # --keep makes the directory it is given, parents included.
+    kept = tmp_path / "a" / "b" / "kept"
+    res = cardsim("replay", GOLDEN / "compute_bound", "--keep", kept)
+    assert res.returncode == 0, res.stderr
+    assert (kept / "rank0.cstrace").is_file()
+    (tmp_path / "file").write_text("x")
+    res = cardsim("replay", GOLDEN / "compute_bound", "--keep", tmp_path / "file" / "sub")
+    assert res.returncode == 2 and "--keep" in res.stderr and res.stdout == "", res.stderr
+
+
+def test_output_that_does_not_get_out_is_a_failure():
+    # stdout on a full device: the command fails saying so rather than exiting 0.
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([str(ROOT / "build" / "traces" / "cardsim"), "collbench", "--model-only", "--preset",
+                              "br100", "--ranks", "8", "--op", "all_reduce", "--min-bytes", "1K", "--max-bytes", "1K",
+                              "--csv"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert res.returncode == 1 and "cannot write its output" in res.stderr, (res.returncode, res.stderr)
