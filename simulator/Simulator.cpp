@@ -32,6 +32,13 @@ Simulator* g_simulator = nullptr;
 
 TimePs simNowPs() { return sc_core::sc_time_stamp().value(); }
 
+// Why the simulation is unusable after an exception out of sc_start.
+std::string failedInside(const std::exception& e) {
+  return std::string("cardsim: the device model failed inside SystemC (") + e.what() +
+         "); SystemC cannot resume a simulation after that, so the emulated cards of this "
+         "process are unusable: restart the process (and please report the error)";
+}
+
 bool sameOptions(const SimOptions& a, const SimOptions& b) {
   return a.preset == b.preset && a.devices == b.devices && a.overrides == b.overrides &&
          a.overrides_file == b.overrides_file;
@@ -156,8 +163,8 @@ struct Simulator::Impl : model::ICompletionSink {
   Reply ask(Request& r);
   // Whether every point has completed, known without running the simulation: nothing is
   // waiting to be simulated and nobody is running it (so `completed` is stable and its last
-  // writer's stores are visible through `mutex`).
-  // If so, notes the run to `at_ps` (the waiter's time) it stands in for.
+  // writer's stores are visible through `mutex`). If so, notes the run to `at_ps` (the
+  // waiter's time) that the answer stands in for.
   bool alreadyComplete(const std::vector<QueuePoint>& points, TimePs at_ps);
   void shutdown();
 };
@@ -230,9 +237,7 @@ void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
     try {
       runTo(deferred);
     } catch (const std::exception& e) {
-      fatal = std::string("cardsim: the device model failed inside SystemC (") + e.what() +
-              "); SystemC cannot resume a simulation after that, so the emulated cards of this "
-              "process are unusable: restart the process (and please report the error)";
+      fatal = failedInside(e);
     }
   }
   // Commands: run every event before their ready times, not at them, so that a later
@@ -283,9 +288,7 @@ void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
   } catch (const std::exception& e) {
     // An exception out of sc_start leaves SystemC's scheduler mid-delta; it cannot resume
     // (one simulation context per process, no restart), so later calls fail with this.
-    fatal = std::string("cardsim: the device model failed inside SystemC (") + e.what() +
-            "); SystemC cannot resume a simulation after that, so the emulated cards of this "
-            "process are unusable: restart the process (and please report the error)";
+    fatal = failedInside(e);
   }
   if (!fatal.empty()) {
     for (Request* r : requests) r->reply.set_value(Reply{false, 0, fatal, {}});
@@ -427,8 +430,8 @@ uint64_t Simulator::Impl::push(Item item) {
 
 bool Simulator::Impl::alreadyComplete(const std::vector<QueuePoint>& points, TimePs at_ps) {
   std::lock_guard<std::mutex> lock(mutex);
+  if (caller_driven ? driving : !sleeping) return false;   // first: only then is `fatal` settled too
   if (!intake.empty() || !fatal.empty()) return false;
-  if (caller_driven ? driving : !sleeping) return false;
   for (const QueuePoint& p : points)
     if (completed[slot(p.device, p.queue)] < p.seq) return false;
   deferred_horizon = std::max(deferred_horizon, at_ps + 1);   // where the wait's run would have ended
