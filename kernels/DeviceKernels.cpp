@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "cardsim/trace.h"
 #include "CostModel.h"
 #include "DeviceGenerator.h"
 #include "HostExecution.h"
@@ -43,8 +44,10 @@ shim::KernelCost elementwiseCost(const at::Tensor& out, const at::Tensor& a, con
   c.flops = static_cast<double>(out.numel()) * flopScale(out.scalar_type(), device);
   c.bytes_read = tensorBytes(a) + (b.device().type() == kDev ? tensorBytes(b) : 0.0);
   c.bytes_written = tensorBytes(out);
-  if (b.device().type() == kDev) noteOperandShapes({a, b}, {out});
-  else noteOperandShapes({a}, {out});
+  if (shim::traceRecording()) {   // (the operand lists cost more than the check)
+    if (b.device().type() == kDev) noteOperandShapes({a, b}, {out});
+    else noteOperandShapes({a}, {out});
+  }
   return c;
 }
 
