@@ -147,7 +147,7 @@ shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& a
   return c;
 }
 
-void noteOperandShapes(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+void noteOperandShapes(c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs) {
   if (!shim::traceRecording()) return;   // only a trace keeps them
   std::vector<std::vector<int64_t>> shapes;
   shapes.reserve(inputs.size() + outputs.size());

@@ -37,7 +37,8 @@ shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& i
 
 // The operand shapes (inputs, then outputs) of the kernel about to be launched on this
 // thread, for a trace being recorded (nothing happens otherwise). estimateCost calls it.
-void noteOperandShapes(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
+// By ArrayRef: a braced list at a call costs no heap allocation.
+void noteOperandShapes(c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs);
 
 // True when an fp32 matmul on `device` runs as TF32: the card has TF32 units and PyTorch's
 // fp32 matmul precision for CUDA is TF32 (torch.backends.cuda.matmul.allow_tf32,

@@ -117,7 +117,7 @@ struct Simulator::Impl : model::ICompletionSink {
   std::vector<Item> drive_batch;       // the driver's batch, swapped with the intake (keeps both allocated)
   std::vector<Request*> batch_requests;   // simulate()'s requests of its batch (touched by the running simulation only)
   std::vector<uint64_t> submitted;     // per (device, queue)
-  // Where a wait answered without running the simulation (alreadyComplete) would have run it
+  // Where a wait answered without running the simulation (answersAtOnce) would have run it
   // to: the next run goes there first, so every later command meets the simulation where it
   // would have been (a command behind it starts at it).
   TimePs deferred_horizon = 0;
@@ -158,14 +158,16 @@ struct Simulator::Impl : model::ICompletionSink {
   void handle(Request* r);
   void onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
                   TimePs end) override;
-  uint64_t push(Item item);  // returns the command's seq (0 for a request)
+  // Returns the command's seq (0 for a request). A request answered at the intake, without
+  // joining it, sets *answered (see answersAtOnce).
+  uint64_t push(Item item, bool* answered = nullptr);
   // `r` lives on the caller's stack: it is answered (and out of every list) before ask returns.
   Reply ask(Request& r);
-  // Whether every point has completed, known without running the simulation: nothing is
-  // waiting to be simulated and nobody is running it (so `completed` is stable and its last
-  // writer's stores are visible through `mutex`). If so, notes the run to `at_ps` (the
-  // waiter's time) that the answer stands in for.
-  bool alreadyComplete(const std::vector<QueuePoint>& points, TimePs at_ps);
+  // Under `mutex`: whether `r` is a wait whose points have all completed while nothing waits
+  // to be simulated and nobody runs it (so `completed` is stable and its last writer's stores
+  // are visible). Its answer is then its own time, and the run to that time it stands in for
+  // is deferred to the next run (deferred_horizon).
+  bool answersAtOnce(const Request& r);
   void shutdown();
 };
 
@@ -402,13 +404,17 @@ void Simulator::Impl::onComplete(DeviceId device, QueueId queue, const Command& 
 // Commands gathered before the simulation runs without a request.
 constexpr size_t kIntakeBatch = 1024;
 
-uint64_t Simulator::Impl::push(Item item) {
+uint64_t Simulator::Impl::push(Item item, bool* answered) {
   bool notify = false;
   bool drive = false;
   uint64_t seq = 0;
   {
     // seq is assigned under the intake lock so queue order and seq order agree.
     std::lock_guard<std::mutex> lock(mutex);
+    if (answered && item.request && answersAtOnce(*item.request)) {
+      *answered = true;
+      return 0;
+    }
     if (!item.request) item.cmd.seq = seq = ++submitted[slot(item.device, item.queue)];
     const bool is_request = item.request != nullptr;
     intake.push_back(std::move(item));
@@ -428,20 +434,22 @@ uint64_t Simulator::Impl::push(Item item) {
   return seq;
 }
 
-bool Simulator::Impl::alreadyComplete(const std::vector<QueuePoint>& points, TimePs at_ps) {
-  std::lock_guard<std::mutex> lock(mutex);
+bool Simulator::Impl::answersAtOnce(const Request& r) {
+  if (r.kind != Request::Kind::Wait) return false;
   if (caller_driven ? driving : !sleeping) return false;   // first: only then is `fatal` settled too
   if (!intake.empty() || !fatal.empty()) return false;
-  for (const QueuePoint& p : points)
+  for (const QueuePoint& p : r.points)
     if (completed[slot(p.device, p.queue)] < p.seq) return false;
-  deferred_horizon = std::max(deferred_horizon, at_ps + 1);   // where the wait's run would have ended
+  deferred_horizon = std::max(deferred_horizon, r.at_ps + 1);   // where the wait's run would have ended
   return true;
 }
 
 Reply Simulator::Impl::ask(Request& r) {
   Item item;
   item.request = &r;
-  push(std::move(item));
+  bool answered = false;
+  push(std::move(item), &answered);
+  if (answered) return Reply{true, r.at_ps, {}, {}};
   Reply rep = r.reply.get();
   if (!rep.error.empty()) throw std::runtime_error("cardsim: " + rep.error);
   return rep;
@@ -583,13 +591,7 @@ TimePs Simulator::waitFor(std::vector<QueuePoint> points, double overhead_s) {
   r.points = std::move(points);
   r.at_ps = hostclock::now();
   if (r.points.empty()) return hostclock::now();
-  if (impl_->alreadyComplete(r.points, r.at_ps)) {
-    // The answer the simulation would give (the caller's own time) without running it: a
-    // synchronize right after a synchronous copy, say. The simulation catches up with the
-    // caller's time at its next run, before it takes any command queued since.
-    hostclock::noteReturn();
-    return hostclock::now();
-  }
+  // (A synchronize right after a synchronous copy is answered at the intake: answersAtOnce.)
   Reply rep = impl_->ask(r);
   const TimePs after = hostclock::raise(rep.time_ps);
   hostclock::noteReturn();

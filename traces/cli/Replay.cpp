@@ -32,6 +32,7 @@
 #include "traces/cli/Commands.h"
 #include "traces/cli/LinkLoads.h"
 #include "traces/cli/TraceFiles.h"
+#include "traces/export/OutputFile.h"
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceFormat.h"
 #include "traces/lib/TraceReader.h"
@@ -603,11 +604,8 @@ int runReplay(const std::vector<std::string>& argv) {
   if (job.scale > 0)
     what += " (rank " + std::to_string(run.begin()->first) + " replicated to " + std::to_string(job.scale) + " ranks)";
   printReport(report, what, stdout);
-  if (a.has("json")) {
-    std::ofstream out(a.get("json"));
-    out << jsonReport(report, path, job.scale);
-    if (!out) throw std::runtime_error("cannot write " + a.get("json"));
-  }
+  if (a.has("json"))
+    timeline::writeOutputFile(a.get("json"), [&](std::ostream& out) { out << jsonReport(report, path, job.scale); });
   return 0;
 }
 

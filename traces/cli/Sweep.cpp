@@ -23,6 +23,7 @@
 #include "traces/cli/Commands.h"
 #include "traces/cli/LiveCollbench.h"
 #include "traces/cli/TraceFiles.h"
+#include "traces/export/OutputFile.h"
 
 namespace cardsim::cli {
 
@@ -232,11 +233,7 @@ int runSweep(const std::vector<std::string>& argv) {
     return all_bad_input ? 2 : 1;
   }
   const std::string csv_path = prefix + ".csv";
-  {
-    std::ofstream out(csv_path);
-    out << csv.str();
-    if (!out) throw std::runtime_error("cannot write " + csv_path);
-  }
+  timeline::writeOutputFile(csv_path, [&](std::ostream& out) { out << csv.str(); });
   std::printf("%s", csv.str().c_str());
   std::printf("wrote %s\n", csv_path.c_str());
   if (a.has("no-plot")) return 0;

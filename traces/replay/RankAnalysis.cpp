@@ -336,21 +336,21 @@ void buildIndex(RankData& rd) {
       rd.collective_key[i] = key;
     }
   }
-  // A stream runs its commands in order, so these lists and the calls come sorted (or
-  // nearly): a sort only where they are not.
-  for (auto& [key, list] : rd.streams) {
-    auto by_start = [&](std::size_t a, std::size_t b) { return rd.cmds[a].start < rd.cmds[b].start; };
-    if (!std::is_sorted(list.begin(), list.end(), by_start)) std::stable_sort(list.begin(), list.end(), by_start);
-  }
+  // A stream runs its commands in order, so these lists, the calls and the ends come sorted
+  // (or nearly): a sort only where they are not.
+  auto sortUnlessSorted = [](auto& v, auto less) {
+    if (!std::is_sorted(v.begin(), v.end(), less)) std::stable_sort(v.begin(), v.end(), less);
+  };
+  for (auto& [key, list] : rd.streams)
+    sortUnlessSorted(list, [&](std::size_t a, std::size_t b) { return rd.cmds[a].start < rd.cmds[b].start; });
   rd.stream_pos.assign(rd.cmds.size(), 0);
   for (const auto& [key, list] : rd.streams)
     for (std::size_t p = 0; p < list.size(); ++p) rd.stream_pos[list[p]] = p;
   // The last command of each call: commands in order, so the table keeps the last.
-  auto by_call = [](const auto& a, const auto& b) { return a.first < b.first; };
-  if (!std::is_sorted(of_call.begin(), of_call.end(), by_call)) std::stable_sort(of_call.begin(), of_call.end(), by_call);
+  sortUnlessSorted(of_call, [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [call, i] : of_call) rd.cmd_of_call.add(call, i);   // sorted: no settling needed
   rd.cmd_of_call.settle();
-  if (!std::is_sorted(rd.by_end.begin(), rd.by_end.end())) std::sort(rd.by_end.begin(), rd.by_end.end());
+  sortUnlessSorted(rd.by_end, std::less<>());   // (end, command): no two alike, so stable or not is one order
 }
 
 void inParallel(std::size_t n, const std::function<void(std::size_t)>& fn) {
