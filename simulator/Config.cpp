@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -338,7 +339,15 @@ config::Preset loadPreset(const std::string& name_or_path) {
     throw ConfigError("unknown preset \"" + name_or_path + "\" (valid presets: " + valid +
                       "; or a path to a .textproto file)");
   }
-  return parsePresetText(e->text, std::string("preset ") + e->name);
+  // Parsed once per process (a process forked after loading one keeps it): the text format
+  // parser takes about a millisecond per preset, and a replay's ranks each load the job's.
+  static std::mutex mutex;
+  static std::map<std::string, config::Preset>* parsed = new std::map<std::string, config::Preset>;   // never destroyed
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = parsed->find(e->name);
+  if (it == parsed->end())
+    it = parsed->emplace(e->name, parsePresetText(e->text, std::string("preset ") + e->name)).first;
+  return it->second;
 }
 
 void applyOverride(config::Preset& preset, const std::string& assignment,

@@ -31,7 +31,7 @@ int FabricModel::highestRank(const std::vector<int>& ranks) {
 
 FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks,
                                     uint32_t root, uint32_t peer, const std::string& algorithm,
-                                    const fabric::Topology& t) const {
+                                    const fabric::Topology& t) {
   if (!(bytes >= 0)) throw std::invalid_argument("a collective's size must be a non-negative number of bytes");
   // Far beyond any card's memory; past it the times lose their meaning in double precision.
   if (bytes > kMaxCollectiveBytes)
@@ -58,7 +58,17 @@ FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const
   std::string forced = algorithm;
   if (forced.empty())
     if (const char* env = std::getenv("CARDSIM_COLL_ALGO")) forced = env;
-  const fabric::ICollectiveAlgorithm& a = fabric::pickAlgorithm(forced, r, t);
+  const fabric::ICollectiveAlgorithm* chosen = nullptr;
+  if (forced.empty()) {
+    // Bounded: a sweep over sizes would otherwise keep every size's choice.
+    if (choices_.size() >= kMaxRememberedChoices) choices_.clear();
+    const fabric::ICollectiveAlgorithm*& slot = choices_[ChoiceKey{&t, op, bytes, r.root, r.peer, r.ranks}];
+    if (!slot) slot = &fabric::chooseAlgorithm(r, t);
+    chosen = slot;
+  } else {
+    chosen = &fabric::pickAlgorithm(forced, r, t);
+  }
+  const fabric::ICollectiveAlgorithm& a = *chosen;
   out.algorithm = a.name();
   out.schedule = a.schedule(r, t);
   return out;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace cardsim::sim {
 class FabricModel {
  public:
   static constexpr double kMaxCollectiveBytes = 281474976710656.0;   // 2^48
+  static constexpr std::size_t kMaxRememberedChoices = 4096;
   explicit FabricModel(fabric::FabricParams params) : params_(std::move(params)) {}
   const fabric::FabricParams& params() const { return params_; }
 
@@ -59,11 +61,24 @@ class FabricModel {
   };
   // Checks the request and lays out its schedule on `t` (caller holds mutex_).
   Plan plan(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks, uint32_t root, uint32_t peer,
-            const std::string& algorithm, const fabric::Topology& t) const;
+            const std::string& algorithm, const fabric::Topology& t);
   static int highestRank(const std::vector<int>& ranks);
   fabric::FabricParams params_;
   std::mutex mutex_;
   std::map<uint32_t, std::unique_ptr<fabric::Topology>> topologies_;   // by node count
+  // The default choice per request (it times every algorithm's schedule: a training step
+  // repeats the same few collectives, each rank and the server asking for each of them).
+  struct ChoiceKey {
+    const fabric::Topology* topology;
+    fabric::CollectiveOp op;
+    double bytes;
+    uint32_t root, peer;
+    std::vector<fabric::NodeId> ranks;
+    bool operator<(const ChoiceKey& o) const {
+      return std::tie(topology, op, bytes, root, peer, ranks) < std::tie(o.topology, o.op, o.bytes, o.root, o.peer, o.ranks);
+    }
+  };
+  std::map<ChoiceKey, const fabric::ICollectiveAlgorithm*> choices_;
 };
 
 }  // namespace cardsim::sim

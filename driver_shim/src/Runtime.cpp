@@ -63,6 +63,9 @@ Status initLocked(const InitOptions& in) {
   if (options.execution != "full" && options.execution != "timing")
     return Status(Code::InitFailed, "CARDSIM_EXECUTION: unknown execution mode \"" + options.execution +
                                         "\" (valid: full, timing)");
+  if (!options.move_data && options.execution != "timing")
+    return Status(Code::InitFailed, "initialize: move_data=false needs timing execution (got \"" +
+                                        options.execution + "\"): full execution computes with the data");
   std::string name = options.backend;
   if (name.empty()) {
     const char* env = std::getenv("CARDSIM_BACKEND");

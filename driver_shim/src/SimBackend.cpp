@@ -216,7 +216,7 @@ std::unique_ptr<IBackend> createSimBackend(const InitOptions& options, Status* w
       }
     }
     return std::make_unique<simbackend::SimBackend>(sim, std::move(fabric), std::move(fabric_error),
-                                                    options.execution == "timing");
+                                                    options.execution == "timing", !options.move_data);
   } catch (const std::exception& e) {
     *why = Status(Code::InitFailed, e.what());
     return nullptr;

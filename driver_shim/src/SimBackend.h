@@ -172,8 +172,10 @@ inline const char* memcpyKindName(MemcpyKind k) {
 }
 class SimBackend final : public IBackend {
  public:
-  SimBackend(Simulator& sim, std::unique_ptr<sim::FabricModel> fabric, std::string fabric_error, bool timing)
-      : sim_(sim), fabric_(std::move(fabric)), fabric_error_(std::move(fabric_error)), timing_(timing), params_(sim.params()), devices_(static_cast<int>(sim.deviceCount())),
+  SimBackend(Simulator& sim, std::unique_ptr<sim::FabricModel> fabric, std::string fabric_error, bool timing,
+             bool discard_data = false)
+      : sim_(sim), fabric_(std::move(fabric)), fabric_error_(std::move(fabric_error)), timing_(timing),
+        discard_data_(timing && discard_data), params_(sim.params()), devices_(static_cast<int>(sim.deviceCount())),
         memory_(std::vector<uint64_t>(sim.deviceCount(), sim.params().memory.capacity_bytes),
                 std::vector<std::string>(sim.deviceCount(), sim.params().name)) {
     for (int d = 0; d < devices_; ++d) {
@@ -473,6 +475,7 @@ class SimBackend final : public IBackend {
   std::unique_ptr<sim::FabricModel> fabric_;   // null when the preset has no usable fabric
   std::string fabric_error_;                   // why not
   bool timing_;                                // ExecutionMode::Timing: no work, no device memory touched
+  bool discard_data_;                          // timing, and not even carried host data (InitOptions::move_data)
   CarriedData carried_;                        // timing mode: the small host data kept (CarriedData.h)
   const model::DeviceParams& params_;
   int devices_;

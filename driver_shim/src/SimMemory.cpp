@@ -22,12 +22,12 @@ Status SimBackend::free(void* ptr) {
     return Status::Ok();
   });
   if (!s.ok()) return s;
-  if (timing_) carried_.scrub(ptr, f.size);
+  if (timing_ && !discard_data_) carried_.scrub(ptr, f.size);
   return memory_.release(ptr, nullptr);
 }
 
 Status SimBackend::timingNoteHostWrite(const void* ptr, std::size_t bytes) {
-  if (!timing_ || bytes == 0) return Status::Ok();
+  if (!timing_ || discard_data_ || bytes == 0) return Status::Ok();
   DeviceMemory::Found f;
   if (!memory_.find(ptr, &f) || !f.device_memory) return Status::Ok();   // host memory: nothing to remember
   carried_.note(ptr, bytes);
@@ -35,7 +35,7 @@ Status SimBackend::timingNoteHostWrite(const void* ptr, std::size_t bytes) {
 }
 
 Status SimBackend::timingScrub(void* ptr, std::size_t bytes) {
-  if (timing_ && ptr && bytes) carried_.scrub(ptr, bytes);
+  if (timing_ && !discard_data_ && ptr && bytes) carried_.scrub(ptr, bytes);
   return Status::Ok();
 }
 
@@ -135,7 +135,7 @@ Status SimBackend::memcpy(void* dst, const void* src, std::size_t bytes, MemcpyK
   }
   if (kind == MemcpyKind::HostToHost) {
     if (capturing(s)) return breakCapture(s, "memcpy HostToHost");
-    std::memmove(dst, src, bytes);
+    if (!discard_data_) std::memmove(dst, src, bytes);
     return Status::Ok();
   }
 
@@ -178,6 +178,7 @@ Status SimBackend::memcpy(void* dst, const void* src, std::size_t bytes, MemcpyK
       work = [dst, bytes] { std::memset(dst, 0, bytes); };
     else if (kind != MemcpyKind::DeviceToHost)
       work = [] {};
+    if (discard_data_) work = [] {};
   }
   const char* label = model::copyKindName(cmd.copy_kind);
   if (capturing(s)) {

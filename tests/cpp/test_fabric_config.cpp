@@ -194,3 +194,35 @@ TEST(FabricModel, TimesGroupsByGlobalRankAndGrowsNodesAsNeeded) {
   EXPECT_THROW(m.time(CollectiveOp::AllReduce, 1, {0, -1}, 0, 0, ""), std::invalid_argument);
   EXPECT_THROW(m.time(CollectiveOp::AllReduce, 1, {0, 1}, 0, 0, "butterfly"), std::invalid_argument);
 }
+
+// The default choice is remembered per request: a model that has answered other sizes,
+// groups and ops first (in any order) answers each exactly as a fresh one does, and the
+// choice still changes with size where the tuner's does.
+TEST(FabricModel, RememberedAlgorithmChoicesAnswerAsAFreshModel) {
+  sim::SimOptions o;
+  o.preset = "h100-sxm";
+  const fabric::FabricParams params = sim::loadFabricParams(o);
+  using fabric::CollectiveOp;
+  struct Ask {
+    CollectiveOp op;
+    double bytes;
+    std::vector<int> ranks;
+  };
+  std::vector<Ask> asks;
+  for (double b = 1024; b <= 1024.0 * 1024 * 1024; b *= 8)
+    for (const auto& ranks : {std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}, std::vector<int>{0, 5}, std::vector<int>{1, 3, 5, 7}})
+      for (CollectiveOp op : {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::Broadcast})
+        asks.push_back({op, b, ranks});
+  sim::FabricModel used(params);
+  for (auto it = asks.rbegin(); it != asks.rend(); ++it) (void)used.time(it->op, it->bytes, it->ranks, 0, 0, "");
+  std::set<std::string> algorithms;
+  for (const Ask& a : asks) {
+    sim::FabricModel fresh(params);
+    const auto want = fresh.time(a.op, a.bytes, a.ranks, 0, 0, "");
+    const auto got = used.time(a.op, a.bytes, a.ranks, 0, 0, "");
+    EXPECT_EQ(got.algorithm, want.algorithm) << a.bytes;
+    EXPECT_EQ(got.seconds, want.seconds) << a.bytes;
+    if (a.op == CollectiveOp::AllReduce && a.ranks.size() == 2) algorithms.insert(want.algorithm);
+  }
+  EXPECT_EQ(algorithms, (std::set<std::string>{"ring", "switch"}));   // by size, as the tuner chooses
+}

@@ -81,5 +81,50 @@ TEST(TimingCarry, FullModeIgnoresNotesAndScrubs) {
   ASSERT_SHIM_OK(shim::free(a));
 }
 
+// A tool re-timing a recording (cardsim replay) moves no bytes at all: not even the small
+// host data timing mode carries, so neither side of a copy is touched (the replay reports
+// stay what they were with carried data: checked against the golden traces).
+TEST(TimingCarry, WithoutMovingDataCopiesTouchNeitherSideAndStillTakeTime) {
+  shim::InitOptions o;
+  o.backend = "sim";
+  o.preset = "mlu370-x8";
+  o.devices = 1;
+  o.execution = "timing";
+  o.move_data = false;
+  ASSERT_SHIM_OK(shim::initialize(o));
+  const std::size_t small = 256, large = shim::kTimingCarriedBytes + 4096;
+  std::vector<unsigned char> host(large, 0x5A), back(large, 0xEE);
+  void* a = nullptr;
+  ASSERT_SHIM_OK(shim::malloc(&a, large));
+  std::memset(a, 0x11, small);   // stands for whatever the device memory held
+  uint64_t t0 = 0, t1 = 0, t2 = 0;
+  ASSERT_SHIM_OK(shim::hostTimePs(&t0));
+  ASSERT_SHIM_OK(shim::memcpy(a, host.data(), small, shim::MemcpyKind::HostToDevice));
+  ASSERT_SHIM_OK(shim::hostTimePs(&t1));
+  EXPECT_EQ(static_cast<unsigned char*>(a)[0], 0x11);   // a carried copy would have written 0x5A
+  ASSERT_SHIM_OK(shim::memcpy(back.data(), a, small, shim::MemcpyKind::DeviceToHost));
+  EXPECT_EQ(back[0], 0xEE);
+  ASSERT_SHIM_OK(shim::memcpy(back.data(), a, large, shim::MemcpyKind::DeviceToHost));   // else zeros
+  ASSERT_SHIM_OK(shim::hostTimePs(&t2));
+  EXPECT_EQ(std::vector<unsigned char>(back.begin(), back.end()), std::vector<unsigned char>(large, 0xEE));
+  ASSERT_SHIM_OK(shim::memcpy(back.data(), host.data(), small, shim::MemcpyKind::HostToHost));
+  EXPECT_EQ(back[0], 0xEE);
+  EXPECT_GT(t1, t0);   // the copies still take their time
+  EXPECT_GT(t2, t1);
+  ASSERT_SHIM_OK(shim::free(a));
+}
+
+TEST(TimingCarry, NotMovingDataNeedsTimingExecution) {
+  shim::InitOptions o;
+  o.backend = "sim";
+  o.preset = "mlu370-x8";
+  o.devices = 1;
+  o.execution = "full";
+  o.move_data = false;
+  const shim::Status s = shim::initialize(o);
+  EXPECT_EQ(s.code(), shim::Code::InitFailed);
+  EXPECT_NE(s.message().find("move_data=false needs timing execution"), std::string::npos) << s.toString();
+}
+
 }  // namespace
 }  // namespace cardsim

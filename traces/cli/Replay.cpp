@@ -170,6 +170,7 @@ struct RankChild {
     o.devices = devices;
     o.overrides = job.overrides;
     o.status_board = false;   // a tool's short-lived helper: not a program cardsim smi lists
+    o.move_data = false;      // nothing reads what the replayed copies would move
     if (shim::Status s = shim::initialize(o); !s.ok()) throw std::runtime_error(s.toString());
     if (address_fd >= 0) {
       char buf[256] = {0};
@@ -190,6 +191,7 @@ struct RankChild {
     replay::ReplayOptions ro;
     ro.scale_ranks = job.scale;
     ro.keep_shapes = !job.out_dir.empty();
+    ro.verified = true;   // runReplay verified every rank file before starting the ranks
     replay::RankReplayer(file, ro).run();
     if (shim::Status s = shim::traceStop(); !s.ok()) throw std::runtime_error(s.toString());
     {

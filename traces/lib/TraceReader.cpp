@@ -172,7 +172,7 @@ std::string TraceReader::where() const {
 }
 
 void TraceReader::crcUpTo(std::size_t end) {
-  if (end > crc_from_)
+  if (end > crc_from_ && !skip_crc_)
     crc_ = static_cast<uint32_t>(::crc32(crc_, buffer_.data() + crc_from_, static_cast<uInt>(end - crc_from_)));
   crc_from_ = end;
 }
@@ -307,7 +307,7 @@ bool TraceReader::nextRecord(Envelope* record, bool only_end) {
   crcUpTo(pos_ - static_cast<std::size_t>(offset_ - at));   // every byte before the End record
   const uint32_t crc_before = crc_;
   end_ = record->end();
-  if (end_.crc32() != crc_before || end_.records() != index_ - 1)
+  if ((!skip_crc_ && end_.crc32() != crc_before) || end_.records() != index_ - 1)
     throw TraceError(path_ + ": record #" + std::to_string(index_ - 1) + " at offset " + std::to_string(at) +
                      ": corrupt: the End record says " + std::to_string(end_.records()) +
                      " records before it with CRC-32 " + std::to_string(end_.crc32()) + ", the file holds " +

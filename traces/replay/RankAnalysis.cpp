@@ -307,6 +307,7 @@ RankPass RankAnalyzer::finish() {
   for (const Cmd& c : rd.cmds) used.push_back(c.call);
   std::sort(used.begin(), used.end());
   CallTable<Call> kept;
+  kept.reserve(used.size());
   for (auto& [number, call] : rd.calls.items())
     if (std::binary_search(used.begin(), used.end(), number)) kept.add(number, std::move(call));
   rd.calls = std::move(kept);

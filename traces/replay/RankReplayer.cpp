@@ -146,6 +146,7 @@ void RankReplayer::run() {
   trace::TraceReader reader(path_);
   world_ = std::max(1, reader.header().world_size());
   reader.skipCommands(true);   // the recorded commands' results: the replay makes its own
+  reader.skipCrc(options_.verified);
   while (const trace::Envelope* next = reader.next()) {
     const trace::Envelope& e = *next;
     record_ = reader.recordIndex() - 1;

@@ -26,6 +26,9 @@ struct ReplayOptions {
   // Hand the recorded kernel shapes on to the replay's own trace (only a trace that is
   // written keeps them; the report does not use them).
   bool keep_shapes = true;
+  // The file was verified (TraceReader::verify) just before, by the process handing it
+  // over: reading it again leaves out the CRC-32.
+  bool verified = false;
 };
 
 class RankReplayer {

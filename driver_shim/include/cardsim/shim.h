@@ -79,6 +79,9 @@ struct InitOptions {
   std::string overrides_file; // empty: CARDSIM_CONFIG
   bool status_board = true;   // false: no status file (cardsim smi does not list the process),
                               // for a tool's own short-lived helpers
+  bool move_data = true;      // false (timing execution only): copies and memsets move no bytes
+                              // at all, not even the small host data timing mode carries, for
+                              // a tool re-timing a recording, where nothing reads them
 };
 
 // Optional: the first other call initializes from the environment. Calling again with
