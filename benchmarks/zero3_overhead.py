@@ -88,7 +88,7 @@ def job(mode: str, steps: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--check", action="store_true", help="assert both sides' losses agree (rel 1e-4)")
     args = ap.parse_args(argv)
     best = {"mlu": float("inf"), "cpu": float("inf")}

@@ -1,3 +1,5 @@
+// sc_spawn: queue threads are made when first used.
+#define SC_INCLUDE_DYNAMIC_PROCESSES
 #include "device_models/StreamQueue.h"
 
 #include "device_models/Card.h"
@@ -5,13 +7,21 @@
 namespace cardsim::model {
 
 StreamQueue::StreamQueue(sc_core::sc_module_name name, Card& card, QueueId id)
-    : sc_module(name), card_(card), id_(id) {
-  SC_HAS_PROCESS(StreamQueue);
-  SC_THREAD(run);
-}
+    : sc_module(name), card_(card), id_(id) {}
 
 void StreamQueue::push(Command cmd) {
   queue_.push_back(std::move(cmd));
+  if (!started_) {
+    // The queue's thread is made at its first command: a card has 16 or more queues and a
+    // program uses a few (each thread costs a stack and a switch to it at the first run).
+    // It first runs at the arrival notified below, in the same delta cycle as a thread
+    // made up front and waiting for it would.
+    started_ = true;
+    sc_core::sc_spawn_options o;
+    o.set_sensitivity(&arrival_);
+    o.dont_initialize();
+    sc_core::sc_spawn([this] { run(); }, nullptr, &o);
+  }
   if (idle_) {
     idle_ = false;
     arrival_.notify(sc_core::SC_ZERO_TIME);

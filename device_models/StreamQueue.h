@@ -32,6 +32,7 @@ class StreamQueue : public sc_core::sc_module {
   QueueId id_;
   std::deque<Command> queue_;
   bool idle_ = true;
+  bool started_ = false;   // its thread exists (made at the first command)
   uint64_t completed_ = 0;
   sc_core::sc_event arrival_;
   sc_core::sc_event progressed_;
