@@ -332,6 +332,7 @@ FabricClient::FabricClient(const std::string& address, const Identity& who, doub
   h->set_job(who.job);
   h->set_rank(who.rank);
   h->set_world_size(who.world_size);
+  world_size_ = who.world_size;
   h->set_preset(who.preset);
   h->set_fabric(who.fabric);
   h->set_pid(static_cast<uint32_t>(::getpid()));
@@ -446,6 +447,16 @@ FabricClient::Completion FabricClient::collective(const Collective& c) {
   impl_->answered.erase(it);
   if (!r.ok) throw FabricError(named(c, r.error));
   return r.completion;
+}
+
+void FabricClient::traffic(int source, int destination, double bytes, uint64_t start_ps) {
+  rpc::ToServer m;
+  rpc::Traffic* t = m.mutable_traffic();
+  t->add_ranks(source);
+  t->add_ranks(destination);
+  t->set_bytes(bytes);
+  t->set_start_ps(start_ps);
+  impl_->send(wire::frame(m.SerializeAsString()));
 }
 
 void FabricClient::park(bool parked) {

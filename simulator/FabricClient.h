@@ -63,6 +63,12 @@ class FabricClient {
   // The next sequence number of `group` (each group's collectives are numbered in call order).
   uint64_t nextSeq(const std::string& group);
 
+  // Reports a peer copy between two cards of this process (their global ranks, source
+  // first), starting at `start_ps`: collectives the server times after it share the links it
+  // crosses with it. Returns at once; never answered.
+  void traffic(int source, int destination, double bytes, uint64_t start_ps);
+  uint32_t worldSize() const { return world_size_; }
+
   // Tells the server this rank waits (or no longer waits) on something outside it that only
   // another rank's progress ends; does not wait for an answer.
   void park(bool parked);
@@ -74,6 +80,7 @@ class FabricClient {
   struct Impl;
   void throwIfFailedLocked();
   std::string address_;
+  uint32_t world_size_ = 1;
   std::shared_ptr<Impl> impl_;
 };
 

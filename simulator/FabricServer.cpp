@@ -41,6 +41,7 @@ void FabricServer::Impl::onMessage(Session& s, const rpc::ToServer& m) {
   if (m.has_hello()) return onHello(s, m.hello());
   if (!s.hello) return s.fail("the first message must be Hello");
   if (m.has_park()) return onPark(s, m.park().parked());
+  if (m.has_traffic()) return onTraffic(s, m.traffic());
   onArrive(s, m.arrive());
 }
 
@@ -185,6 +186,34 @@ void FabricServer::Impl::onPark(Session& s, bool parked) {
   else job.parked.erase(s.rank);
   job.refresh(s.rank);
   if (parked) maybeSettle(s.job);
+}
+
+// A peer copy of the rank's process: in flight from its start for the model's time alone
+// (the server does not hear when it really ends), so that the collectives timed after it
+// share the links it crosses with it (FabricSettle.cpp). Bad values are the client's bug:
+// the connection is refused as for any malformed message.
+void FabricServer::Impl::onTraffic(Session& s, const rpc::Traffic& t) {
+  if (t.ranks_size() != 2 || t.ranks(0) < 0 || t.ranks(1) < 0 || t.ranks(0) == t.ranks(1) || !(t.bytes() > 0))
+    return s.fail("Traffic needs two different non-negative ranks and a positive size");
+  Job& job = jobs[s.job];
+  InFlight f;
+  f.request.op = fabric::CollectiveOp::SendRecv;
+  f.request.bytes = t.bytes();
+  f.request.ranks = {t.ranks(0), t.ranks(1)};
+  f.request.root = 0;
+  f.request.peer = 1;
+  FabricModel::LinkLoads used;
+  try {
+    const FabricModel::Timed alone = model.time(f.request.op, f.request.bytes, f.request.ranks, 0, 1, "", &used);
+    f.start_ps = t.start_ps();
+    f.end_ps = t.start_ps() + model::secondsToPs(alone.seconds);
+  } catch (const std::exception& e) {
+    return s.fail(std::string("Traffic: ") + e.what());
+  }
+  addLoads(used);
+  job.in_flight.push_back(std::move(f));
+  if (job.in_flight.size() > kMaxInFlight)
+    job.in_flight.erase(job.in_flight.begin(), job.in_flight.end() - kMaxInFlight);
 }
 
 void FabricServer::Impl::forget(Job& job, Pending& p) {

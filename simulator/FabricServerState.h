@@ -152,6 +152,7 @@ struct FabricServer::Impl {
   void onHello(Session& s, const rpc::Hello& h);
   void onArrive(Session& s, const rpc::Arrive& a);
   void onPark(Session& s, bool parked);
+  void onTraffic(Session& s, const rpc::Traffic& t);
   void onClosed(Session& s);
   void maybeSettle(const std::string& job_name);
   void settle(Job& job);

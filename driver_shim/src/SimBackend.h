@@ -275,6 +275,9 @@ class SimBackend final : public IBackend {
   Status fabricDisconnect() override;
 
  private:
+  // A peer copy about to be submitted on `s`: told to the job's fabric server, if any, so that
+  // the collectives it times after it share the links with it (SimCollectives.cpp).
+  void reportPeerCopy(StreamObject* s, int src_device, int dst_device, std::size_t bytes);
   static DeviceId dev(int d) { return DeviceId{static_cast<uint32_t>(d)}; }
   static std::string hex(unsigned v) {
     char b[16];

@@ -162,6 +162,21 @@ Status SimBackend::fabricDisconnect() {
   return Status::Ok();
 }
 
+// Where this process's devices are the job's ranks (every rank sees the node's cards, the
+// job no larger than them: the rule by which a collective's links are this process's too),
+// a copy between two of them crosses the links the server's collectives cross: it arrives
+// there as traffic from when its stream gets to it, as a collective's arrival does. A copy
+// submitted after a collective was answered does not change that answer (the collective
+// still holds the copy back, in this process's FabricLinks).
+void SimBackend::reportPeerCopy(StreamObject* s, int src_device, int dst_device, std::size_t bytes) {
+  sim::FabricClient* client = fabricClient();
+  if (!client || !fabric_ || bytes == 0 || src_device == dst_device) return;
+  if (client->worldSize() > sim_.deviceCount() || capturing(s)) return;
+  const model::TimePs free_at = sim_.queueFreeAt(dev(s->device), s->queue);
+  const model::TimePs ready = sim_.hostNow() + model::secondsToPs(params_.host.memcpy_overhead_s);
+  client->traffic(src_device, dst_device, static_cast<double>(bytes), std::max(free_at, ready));
+}
+
 Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                           std::string* algorithm) {
   StreamObject* s = nullptr;

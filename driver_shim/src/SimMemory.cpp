@@ -187,6 +187,10 @@ Status SimBackend::memcpy(void* dst, const void* src, std::size_t bytes, MemcpyK
   }
   if (!async)
     if (Status st = checkUnsafeCall(what); !st.ok()) return st;
+  if (cmd.copy_kind == model::CopyKind::PeerToPeer) {
+    if (Status st = guard([&] { reportPeerCopy(s, fs.device, fd.device, bytes); return Status::Ok(); }); !st.ok())
+      return st;
+  }
   work();
   // Copies from or to pageable host memory are staged and block the host, as on the card.
   const bool wait = !async || pageable;

@@ -324,6 +324,54 @@ TEST(FabricServer, CollectivesOfTwoGroupsOverlappingInTimeShareTheLinksTheyCross
   EXPECT_EQ(apart.second, t2 + 2 * model::secondsToPs(alone) + model::secondsToPs(alone));
 }
 
+TEST(FabricServer, APeerCopyReportedBeforeACollectiveSharesTheLinksWithIt) {
+  // Chips 0 and 1 of card 0: rank 0's process copies chip 0 -> chip 1 over their on-card
+  // link, then both ranks all-reduce over it. The all-reduce gets the model's time shared
+  // with the copy (a send_recv from the copy's start), on both ranks; one far later, alone.
+  Fixture fx;
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 2; ++r) clients.push_back(fx.client(r, 2));
+  const double bytes = 64.0 * (1 << 20);
+  const std::vector<int> ranks = {0, 1};
+  const uint64_t t0 = 2'000'000, copy_at = 1'000'000;
+  auto run = [&](uint64_t at) {
+    std::vector<std::future<FabricClient::Completion>> done(2);
+    for (int r : {1, 0}) {
+      auto c = allReduce(ranks, at, bytes);
+      c.seq = clients[r]->nextSeq(c.group);
+      done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
+    }
+    const uint64_t e0 = done[0].get().end_ps, e1 = done[1].get().end_ps;
+    EXPECT_EQ(e0, e1);
+    return e0;
+  };
+  clients[0]->traffic(0, 1, bytes, copy_at);
+  const uint64_t shared_end = run(t0);
+  sim::FabricModel model(params());
+  std::vector<sim::FabricModel::Request> together(2);
+  together[0].op = fabric::CollectiveOp::SendRecv;
+  together[0].ranks = {0, 1};
+  together[0].root = 0;
+  together[0].peer = 1;
+  together[0].bytes = bytes;
+  together[1].ranks = ranks;
+  together[1].bytes = bytes;
+  together[1].release_s = static_cast<double>(t0 - copy_at) * 1e-12;
+  const std::vector<double> shared = model.timeTogether(together);
+  const double alone = aloneSeconds(bytes, ranks);
+  EXPECT_EQ(shared_end, t0 + model::secondsToPs(shared[1]));
+  EXPECT_GT(shared[1], alone * 1.2);   // the copy takes half of one direction for a while
+  // Long after the copy: alone again.
+  const uint64_t t1 = shared_end + model::secondsToPs(10 * alone);
+  EXPECT_EQ(run(t1), t1 + model::secondsToPs(alone));
+  // A copy to itself is a malformed message: that connection is refused, the server goes on.
+  auto bad = fx.client(0, 1, "other");
+  bad->traffic(3, 3, bytes, 0);
+  const std::string why = errorOf([&] { (void)bad->collective(allReduce({0}, 0)); });
+  EXPECT_NE(why.find("Traffic needs two different"), std::string::npos) << why;
+  EXPECT_EQ(run(t1 + 1'000'000'000ull), t1 + 1'000'000'000ull + model::secondsToPs(alone));
+}
+
 namespace {
 
 // A server with the given settle time and three connected ranks, of which 0 and 1 run

@@ -247,6 +247,32 @@ elif scenario == "copy_beside_collective":
         out["beside_us"] = s.elapsed_time(e) * 1e3
     mod.synchronize()
     out["sum"] = t[0].item()
+elif scenario == "collective_beside_copy":
+    # Each rank's process drives both chips of the first card; the all_reduce of ranks 0, 1
+    # runs on chips 0, 1 and crosses their on-card link. Timed alone, then with rank 0 having
+    # queued a copy chip 0 -> chip 1 over that link on a side stream just before.
+    mod.set_device(rank)
+    n = int(os.environ["NBYTES"]) // 4
+    t = torch.ones(n, device=torch.device("mlu", rank))
+    if rank == 0:
+        x, y = torch.ones(n, device="mlu:0"), torch.empty(n, device="mlu:1")
+
+    def timed_all_reduce():
+        s, e = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
+        s.record(); dist.all_reduce(t); e.record()
+        e.synchronize()
+        return s.elapsed_time(e) * 1e3
+    mod.synchronize()
+    dist.barrier()
+    out["alone_us"] = timed_all_reduce()
+    dist.barrier()
+    if rank == 0:
+        side = mod.Stream()
+        with mod.stream(side):
+            y.copy_(x, non_blocking=True)
+    out["beside_us"] = timed_all_reduce()
+    mod.synchronize()
+    out["sum"] = t[0].item()
 elif scenario == "simple":
     t = torch.ones(1 << 12, device=d) * (rank + 1)
     dist.all_reduce(t)
@@ -383,6 +409,22 @@ def test_a_collective_holds_back_a_peer_copy_on_the_link_it_crosses(tmp_path):
     coll = model_us("all_reduce", 2, nbytes)
     assert beside > alone + 0.8 * coll, (alone, beside, coll)
     assert beside < alone + coll * 1.05, (alone, beside, coll)
+
+
+def test_a_peer_copy_queued_before_a_collective_slows_it_on_the_link_they_share(tmp_path):
+    # The other way round: rank 0 queues a 64 MiB copy chip 0 -> chip 1 on a side stream,
+    # then both ranks all-reduce 64 MiB over chips 0 and 1: the fabric server, told of the
+    # copy, times the all_reduce sharing one direction of the link with it, on both ranks.
+    nbytes = 64 << 20
+    res, errs = run_ranks(tmp_path, 2, "collective_beside_copy", CARDSIM_DEVICES=2, NBYTES=nbytes)
+    assert all(res[r] for r in range(2)), _shown(errs)
+    assert all(res[r]["sum"] == 4.0 for r in range(2))
+    coll = model_us("all_reduce", 2, nbytes)
+    for r in range(2):
+        alone, beside = res[r]["alone_us"], res[r]["beside_us"]
+        assert alone == pytest.approx(coll, rel=0.05), (r, alone, coll)
+        assert beside > alone + 0.2 * coll, (r, alone, beside, coll)
+        assert beside < alone + 1.05 * coll, (r, alone, beside, coll)
 
 
 def test_a_rank_that_dies_fails_the_others_naming_it(tmp_path):
