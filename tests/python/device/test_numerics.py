@@ -952,6 +952,42 @@ def test_hot_ops_not_in_fallback(card, dm):
     assert not hot, f"hot operators went through the generic fallback: {hot}"
 
 
+# Small same-shape fp32/fp64 operands take the card's own elementwise loop (no host views):
+# every element bit for bit as the CPU kernel, special values included; other shapes,
+# sizes and alphas the general path, the same.
+SPECIAL = [0.0, -0.0, 1.0, -1.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40, 3.0e38, 0.1, 1 / 3]
+
+
+def _bits(t):
+    return t.view(torch.int64 if t.dtype == torch.float64 else torch.int32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_small_binary_ops_are_bitwise_the_cpus(card, dtype, op):
+    v = torch.tensor(SPECIAL, dtype=dtype)
+    cases = [(v.repeat_interleave(len(v)), v.repeat(len(v))),              # every pair of specials
+             (torch.randn(16, dtype=dtype), torch.randn(16, dtype=dtype)),  # the bench's size
+             (torch.randn(3, 5, dtype=dtype), torch.randn(3, 5, dtype=dtype)),
+             (torch.randn(1 << 15, dtype=dtype), torch.randn(1 << 15, dtype=dtype)),   # over the loop's size
+             (torch.randn(4, 8, dtype=dtype), torch.randn(8, dtype=dtype))]          # broadcast
+    for a, b in cases:
+        want = getattr(torch, op)(a, b)
+        got = getattr(torch, op)(a.to(card), b.to(card)).cpu()
+        same = (_bits(want) == _bits(got)) | (want.isnan() & got.isnan())
+        assert bool(same.all()), (op, dtype, a.shape, b.shape)
+        if a.shape == b.shape:
+            x = a.to(card)
+            getattr(x, op + "_")(b.to(card))
+            same = (_bits(want) == _bits(x.cpu())) | (want.isnan() & x.cpu().isnan())
+            assert bool(same.all()), (op + "_", dtype, a.shape)
+    if op in ("add", "sub"):
+        a, b = torch.randn(16, dtype=dtype), torch.randn(16, dtype=dtype)
+        for alpha in (2.5, -1, 0):
+            assert torch.equal(getattr(torch, op)(a.to(card), b.to(card), alpha=alpha).cpu(),
+                               getattr(torch, op)(a, b, alpha=alpha))
+
+
 # --------------------------------------------------------------------------------------
 # Device checks, memory overlap, convolution and conjugate views (bugs found and fixed)
 # --------------------------------------------------------------------------------------
