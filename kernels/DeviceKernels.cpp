@@ -72,24 +72,27 @@ void hostBinary(Bin k, at::Tensor& out, const at::Tensor& a, const at::Tensor& b
 // Small same-shape float operands (the optimizer's and the model's many tiny tensors): the
 // loop itself, on the device memory, instead of three CPU aliases and ATen's TensorIterator
 // (about a third of a 16-element add on the card). IEEE +, -, * and / of two floats round
-// once whatever evaluates them, so each element is bit for bit what the CPU kernel gives
+// once whatever evaluates them, so each element is bit for bit what the CPU kernel gives;
+// bf16 and fp16 compute in float and round once to their type, as the CPU kernel does
 // (alpha only 1: with another alpha the CPU kernel may fuse its multiply-add).
 constexpr int64_t kPlainLoopElements = 1 << 14;
 
-template <Bin K, typename T>
+template <Bin K, typename T, typename Acc = T>
 void plainBinary(T* out, const T* a, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    if constexpr (K == Bin::Add) out[i] = a[i] + b[i];
-    else if constexpr (K == Bin::Sub) out[i] = a[i] - b[i];
-    else if constexpr (K == Bin::Mul) out[i] = a[i] * b[i];
-    else out[i] = a[i] / b[i];
+    const Acc x = static_cast<Acc>(a[i]), y = static_cast<Acc>(b[i]);
+    if constexpr (K == Bin::Add) out[i] = static_cast<T>(x + y);
+    else if constexpr (K == Bin::Sub) out[i] = static_cast<T>(x - y);
+    else if constexpr (K == Bin::Mul) out[i] = static_cast<T>(x * y);
+    else out[i] = static_cast<T>(x / y);
   }
 }
 
 template <Bin K>
 bool plainOperands(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
   if (b.device().type() != kDev || a.scalar_type() != b.scalar_type() || !a.sizes().equals(b.sizes())) return false;
-  if (a.scalar_type() != at::kFloat && a.scalar_type() != at::kDouble) return false;
+  const at::ScalarType t = a.scalar_type();
+  if (t != at::kFloat && t != at::kDouble && t != at::kBFloat16 && t != at::kHalf) return false;
   if (a.numel() > kPlainLoopElements || a.is_conj() || b.is_conj() || a.is_neg() || b.is_neg()) return false;
   if constexpr (K == Bin::Add || K == Bin::Sub)
     if (!alpha.isIntegral(false) || alpha.toLong() != 1) return false;
@@ -101,14 +104,18 @@ template <Bin K>
 void launchPlain(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const char* name,
                  const shim::KernelCost& cost, c10::ArrayRef<const at::Tensor*> operands) {
   const int64_t n = a.numel();
-  if (a.scalar_type() == at::kFloat) {
-    float* o = out.data_ptr<float>();
-    const float *x = a.const_data_ptr<float>(), *y = b.const_data_ptr<float>();
-    launch(a.device().index(), name, cost, [o, x, y, n] { plainBinary<K>(o, x, y, n); }, operands);
-  } else {
-    double* o = out.data_ptr<double>();
-    const double *x = a.const_data_ptr<double>(), *y = b.const_data_ptr<double>();
-    launch(a.device().index(), name, cost, [o, x, y, n] { plainBinary<K>(o, x, y, n); }, operands);
+  const auto run = [&](auto tag, auto acc) {
+    using T = decltype(tag);
+    using Acc = decltype(acc);
+    T* o = out.data_ptr<T>();
+    const T *x = a.const_data_ptr<T>(), *y = b.const_data_ptr<T>();
+    launch(a.device().index(), name, cost, [o, x, y, n] { plainBinary<K, T, Acc>(o, x, y, n); }, operands);
+  };
+  switch (a.scalar_type()) {
+    case at::kFloat: return run(float{}, float{});
+    case at::kDouble: return run(double{}, double{});
+    case at::kBFloat16: return run(c10::BFloat16{}, float{});
+    default: return run(c10::Half{}, float{});
   }
 }
 

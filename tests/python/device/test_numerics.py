@@ -952,22 +952,25 @@ def test_hot_ops_not_in_fallback(card, dm):
     assert not hot, f"hot operators went through the generic fallback: {hot}"
 
 
-# Small same-shape fp32/fp64 operands take the card's own elementwise loop (no host views):
+# Small same-shape float operands take the card's own elementwise loop (no host views):
 # every element bit for bit as the CPU kernel, special values included; other shapes,
 # sizes and alphas the general path, the same.
-SPECIAL = [0.0, -0.0, 1.0, -1.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40, 3.0e38, 0.1, 1 / 3]
+SPECIAL = [0.0, -0.0, 1.0, -1.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40, 3.0e38, 0.1, 1 / 3,
+           6e-8, 65504.0, 1e-5, 3.3895e38]
 
 
 def _bits(t):
-    return t.view(torch.int64 if t.dtype == torch.float64 else torch.int32)
+    return t.view({torch.float64: torch.int64, torch.float32: torch.int32}.get(t.dtype, torch.int16))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, BF16, F16], ids=["fp32", "fp64", "bf16", "fp16"])
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
 def test_small_binary_ops_are_bitwise_the_cpus(card, dtype, op):
     v = torch.tensor(SPECIAL, dtype=dtype)
+    spread = torch.logspace(-6, 6, 4096, dtype=torch.float64).to(dtype)
     cases = [(v.repeat_interleave(len(v)), v.repeat(len(v))),              # every pair of specials
              (torch.randn(16, dtype=dtype), torch.randn(16, dtype=dtype)),  # the bench's size
+             (torch.randn(4096, dtype=dtype) * spread, torch.randn(4096, dtype=dtype).flip(0) * spread),
              (torch.randn(3, 5, dtype=dtype), torch.randn(3, 5, dtype=dtype)),
              (torch.randn(1 << 15, dtype=dtype), torch.randn(1 << 15, dtype=dtype)),   # over the loop's size
              (torch.randn(4, 8, dtype=dtype), torch.randn(8, dtype=dtype))]          # broadcast
