@@ -31,9 +31,10 @@ def record(tmp_path, name, code, world=1, extra=None):
     port = free_port()
     procs = []
     for r in range(world):
-        env = _env(dict(CARDSIM_TRACE=str(out), CARDSIM_DEVICES="1" if world > 1 else "2", RANK=str(r),
-                        WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                        **(extra or {})))
+        own = dict(CARDSIM_TRACE=str(out), CARDSIM_DEVICES="1" if world > 1 else "2", RANK=str(r),
+                   WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        own.update(extra or {})
+        env = _env(own)
         procs.append(subprocess.Popen([PYTHON, str(script)], env=env, cwd=str(ROOT), stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     for p in procs:
@@ -236,6 +237,36 @@ def test_replay_of_point_to_point_transfers_reproduces_the_recorded_times(tmp_pa
     assert rep["total_us"] == pytest.approx(recorded_total_us(trace), abs=1e-6)
     fast = replay(tmp_path, trace, "--set", "fabric.on_card.bandwidth=2000 GB/s", "--set",
                   "fabric.link.bandwidth=2000 GB/s")
+    assert fast["total_us"] < rep["total_us"]
+
+
+COPY_BESIDE_COLLECTIVE = r"""
+import os, torch, torch.distributed as dist
+import torch_mlu
+rank = int(os.environ["RANK"])
+torch.mlu.set_device(rank)
+dist.init_process_group("cncl")
+n = (16 << 20) // 4
+t = torch.ones(n, device=torch.device("mlu", rank))
+if rank == 0:
+    x, y = torch.ones(n, device="mlu:0"), torch.empty(n, device="mlu:1")
+dist.barrier()
+if rank == 0:
+    with torch.mlu.stream(torch.mlu.Stream()):
+        y.copy_(x, non_blocking=True)
+dist.all_reduce(t)
+torch.mlu.synchronize()
+dist.destroy_process_group()
+"""
+
+
+def test_replay_of_a_peer_copy_beside_a_collective_reproduces_the_recorded_times(tmp_path):
+    """Rank 0's process copies chip 0 -> chip 1 just before the ranks all-reduce over chips 0
+    and 1: the fabric server hears of the copy in the recording and in the replay alike."""
+    trace = record(tmp_path, "peer_copy_job", COPY_BESIDE_COLLECTIVE, world=2, extra={"CARDSIM_DEVICES": "2"})
+    rep = replay(tmp_path, trace)
+    assert rep["total_us"] == pytest.approx(recorded_total_us(trace), abs=1e-6)
+    fast = replay(tmp_path, trace, "--set", "fabric.on_card.bandwidth=2000 GB/s")
     assert fast["total_us"] < rep["total_us"]
 
 
