@@ -99,17 +99,21 @@ bool plainOperands(const at::Tensor& a, const at::Tensor& b, const at::Scalar& a
   return true;
 }
 
+template <Bin K>
+const char* binName();
+
 // Launches the plain loop over `out` = `a` op `b` (plainOperands holds; `out` may be `a`).
 template <Bin K>
-void launchPlain(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const char* name,
-                 const shim::KernelCost& cost, c10::ArrayRef<const at::Tensor*> operands) {
+void launchPlain(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
   const int64_t n = a.numel();
+  const shim::KernelCost cost = elementwiseCost(out, a, b);
   const auto run = [&](auto tag, auto acc) {
     using T = decltype(tag);
     using Acc = decltype(acc);
     T* o = out.data_ptr<T>();
     const T *x = a.const_data_ptr<T>(), *y = b.const_data_ptr<T>();
-    launch(a.device().index(), name, cost, [o, x, y, n] { plainBinary<K, T, Acc>(o, x, y, n); }, operands);
+    launch(a.device().index(), binName<K>(), cost, [o, x, y, n] { plainBinary<K, T, Acc>(o, x, y, n); },
+           {&out, &a, &b});
   };
   switch (a.scalar_type()) {
     case at::kFloat: return run(float{}, float{});
@@ -148,16 +152,15 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b, const at::Scalar& al
     if constexpr (K == Bin::Add || K == Bin::Sub) return boxedCall(op, {a, b, alpha});
     else return boxedCall(op, {a, b});
   }
+  c10::DeviceGuard guard(a.device());
   if (plainOperands<K>(a, b, alpha)) {
-    c10::DeviceGuard guard(a.device());
     at::Tensor out = at::empty(a.sizes(), a.options());
-    launchPlain<K>(out, a, b, binName<K>(), elementwiseCost(out, a, b), {&out, &a, &b});
+    launchPlain<K>(out, a, b);
     return out;
   }
   at::ScalarType dt = at::result_type(a, b);
   if (K == Bin::Div && at::isIntegralType(dt, /*includeBool=*/true))
     dt = c10::typeMetaToScalarType(at::get_default_dtype());
-  c10::DeviceGuard guard(a.device());
   at::Tensor out = at::empty(at::infer_size(a.sizes(), b.sizes()), a.options().dtype(dt));
   at::Tensor oa = cpuAlias(out), aa = cpuAlias(a);
   at::Tensor ba = b.device().type() == kDev ? cpuAlias(b) : b;
@@ -176,7 +179,7 @@ at::Tensor& binaryInplace(at::Tensor& self, const at::Tensor& b, const at::Scala
   }
   c10::DeviceGuard guard(self.device());
   if (plainOperands<K>(self, b, alpha)) {
-    launchPlain<K>(self, self, b, binName<K>(), elementwiseCost(self, self, b), {&self, &b});
+    launchPlain<K>(self, self, b);
     return self;
   }
   at::Tensor sa = cpuAlias(self);

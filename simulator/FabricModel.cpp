@@ -58,20 +58,19 @@ FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const
   std::string forced = algorithm;
   if (forced.empty())
     if (const char* env = std::getenv("CARDSIM_COLL_ALGO")) forced = env;
-  const fabric::ICollectiveAlgorithm* chosen = nullptr;
-  if (forced.empty()) {
-    // Bounded: a sweep over sizes would otherwise keep every size's choice.
-    if (choices_.size() >= kMaxRememberedChoices) choices_.clear();
-    const fabric::ICollectiveAlgorithm*& slot = choices_[ChoiceKey{&t, op, bytes, r.root, r.peer, r.ranks}];
-    if (!slot) slot = &fabric::chooseAlgorithm(r, t);
-    chosen = slot;
-  } else {
-    chosen = &fabric::pickAlgorithm(forced, r, t);
-  }
-  const fabric::ICollectiveAlgorithm& a = *chosen;
+  const fabric::ICollectiveAlgorithm& a = forced.empty() ? rememberedChoice(r, t) : fabric::pickAlgorithm(forced, r, t);
   out.algorithm = a.name();
   out.schedule = a.schedule(r, t);
   return out;
+}
+
+const fabric::ICollectiveAlgorithm& FabricModel::rememberedChoice(const fabric::CollectiveRequest& r,
+                                                                  const fabric::Topology& t) {
+  // Bounded: a sweep over sizes would otherwise keep every size's choice.
+  if (choices_.size() >= kMaxRememberedChoices) choices_.clear();
+  const fabric::ICollectiveAlgorithm*& slot = choices_[ChoiceKey{&t, r.op, r.bytes, r.root, r.peer, r.ranks}];
+  if (!slot) slot = &fabric::chooseAlgorithm(r, t);
+  return *slot;
 }
 
 FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks,

@@ -79,6 +79,8 @@ class FabricModel {
     }
   };
   std::map<ChoiceKey, const fabric::ICollectiveAlgorithm*> choices_;
+  // chooseAlgorithm's answer for `r` on `t`, from choices_ when asked before (caller holds mutex_).
+  const fabric::ICollectiveAlgorithm& rememberedChoice(const fabric::CollectiveRequest& r, const fabric::Topology& t);
 };
 
 }  // namespace cardsim::sim

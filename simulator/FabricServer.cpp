@@ -211,9 +211,7 @@ void FabricServer::Impl::onTraffic(Session& s, const rpc::Traffic& t) {
     return s.fail(std::string("Traffic: ") + e.what());
   }
   addLoads(used);
-  job.in_flight.push_back(std::move(f));
-  if (job.in_flight.size() > kMaxInFlight)
-    job.in_flight.erase(job.in_flight.begin(), job.in_flight.end() - kMaxInFlight);
+  job.addInFlight(std::move(f));
 }
 
 void FabricServer::Impl::forget(Job& job, Pending& p) {

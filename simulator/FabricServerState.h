@@ -113,6 +113,10 @@ struct Job {
     else if (!active.count(rank)) active.emplace(rank, std::chrono::steady_clock::now());
   }
   std::vector<InFlight> in_flight;
+  void addInFlight(InFlight f) {   // bounded: the oldest go first
+    in_flight.push_back(std::move(f));
+    if (in_flight.size() > kMaxInFlight) in_flight.erase(in_flight.begin(), in_flight.end() - kMaxInFlight);
+  }
   std::unique_ptr<asio::steady_timer> settle_timer;
 };
 

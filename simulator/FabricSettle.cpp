@@ -129,11 +129,9 @@ void FabricServer::Impl::settle(Job& job) {
     f.request = ready[i].request;
     f.start_ps = ready[i].start_ps;
     f.end_ps = ends[i];
-    job.in_flight.push_back(std::move(f));
+    job.addInFlight(std::move(f));
     answer(job, ready[i].key, ends[i], ready[i].alone);
   }
-  if (job.in_flight.size() > kMaxInFlight)
-    job.in_flight.erase(job.in_flight.begin(), job.in_flight.end() - kMaxInFlight);
 }
 
 void FabricServer::Impl::addLoads(const FabricModel::LinkLoads& used) {

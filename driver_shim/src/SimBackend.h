@@ -175,7 +175,7 @@ class SimBackend final : public IBackend {
   SimBackend(Simulator& sim, std::unique_ptr<sim::FabricModel> fabric, std::string fabric_error, bool timing,
              bool discard_data = false)
       : sim_(sim), fabric_(std::move(fabric)), fabric_error_(std::move(fabric_error)), timing_(timing),
-        discard_data_(timing && discard_data), params_(sim.params()), devices_(static_cast<int>(sim.deviceCount())),
+        discard_data_(timing && discard_data), carrying_(timing && !discard_data), params_(sim.params()), devices_(static_cast<int>(sim.deviceCount())),
         memory_(std::vector<uint64_t>(sim.deviceCount(), sim.params().memory.capacity_bytes),
                 std::vector<std::string>(sim.deviceCount(), sim.params().name)) {
     for (int d = 0; d < devices_; ++d) {
@@ -275,7 +275,7 @@ class SimBackend final : public IBackend {
   Status fabricDisconnect() override;
 
  private:
-  // A peer copy about to be submitted on `s`: told to the job's fabric server, if any, so that
+  // A peer copy about to be submitted (not captured) on `s`: told to the job's fabric server, if any, so that
   // the collectives it times after it share the links with it (SimCollectives.cpp).
   void reportPeerCopy(StreamObject* s, int src_device, int dst_device, std::size_t bytes);
   static DeviceId dev(int d) { return DeviceId{static_cast<uint32_t>(d)}; }
@@ -479,6 +479,7 @@ class SimBackend final : public IBackend {
   std::string fabric_error_;                   // why not
   bool timing_;                                // ExecutionMode::Timing: no work, no device memory touched
   bool discard_data_;                          // timing, and not even carried host data (InitOptions::move_data)
+  bool carrying_;                              // timing with carried host data: carried_ is in use
   CarriedData carried_;                        // timing mode: the small host data kept (CarriedData.h)
   const model::DeviceParams& params_;
   int devices_;

@@ -171,7 +171,7 @@ Status SimBackend::fabricDisconnect() {
 void SimBackend::reportPeerCopy(StreamObject* s, int src_device, int dst_device, std::size_t bytes) {
   sim::FabricClient* client = fabricClient();
   if (!client || !fabric_ || bytes == 0 || src_device == dst_device) return;
-  if (client->worldSize() > sim_.deviceCount() || capturing(s)) return;
+  if (client->worldSize() > sim_.deviceCount()) return;
   const model::TimePs free_at = sim_.queueFreeAt(dev(s->device), s->queue);
   const model::TimePs ready = sim_.hostNow() + model::secondsToPs(params_.host.memcpy_overhead_s);
   client->traffic(src_device, dst_device, static_cast<double>(bytes), std::max(free_at, ready));

@@ -22,12 +22,12 @@ Status SimBackend::free(void* ptr) {
     return Status::Ok();
   });
   if (!s.ok()) return s;
-  if (timing_ && !discard_data_) carried_.scrub(ptr, f.size);
+  if (carrying_) carried_.scrub(ptr, f.size);
   return memory_.release(ptr, nullptr);
 }
 
 Status SimBackend::timingNoteHostWrite(const void* ptr, std::size_t bytes) {
-  if (!timing_ || discard_data_ || bytes == 0) return Status::Ok();
+  if (!carrying_ || bytes == 0) return Status::Ok();
   DeviceMemory::Found f;
   if (!memory_.find(ptr, &f) || !f.device_memory) return Status::Ok();   // host memory: nothing to remember
   carried_.note(ptr, bytes);
@@ -35,7 +35,7 @@ Status SimBackend::timingNoteHostWrite(const void* ptr, std::size_t bytes) {
 }
 
 Status SimBackend::timingScrub(void* ptr, std::size_t bytes) {
-  if (timing_ && !discard_data_ && ptr && bytes) carried_.scrub(ptr, bytes);
+  if (carrying_ && ptr && bytes) carried_.scrub(ptr, bytes);
   return Status::Ok();
 }
 
@@ -167,7 +167,10 @@ Status SimBackend::memcpy(void* dst, const void* src, std::size_t bytes, MemcpyK
   std::function<void()> work = [dst, src, bytes] { std::memmove(dst, src, bytes); };
   // Timing mode: device memory is not touched and the host receives the documented fill
   // (zeros), except for small host data, which the card carries (shim.h, CarriedData.h).
-  if (timing_) {
+  // Without moving data (a replay), neither side is touched.
+  if (discard_data_) {
+    work = [] {};
+  } else if (timing_) {
     const bool carried = bytes <= kTimingCarriedBytes;
     if (kind == MemcpyKind::HostToDevice && carried)
       work = [this, dst, src, bytes] {
@@ -178,7 +181,6 @@ Status SimBackend::memcpy(void* dst, const void* src, std::size_t bytes, MemcpyK
       work = [dst, bytes] { std::memset(dst, 0, bytes); };
     else if (kind != MemcpyKind::DeviceToHost)
       work = [] {};
-    if (discard_data_) work = [] {};
   }
   const char* label = model::copyKindName(cmd.copy_kind);
   if (capturing(s)) {

@@ -13,6 +13,17 @@ namespace {
 using shim::simbackend::CarriedData;
 using namespace cardsim::testing;
 
+// One MLU370-X8 chip on the emulator, in `execution` mode.
+shim::InitOptions oneChip(const char* execution, bool move_data = true) {
+  shim::InitOptions o;
+  o.backend = "sim";
+  o.preset = "mlu370-x8";
+  o.devices = 1;
+  o.execution = execution;
+  o.move_data = move_data;
+  return o;
+}
+
 TEST(CarriedData, ScrubZeroesTheRangesNotedWithinAndLeavesTheRest) {
   std::vector<unsigned char> mem(256, 0xAB);
   CarriedData c;
@@ -33,12 +44,7 @@ TEST(CarriedData, ScrubZeroesTheRangesNotedWithinAndLeavesTheRest) {
 }
 
 TEST(TimingCarry, SmallHostDataRoundTripsLargeAndComputedReadZeros) {
-  shim::InitOptions o;
-  o.backend = "sim";
-  o.preset = "mlu370-x8";
-  o.devices = 1;
-  o.execution = "timing";
-  ASSERT_SHIM_OK(shim::initialize(o));
+  ASSERT_SHIM_OK(shim::initialize(oneChip("timing")));
   const std::size_t small = 4096, large = shim::kTimingCarriedBytes + 4096;
   std::vector<unsigned char> host(large), back(large, 0xEE);
   for (std::size_t i = 0; i < large; ++i) host[i] = static_cast<unsigned char>(1 + i % 251);
@@ -85,13 +91,7 @@ TEST(TimingCarry, FullModeIgnoresNotesAndScrubs) {
 // host data timing mode carries, so neither side of a copy is touched (the replay reports
 // stay what they were with carried data: checked against the golden traces).
 TEST(TimingCarry, WithoutMovingDataCopiesTouchNeitherSideAndStillTakeTime) {
-  shim::InitOptions o;
-  o.backend = "sim";
-  o.preset = "mlu370-x8";
-  o.devices = 1;
-  o.execution = "timing";
-  o.move_data = false;
-  ASSERT_SHIM_OK(shim::initialize(o));
+  ASSERT_SHIM_OK(shim::initialize(oneChip("timing", /*move_data=*/false)));
   const std::size_t small = 256, large = shim::kTimingCarriedBytes + 4096;
   std::vector<unsigned char> host(large, 0x5A), back(large, 0xEE);
   void* a = nullptr;
@@ -115,13 +115,7 @@ TEST(TimingCarry, WithoutMovingDataCopiesTouchNeitherSideAndStillTakeTime) {
 }
 
 TEST(TimingCarry, NotMovingDataNeedsTimingExecution) {
-  shim::InitOptions o;
-  o.backend = "sim";
-  o.preset = "mlu370-x8";
-  o.devices = 1;
-  o.execution = "full";
-  o.move_data = false;
-  const shim::Status s = shim::initialize(o);
+  const shim::Status s = shim::initialize(oneChip("full", /*move_data=*/false));
   EXPECT_EQ(s.code(), shim::Code::InitFailed);
   EXPECT_NE(s.message().find("move_data=false needs timing execution"), std::string::npos) << s.toString();
 }

@@ -51,6 +51,16 @@ def timed_failure(t):
     out["wall_s"] = time.monotonic() - t0
 
 
+if scenario in ("copy_beside_collective", "collective_beside_copy"):
+    # Each rank's process drives both chips of the first card; rank r's collective runs on
+    # chip r, so the all_reduce of ranks 0, 1 crosses the chips' on-card link, as does a copy
+    # from x on chip 0 to y on chip 1.
+    mod.set_device(rank)
+    n = int(os.environ["NBYTES"]) // 4
+    t = torch.ones(n, device=torch.device("mlu", rank))
+    if rank == 0:
+        x, y = torch.ones(n, device="mlu:0"), torch.empty(n, device="mlu:1")
+
 if scenario == "timing":
     # Ranks reach each collective at different simulated times (different compute first);
     # wall-clock delays differ between runs.
@@ -220,15 +230,9 @@ elif scenario == "host_exits_at_once":
     print("OUT " + json.dumps(out), flush=True)
     os._exit(0)
 elif scenario == "copy_beside_collective":
-    # Each rank's process drives both chips of the first card; rank r's collective runs on
-    # chip r, so the all_reduce crosses the chips' on-card link. Rank 0 times a copy from
-    # chip 0 to chip 1 over that link: alone, then while the all_reduce runs beside it.
-    mod.set_device(rank)
-    n = int(os.environ["NBYTES"]) // 4
-    t = torch.ones(n, device=torch.device("mlu", rank))
+    # Rank 0 times a copy from chip 0 to chip 1 over their on-card link: alone, then while
+    # the all_reduce runs beside it.
     if rank == 0:
-        x, y = torch.ones(n, device="mlu:0"), torch.empty(n, device="mlu:1")
-
         def timed_copy():
             s, e = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
             s.record(); y.copy_(x); e.record()
@@ -248,15 +252,8 @@ elif scenario == "copy_beside_collective":
     mod.synchronize()
     out["sum"] = t[0].item()
 elif scenario == "collective_beside_copy":
-    # Each rank's process drives both chips of the first card; the all_reduce of ranks 0, 1
-    # runs on chips 0, 1 and crosses their on-card link. Timed alone, then with rank 0 having
-    # queued a copy chip 0 -> chip 1 over that link on a side stream just before.
-    mod.set_device(rank)
-    n = int(os.environ["NBYTES"]) // 4
-    t = torch.ones(n, device=torch.device("mlu", rank))
-    if rank == 0:
-        x, y = torch.ones(n, device="mlu:0"), torch.empty(n, device="mlu:1")
-
+    # The all_reduce timed alone, then with rank 0 having queued a copy chip 0 -> chip 1
+    # over the link it crosses, on a side stream just before.
     def timed_all_reduce():
         s, e = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
         s.record(); dist.all_reduce(t); e.record()
