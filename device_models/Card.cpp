@@ -101,7 +101,8 @@ void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
     case CommandKind::Collective: {
       TimePs d = cmd.duration_ps;
       const TimePs now = sc_core::sc_time_stamp().value();
-      if (cmd.end_at_ps > 0) d = cmd.end_at_ps > now ? cmd.end_at_ps - now : 0;
+      const TimePs end_at = cmd.end ? cmd.end->end_ps.load() : cmd.end_at_ps;
+      if (end_at > 0) d = end_at > now ? end_at - now : 0;
       if (d == 0) break;
       // Its memory traffic, spread evenly over its time, contends with kernels and copies;
       // what memory cannot give it by its end is dropped rather than making it later.
@@ -120,6 +121,9 @@ void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
         fabric_->occupy(rates, +1);
       }
       sc_core::wait(sc_core::sc_time(static_cast<double>(d), sc_core::SC_PS));
+      // Moved later meanwhile (a collective answered after it shares its links): it ends there.
+      for (TimePs t; cmd.end && (t = cmd.end->end_ps.load()) > sc_core::sc_time_stamp().value();)
+        sc_core::wait(sc_core::sc_time::from_value(t - sc_core::sc_time_stamp().value()));
       if (loads && traffic.pending > 0) memory_.cancel(&traffic);
       if (!rates.empty()) fabric_->occupy(rates, -1);
       break;

@@ -57,6 +57,13 @@ struct EventSlot {
   std::atomic<TimePs> time_ps{0};
 };
 
+// A collective's end as the fabric server answered it, which a later answer can still move
+// later (a Revise: a collective answered after it shares its links) until the simulation
+// is let past it (Simulator: a request that needs it seals it).
+struct CollectiveEnd {
+  std::atomic<TimePs> end_ps{0};
+};
+
 struct Command {
   CommandKind kind = CommandKind::Kernel;
   uint64_t seq = 0;            // position in its hardware queue, from 1
@@ -80,6 +87,7 @@ struct Command {
   TimePs duration_ps = 0;            // Collective
   TimePs end_at_ps = 0;              // Collective: ends no earlier than this (the fabric
                                      // server's completion across ranks); 0: start + duration
+  std::shared_ptr<CollectiveEnd> end;  // Collective: the server's end, which may move (overrides end_at_ps)
   double memory_bytes = 0;           // Collective: bytes it reads and writes in this card's memory
   // Collective: the bytes its schedule moves over each fabric link (by the link's name), of
   // which this command carries `link_share` (1/members when one process issues every member's

@@ -56,6 +56,7 @@ struct FabricClient::Impl {
   bool closed_by_us = false;
   bool welcomed = false;
   std::map<std::string, uint64_t> seqs;
+  std::vector<FabricClient::Revision> revisions;   // Revise messages not handed to a caller yet
   // Eager sends are never answered; an error about one (its receiver left, the two sides
   // disagree) is kept here and raised by this rank's next call. Their ids have the top bit set.
   std::string deferred;
@@ -86,6 +87,9 @@ struct FabricClient::Impl {
       r.completion.end_ps = m.complete().end_ps();
       r.completion.algorithm = m.complete().algorithm();
       r.completion.alone_s = m.complete().alone_s();
+    } else if (m.has_revise()) {
+      revisions.push_back(Revision{m.revise().group(), m.revise().seq(), m.revise().end_ps()});
+      return;
     } else if (m.has_error()) {
       id = m.error().id();
       r.error = m.error().message();
@@ -376,6 +380,7 @@ std::string arriveFrame(const FabricClient::Collective& c, uint64_t id, bool eag
   a->set_arrival_ps(c.arrival_ps);
   a->set_timeout_ms(c.timeout_s > 0 ? static_cast<uint32_t>(std::min(c.timeout_s * 1000.0, 4.0e9)) : 0);
   a->set_eager(eager);
+  a->set_sealed_ps(c.sealed_ps);
   return wire::frame(m.SerializeAsString());
 }
 }  // namespace
@@ -445,7 +450,13 @@ FabricClient::Completion FabricClient::collective(const Collective& c) {
   }
   Impl::Result r = std::move(it->second);
   impl_->answered.erase(it);
-  if (!r.ok) throw FabricError(named(c, r.error));
+  // Revisions came before this answer on the socket: the caller applies them with it.
+  r.completion.revised.swap(impl_->revisions);
+  impl_->revisions.clear();
+  if (!r.ok) {
+    r.completion.revised.swap(impl_->revisions);   // kept for the next call
+    throw FabricError(named(c, r.error));
+  }
   return r.completion;
 }
 

@@ -45,11 +45,23 @@ class FabricClient {
     std::string algorithm;
     uint64_t arrival_ps = 0;
     double timeout_s = 0;      // 0: wait as long as it takes
+    // How far this rank's simulation may have run (events up to it may have happened): an
+    // answered collective ending later can still be revised (protocol 5's Revise).
+    uint64_t sealed_ps = 0;
+  };
+  // An earlier answer's new end (the server's Revise).
+  struct Revision {
+    std::string group;
+    uint64_t seq = 0;
+    uint64_t end_ps = 0;
   };
   struct Completion {
     uint64_t end_ps = 0;
     std::string algorithm;
     double alone_s = 0;
+    // Earlier answers of this rank moved later since its last call (they arrive before the
+    // answer that brings them): the caller applies them before its simulation goes on.
+    std::vector<Revision> revised;
   };
   // Reports the arrival and blocks until the server completes (or fails) the collective.
   Completion collective(const Collective& c);

@@ -164,6 +164,8 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     p.p2p = true;
   } else {
     ++job.waiting[s.rank];
+    uint64_t& sealed = job.sealed[s.rank];
+    sealed = std::max(sealed, a.sealed_ps());
     job.refresh(s.rank);
   }
   if (p.arrived.size() == p.ranks.size() && p.p2p) {
@@ -371,6 +373,7 @@ FabricServer::Stats FabricServer::stats() const {
   s.connections_accepted = impl_->accepted.load();
   s.connections_open = impl_->open_count.load();
   s.collectives_pending = impl_->pending_count.load();
+  s.collectives_revised = impl_->revised.load();
   return s;
 }
 

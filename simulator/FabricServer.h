@@ -62,6 +62,7 @@ class FabricServer {
     uint64_t connections_accepted = 0;
     uint64_t connections_open = 0;
     uint64_t collectives_pending = 0;
+    uint64_t collectives_revised = 0;   // answers whose end a later settle moved (Revise)
   };
   Stats stats() const;
   // Bytes every completed collective put on each link, summed (cardsim replay's per-link

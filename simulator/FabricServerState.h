@@ -91,6 +91,11 @@ struct Pending {
 struct InFlight {
   FabricModel::Request request;
   uint64_t start_ps = 0, end_ps = 0;
+  // A collective's group key, sequence number and members (for a Revise); none for traffic
+  // and point-to-point transfers, whose ends are not the server's to move.
+  std::string group;
+  uint64_t seq = 0;
+  std::map<int, std::weak_ptr<Session>> members;
 };
 
 struct Job {
@@ -100,6 +105,7 @@ struct Job {
   uint32_t world = 0;                        // from the ranks' Hello
   std::map<int, int> waiting;                // rank -> its arrivals not answered yet
   std::set<int> parked;                      // ranks waiting outside the server (Park)
+  std::map<int, uint64_t> sealed;            // rank -> Arrive.sealed_ps of its waiting arrivals (the latest)
   std::set<int> connected;
   // Connected ranks neither waiting nor parked, and since when: what holds a settle. Kept
   // as ranks change state, so that a collective's cost does not grow with the job's size.
@@ -143,6 +149,7 @@ struct FabricServer::Impl {
   bool stopping = false;
 
   std::atomic<uint64_t> completed{0}, failed{0}, accepted{0}, open_count{0}, pending_count{0};
+  std::atomic<uint64_t> revised{0};   // answers whose end a later settle moved (Revise)
   mutable std::mutex loads_mutex;
   FabricModel::LinkLoads loads;   // summed over completed collectives
 
@@ -164,6 +171,8 @@ struct FabricServer::Impl {
   // how long until the ranks busy elsewhere count as away.
   bool quiescent(const Job& job, std::chrono::steady_clock::duration* wait) const;
   void answer(Job& job, const std::string& key, uint64_t end_ps, const FabricModel::Timed& alone);
+  // Whether every member of `f` waits here now with its simulation short of f's end.
+  bool revisable(const Job& job, const InFlight& f) const;
   void answerPointToPoint(Job& job, const std::string& key);
   void addLoads(const FabricModel::LinkLoads& used);
   void forget(Job& job, Pending& p);

@@ -120,6 +120,24 @@ void FabricServer::Impl::settle(Job& job) {
         // Sharing only slows; equal within rounding means it shared nothing.
         if (s > ready[i].alone.seconds * (1 + 1e-9)) ends[i] = ready[i].start_ps + model::secondsToPs(s);
       }
+      // Collectives answered before that these ones slow down: where each member can still
+      // move its end (it waits here, its simulation short of that end), the earlier one ends
+      // where the links shared with these put it (a rank's two streams: both collectives
+      // slowed, not only the later one). Told before the answers, on the same connections.
+      for (size_t i = 0; i < job.in_flight.size(); ++i) {
+        InFlight& f = job.in_flight[i];
+        const double was = static_cast<double>(f.end_ps - f.start_ps) * 1e-12;
+        if (!(secs[i] > was * (1 + 1e-9)) || !revisable(job, f)) continue;
+        f.end_ps = f.start_ps + model::secondsToPs(secs[i]);
+        rpc::ToClient m;
+        rpc::Revise* rv = m.mutable_revise();
+        rv->set_group(f.group);
+        rv->set_seq(f.seq);
+        rv->set_end_ps(f.end_ps);
+        for (const auto& [r, session] : f.members)
+          if (auto sp = session.lock()) sp->send(m);
+        revised.fetch_add(1);
+      }
     } catch (const std::exception& e) {
       log(std::string("joint timing failed, timing alone: ") + e.what());
     }
@@ -129,9 +147,23 @@ void FabricServer::Impl::settle(Job& job) {
     f.request = ready[i].request;
     f.start_ps = ready[i].start_ps;
     f.end_ps = ends[i];
+    const Pending& p = job.pending.at(ready[i].key);
+    f.group = p.group;
+    f.seq = p.seq;
+    for (const auto& [r, a] : p.arrived) f.members.emplace(r, a.session);
     job.addInFlight(std::move(f));
     answer(job, ready[i].key, ends[i], ready[i].alone);
   }
+}
+
+bool FabricServer::Impl::revisable(const Job& job, const InFlight& f) const {
+  if (f.members.empty()) return false;
+  for (const auto& [r, session] : f.members) {
+    if (!job.waiting.count(r) || session.expired()) return false;
+    auto s = job.sealed.find(r);
+    if (s == job.sealed.end() || s->second >= f.end_ps) return false;
+  }
+  return true;
 }
 
 void FabricServer::Impl::addLoads(const FabricModel::LinkLoads& used) {

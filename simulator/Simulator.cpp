@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -133,6 +134,16 @@ struct Simulator::Impl : model::ICompletionSink {
   std::vector<PendingWait> waits;
   std::string fatal;
 
+  // Collective ends the fabric server may still move (holdCollectiveEnd), and how far the
+  // simulation was let run past such ends: every held end after sealed_ps stops a run there
+  // unless its requests need more. Guarded by ends_mutex (host threads add and move them).
+  mutable std::mutex ends_mutex;
+  std::vector<std::shared_ptr<CollectiveEnd>> held_ends;
+  TimePs sealed_ps = 0;
+  static constexpr TimePs kNoEnd = std::numeric_limits<TimePs>::max();
+  TimePs heldEnd();            // the earliest held end not sealed (kNoEnd: none)
+  void seal(TimePs to);
+
   std::atomic<bool> recording{false};
   std::mutex activity_mutex;
   std::vector<Activity> activities;
@@ -154,7 +165,9 @@ struct Simulator::Impl : model::ICompletionSink {
   // Queues a batch's commands and runs the simulation until its requests are answered,
   // after running it to `deferred` (a deferred_horizon taken with the batch).
   void simulate(std::vector<Item>& batch, TimePs deferred);
-  void runTo(TimePs horizon);
+  // Runs every event before `horizon`, stopping at a held collective end unless events up to
+  // `needed` (exclusive) are asked for by requests: that end is then sealed and passed.
+  void runTo(TimePs horizon, TimePs needed);
   void handle(Request* r);
   void onComplete(DeviceId device, QueueId queue, const Command& cmd, TimePs start,
                   TimePs end) override;
@@ -237,7 +250,7 @@ void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
   requests.clear();
   if (deferred > simNowPs() && fatal.empty()) {
     try {
-      runTo(deferred);
+      runTo(deferred, deferred);   // a wait answered at once asked for it
     } catch (const std::exception& e) {
       fatal = failedInside(e);
     }
@@ -248,10 +261,12 @@ void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
   // Requests: run every event at or before their time (a query sees what completed then;
   // the caller's next call lands later by its overhead).
   TimePs horizon = simNowPs();
+  TimePs needed = 0;   // events before it are asked for by requests (counters ask for none)
   for (Item& it : batch) {
     if (it.request) {
       requests.push_back(it.request);
       horizon = std::max(horizon, it.request->at_ps + 1);
+      if (it.request->kind != Request::Kind::Counters) needed = std::max(needed, it.request->at_ps + 1);
       continue;
     }
     // Only a command from another host thread can be behind the simulation: start it now.
@@ -267,11 +282,22 @@ void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
     // answer is the same, max(its time, the last completion), and the simulation ends where
     // it did (SystemC resumes a paused run where it stopped).
     const bool lone_wait = requests.size() == 1 && requests[0]->kind == Request::Kind::Wait;
-    if (!lone_wait) runTo(horizon);
+    if (!lone_wait) runTo(horizon, needed);
     for (Request* r : requests) handle(r);
     requests.clear();
     while (!waits.empty()) {
-      sc_core::sc_start();  // until onComplete() pauses it: every waiter answered
+      // Until onComplete() pauses it (every waiter answered), or to a held collective end:
+      // the waits ask for what is behind it, so it is sealed and passed.
+      const TimePs held = heldEnd();
+      if (held == kNoEnd) {
+        sc_core::sc_start();
+      } else {
+        if (held > simNowPs()) sc_core::sc_start(sc_core::sc_time::from_value(held - simNowPs()));
+        if (!waits.empty() && simNowPs() >= held) {
+          seal(held);
+          continue;
+        }
+      }
       if (!waits.empty() && !sc_core::sc_pending_activity()) {
         // Nothing left to run, yet some commands never completed: a model bug. Only the
         // waits on them fail; the simulation itself is consistent and goes on.
@@ -286,7 +312,7 @@ void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
         waits.clear();
       }
     }
-    runTo(horizon);   // a lone wait's run may have stopped short of it (a no-op otherwise)
+    runTo(horizon, needed);   // a lone wait's run may have stopped short of it (a no-op otherwise)
   } catch (const std::exception& e) {
     // An exception out of sc_start leaves SystemC's scheduler mid-delta; it cannot resume
     // (one simulation context per process, no restart), so later calls fail with this.
@@ -300,10 +326,31 @@ void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
   }
 }
 
-void Simulator::Impl::runTo(TimePs horizon) {
+void Simulator::Impl::runTo(TimePs horizon, TimePs needed) {
   // Runs every event before `horizon` (SystemC stops at the end time without running it).
-  const TimePs now = simNowPs();
-  if (horizon > now) sc_core::sc_start(sc_core::sc_time::from_value(horizon - now));
+  for (;;) {
+    const TimePs now = simNowPs();
+    const TimePs held = heldEnd();
+    const TimePs to = std::min(horizon, held);
+    if (to > now) sc_core::sc_start(sc_core::sc_time::from_value(to - now));
+    if (held >= horizon || held >= needed) return;   // nothing held before the horizon, or not asked past it
+    seal(held);
+  }
+}
+
+TimePs Simulator::Impl::heldEnd() {
+  std::lock_guard<std::mutex> lock(ends_mutex);
+  TimePs first = kNoEnd;
+  for (const auto& e : held_ends) first = std::min(first, e->end_ps.load());
+  return first;
+}
+
+void Simulator::Impl::seal(TimePs to) {
+  std::lock_guard<std::mutex> lock(ends_mutex);
+  sealed_ps = std::max(sealed_ps, to);
+  held_ends.erase(std::remove_if(held_ends.begin(), held_ends.end(),
+                                 [&](const std::shared_ptr<CollectiveEnd>& e) { return e->end_ps.load() <= sealed_ps; }),
+                  held_ends.end());
 }
 
 void Simulator::Impl::handle(Request* r) {
@@ -627,6 +674,24 @@ bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) 
   const bool done = impl_->ask(r).done;
   hostclock::noteReturn();
   return done;
+}
+
+void Simulator::holdCollectiveEnd(std::shared_ptr<CollectiveEnd> end) {
+  std::lock_guard<std::mutex> lock(impl_->ends_mutex);
+  if (end->end_ps.load() > impl_->sealed_ps) impl_->held_ends.push_back(std::move(end));
+}
+
+void Simulator::moveCollectiveEnd(const std::shared_ptr<CollectiveEnd>& end, TimePs to) {
+  std::lock_guard<std::mutex> lock(impl_->ends_mutex);
+  // Sealed: the simulation may have completed it there already (another host thread's
+  // request moved past it while this one waited for the server): it keeps its end.
+  if (end->end_ps.load() <= impl_->sealed_ps || to <= end->end_ps.load()) return;
+  end->end_ps.store(to);
+}
+
+TimePs Simulator::sealedPs() const {
+  std::lock_guard<std::mutex> lock(impl_->ends_mutex);
+  return impl_->sealed_ps;
 }
 
 void Simulator::setRecording(bool on) { impl_->recording.store(on); }

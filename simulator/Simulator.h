@@ -30,6 +30,7 @@ struct FabricParams;
 namespace cardsim::sim {
 
 using model::Command;
+using model::CollectiveEnd;
 using model::CommandKind;
 using model::CopyKind;
 using model::DeviceId;
@@ -120,6 +121,16 @@ class Simulator {
   void reach(const QueuePoint& point);
   // Advances the host clock by `overhead_s`; true if every point had completed by then.
   bool query(const std::vector<QueuePoint>& points, double overhead_s);
+
+  // Collective ends the fabric server may still move later (FabricClient's Revise): the
+  // simulation is let past such an end only for a request that needs it (a wait, a query,
+  // a peek: never for queued commands alone, nor for counters), which seals it; a move
+  // of an end already sealed is ignored. Determined by the program's calls alone, so the
+  // same with either driver (CARDSIM_SIM_DRIVER).
+  void holdCollectiveEnd(std::shared_ptr<CollectiveEnd> end);
+  void moveCollectiveEnd(const std::shared_ptr<CollectiveEnd>& end, TimePs to);
+  // The simulation may have run to this time: ends at or before it are sealed.
+  TimePs sealedPs() const;
 
   // Timeline of completed commands, kept while recording is on.
   void setRecording(bool on);

@@ -177,6 +177,33 @@ void SimBackend::reportPeerCopy(StreamObject* s, int src_device, int dst_device,
   client->traffic(src_device, dst_device, static_cast<double>(bytes), std::max(free_at, ready));
 }
 
+namespace {
+std::string fabricEndKey(const std::string& group, uint64_t seq) { return group + "\n" + std::to_string(seq); }
+}  // namespace
+
+// An answered collective's end stays movable until the simulation is let past it; a later
+// answer that overlaps it on the links moves it (the server's Revise), on every member.
+void SimBackend::holdFabricEnd(const std::string& group, uint64_t seq, std::shared_ptr<model::CollectiveEnd> end) {
+  sim_.holdCollectiveEnd(end);
+  std::lock_guard<std::mutex> lock(fabric_ends_mutex_);
+  if (fabric_ends_.size() >= 256)   // those sealed since (the simulator let go of them) go
+    for (auto it = fabric_ends_.begin(); it != fabric_ends_.end();)
+      it = it->second.expired() ? fabric_ends_.erase(it) : std::next(it);
+  fabric_ends_[fabricEndKey(group, seq)] = end;
+}
+
+void SimBackend::applyFabricRevisions(const std::vector<sim::FabricClient::Revision>& revised) {
+  for (const auto& r : revised) {
+    std::shared_ptr<model::CollectiveEnd> end;
+    {
+      std::lock_guard<std::mutex> lock(fabric_ends_mutex_);
+      auto it = fabric_ends_.find(fabricEndKey(r.group, r.seq));
+      if (it != fabric_ends_.end()) end = it->second.lock();
+    }
+    if (end) sim_.moveCollectiveEnd(end, r.end_ps);
+  }
+}
+
 Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                           std::string* algorithm) {
   StreamObject* s = nullptr;
@@ -254,12 +281,16 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     // A receive may start once it was posted, even if this stream has moved on since.
     c.arrival_ps = desc.posted && desc.p2p == P2P::Recv ? posted_at : std::max(free_at, ready);
     c.timeout_s = desc.timeout_s;
+    c.sealed_ps = sim_.sealedPs();
     try {
       if (desc.p2p == P2P::Send) {
         client->post(c);   // buffered: the send takes its own time from its own arrival
       } else {
         const sim::FabricClient::Completion done = client->collective(c);
-        cmd.end_at_ps = done.end_ps;
+        applyFabricRevisions(done.revised);
+        cmd.end = std::make_shared<model::CollectiveEnd>();
+        cmd.end->end_ps.store(done.end_ps);
+        holdFabricEnd(c.group, c.seq, cmd.end);
         took = done.alone_s;
       }
     } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <chrono>
 #include <future>
@@ -370,6 +371,66 @@ TEST(FabricServer, APeerCopyReportedBeforeACollectiveSharesTheLinksWithIt) {
   const std::string why = errorOf([&] { (void)bad->collective(allReduce({0}, 0)); });
   EXPECT_NE(why.find("Traffic needs two different"), std::string::npos) << why;
   EXPECT_EQ(run(t1 + 1'000'000'000ull), t1 + 1'000'000'000ull + model::secondsToPs(alone));
+}
+
+TEST(FabricServer, AnAnswerALaterCollectiveOverlapsMovesLaterWhileEveryMemberCanStillMoveIt) {
+  // Chips 0 and 1 of card 0, two process groups of both (a rank's two streams): group b's
+  // all-reduce starts half way through group a's, whose answer is out already. Both ranks
+  // report their simulation short of a's end (Arrive.sealed_ps): a's end moves to where
+  // sharing the links with b puts it (a Revise before b's answer, on both ranks), and b gets
+  // its shared time. A rank whose simulation may have passed a's end keeps it there.
+  Fixture fx;
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 2; ++r) clients.push_back(fx.client(r, 2));
+  const double bytes = 64.0 * (1 << 20);
+  const std::vector<int> ranks = {0, 1};
+  const double alone = aloneSeconds(bytes, ranks);
+  const uint64_t half = model::secondsToPs(alone / 2);
+  auto run = [&](const std::string& group, uint64_t at, std::array<uint64_t, 2> sealed) {
+    std::vector<std::future<FabricClient::Completion>> done(2);
+    for (int r : {1, 0}) {
+      auto c = allReduce(ranks, at, bytes);
+      c.group = group;
+      c.seq = clients[r]->nextSeq(group);
+      c.sealed_ps = sealed[r];
+      done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
+    }
+    std::array<FabricClient::Completion, 2> out{done[0].get(), done[1].get()};
+    EXPECT_EQ(out[0].end_ps, out[1].end_ps);
+    return out;
+  };
+  sim::FabricModel model(params());
+  std::vector<sim::FabricModel::Request> together(2);
+  together[0].ranks = together[1].ranks = ranks;
+  together[0].bytes = together[1].bytes = bytes;
+  together[1].release_s = static_cast<double>(half) * 1e-12;
+  const std::vector<double> shared = model.timeTogether(together);
+  ASSERT_GT(shared[0], alone * 1.2);
+
+  const uint64_t t0 = 1'000'000;
+  const auto a = run("a", t0, {0, 0});
+  EXPECT_EQ(a[0].end_ps, t0 + model::secondsToPs(alone));   // alone when answered
+  EXPECT_TRUE(a[0].revised.empty());
+  const auto b = run("b", t0 + half, {t0, t0 + half});
+  EXPECT_EQ(b[0].end_ps, t0 + half + model::secondsToPs(shared[1]));
+  for (int r : {0, 1}) {
+    ASSERT_EQ(b[r].revised.size(), 1u) << "rank " << r;
+    EXPECT_EQ(b[r].revised[0].group, "a");
+    EXPECT_EQ(b[r].revised[0].seq, 0u);
+    EXPECT_EQ(b[r].revised[0].end_ps, t0 + model::secondsToPs(shared[0]));
+  }
+  EXPECT_EQ(fx.server.stats().collectives_revised, 1u);
+
+  // Again, but rank 1's simulation may have run to a's end (a synchronization after it):
+  // a keeps its answer, and b still shares the links with it.
+  const uint64_t t1 = b[0].end_ps + model::secondsToPs(10 * alone);
+  const auto a2 = run("a", t1, {b[0].end_ps, b[0].end_ps});
+  EXPECT_EQ(a2[0].end_ps, t1 + model::secondsToPs(alone));
+  const auto b2 = run("b", t1 + half, {t1, a2[0].end_ps});
+  EXPECT_EQ(b2[0].end_ps, t1 + half + model::secondsToPs(shared[1]));
+  EXPECT_TRUE(b2[0].revised.empty());
+  EXPECT_TRUE(b2[1].revised.empty());
+  EXPECT_EQ(fx.server.stats().collectives_revised, 1u);
 }
 
 namespace {

@@ -270,6 +270,36 @@ elif scenario == "collective_beside_copy":
     out["beside_us"] = timed_all_reduce()
     mod.synchronize()
     out["sum"] = t[0].item()
+elif scenario == "two_streams":
+    # Two process groups of both ranks, an all_reduce on each from its own stream: the second
+    # issued while the first runs (they share the on-card link of chips 0 and 1), or after
+    # the host waited for the first.
+    n = int(os.environ["NBYTES"]) // 4
+    g1, g2 = dist.new_group([0, 1]), dist.new_group([0, 1])
+    s1, s2 = mod.Stream(), mod.Stream()
+    x, y = torch.ones(n, device=d), torch.ones(n, device=d) * 2
+
+    def pair(wait_between):
+        mod.synchronize()
+        dist.barrier()
+        mod.synchronize()
+        ev = [mod.Event(enable_timing=True) for _ in range(4)]
+        with mod.stream(s1):
+            ev[0].record()
+            dist.all_reduce(x, group=g1)
+            ev[1].record()
+        if wait_between:
+            s1.synchronize()
+        with mod.stream(s2):
+            ev[2].record()
+            dist.all_reduce(y, group=g2)
+            ev[3].record()
+        mod.synchronize()
+        return [ev[0].elapsed_time(ev[1]) * 1e3, ev[2].elapsed_time(ev[3]) * 1e3]
+
+    out["overlapping_us"] = pair(False)
+    out["apart_us"] = pair(True)
+    out["sums"] = [x[0].item(), y[0].item()]
 elif scenario == "simple":
     t = torch.ones(1 << 12, device=d) * (rank + 1)
     dist.all_reduce(t)
@@ -358,18 +388,19 @@ def test_ranks_complete_together_at_the_latest_arrival_plus_the_models_time(tmp_
         spans.append((max(acts[r][i][1] for r in range(world)), ends.pop()))
     took = sorted(e - s for s, e in spans)
     # from the last member's arrival, each takes the model's time (collbench prints us to 3
-    # decimals): the large ones on the default stream alone, each small one on the side
-    # stream alone unless it overlaps a large one, whose links it then shares (slowed only
-    # if its transfers, after the call's fixed latency, do overlap)
+    # decimals) when nothing overlaps it; a large one on the default stream and a small one
+    # the ranks put on the side stream while it runs share the links they both cross, so
+    # both take longer (slowed only if their transfers, after the call's fixed latency, do
+    # overlap): the large one's answer is moved later once the small one is answered.
     big = [sp for sp in spans if sp[1] - sp[0] > 2 * small_ns]
-    assert [e - s for s, e in big] == [pytest.approx(big_ns, abs=0.5)] * 3, took
+    assert len(big) == 3, took
     for s, e in spans:
-        if (s, e) in big:
-            continue
-        if any(bs < e and s < be for bs, be in big):
-            assert e - s > small_ns - 0.5, (s, e, big)
+        alone = big_ns if (s, e) in big else small_ns
+        if any(os < e and s < oe for os, oe in spans if (os, oe) != (s, e)):
+            assert e - s > alone - 0.5, (s, e, spans)
         else:
-            assert e - s == pytest.approx(small_ns, abs=0.5), (s, e, big)
+            assert e - s == pytest.approx(alone, abs=0.5), (s, e, spans)
+    assert any(e - s > big_ns + 1 for s, e in big), took   # a large one slowed by the small one beside it
     # the ranks did reach some of them at different times (rank 2 computes more first)
     assert any(len({acts[r][i][1] for r in range(world)}) > 1 for i in range(6))
 
@@ -422,6 +453,24 @@ def test_a_peer_copy_queued_before_a_collective_slows_it_on_the_link_they_share(
         assert alone == pytest.approx(coll, rel=0.05), (r, alone, coll)
         assert beside > alone + 0.2 * coll, (r, alone, beside, coll)
         assert beside < alone + 1.05 * coll, (r, alone, beside, coll)
+
+
+def test_two_collectives_a_rank_puts_on_two_streams_at_once_both_share_the_link(tmp_path):
+    # The first all_reduce is answered alone before the second is issued; once the second,
+    # issued while the first runs, is answered sharing the link with it, the first's end
+    # moves later too (no rank's host had waited past it): both slowed, on both ranks alike.
+    # With the host waiting for the first in between, each is alone.
+    nbytes = 64 << 20
+    res, errs = run_ranks(tmp_path, 2, "two_streams", NBYTES=nbytes)
+    assert all(res[r] for r in range(2)), _shown(errs)
+    assert res[0]["sums"] == res[1]["sums"] == [4.0, 8.0]
+    coll = model_us("all_reduce", 2, nbytes)
+    assert res[0]["overlapping_us"] == pytest.approx(res[1]["overlapping_us"], rel=1e-6)
+    assert res[0]["apart_us"] == pytest.approx(res[1]["apart_us"], rel=1e-6)
+    first, second = res[0]["overlapping_us"]
+    assert 1.5 * coll < first < 2.05 * coll, (first, coll)
+    assert 1.5 * coll < second < 2.05 * coll, (second, coll)
+    assert res[0]["apart_us"] == [pytest.approx(coll, rel=0.02)] * 2, (res[0]["apart_us"], coll)
 
 
 def test_a_rank_that_dies_fails_the_others_naming_it(tmp_path):
