@@ -424,6 +424,49 @@ std::string inChild(bool jitter, const char* driver = nullptr) {
 
 }  // namespace
 
+TEST(ShimTiming, AnAnsweredCollectivesEndIsPassedOnlyForACallThatNeedsItAndMovesUntilThen) {
+  // A collective's end as the fabric server answered it can still move later (a collective
+  // answered after it shares its links) until the simulation is let past it, which only a
+  // call that needs what lies behind it does: queued commands alone, however far ahead the
+  // host is, stop the simulation there. Once passed (sealed), the end stays put.
+  using namespace cardsim::model;
+  auto p = startRuntime("mlu370-x8", 1);
+  cardsim::sim::Simulator& sim = *cardsim::sim::Simulator::running();
+  sim.setRecording(true);
+  (void)sim.drainActivities();
+  const DeviceId dev{0};
+  const TimePs end_ps = sim.hostNow() + 1'000'000'000;   // 1 ms from now
+  auto end = std::make_shared<CollectiveEnd>();
+  end->end_ps.store(end_ps);
+  Command c;
+  c.kind = CommandKind::Collective;
+  c.end = end;
+  sim.holdCollectiveEnd(end);
+  const QueuePoint collective = sim.submit(dev, QueueId{0}, c, 0);
+  // The host 3 ms further on queues enough commands for the simulation to run them
+  // (more than an intake batch), all ready after the collective's end.
+  sim.hostAdvance(3e-3);
+  for (int i = 0; i < 1500; ++i) {
+    Command k;
+    k.kind = CommandKind::EventRecord;
+    (void)sim.submit(dev, QueueId{1}, k, 0);
+  }
+  EXPECT_LT(sim.sealedPs(), end_ps);
+  sim.moveCollectiveEnd(end, end_ps + 500'000'000);   // still movable
+  EXPECT_EQ(end->end_ps.load(), end_ps + 500'000'000);
+  sim.moveCollectiveEnd(end, end_ps + 100'000'000);   // never earlier
+  EXPECT_EQ(end->end_ps.load(), end_ps + 500'000'000);
+  (void)sim.waitFor({collective}, 0);                   // needs it: passed, sealed
+  EXPECT_GE(sim.sealedPs(), end_ps + 500'000'000);
+  sim.moveCollectiveEnd(end, end_ps + 900'000'000);   // too late: it completed
+  EXPECT_EQ(end->end_ps.load(), end_ps + 500'000'000);
+  TimePs completed_at = 0;
+  for (const cardsim::sim::Activity& a : sim.drainActivities())
+    if (a.kind == CommandKind::Collective) completed_at = a.end_ps;
+  EXPECT_EQ(completed_at, end_ps + 500'000'000);
+  sim.setRecording(false);
+}
+
 TEST(ShimTiming, SameProgramGivesIdenticalTimelineWhateverTheHostSpeed) {
   if (cardsim::sim::Simulator::running())
     GTEST_SKIP() << "needs a process without a simulator (ctest runs each test alone)";

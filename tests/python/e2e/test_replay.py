@@ -270,6 +270,41 @@ def test_replay_of_a_peer_copy_beside_a_collective_reproduces_the_recorded_times
     assert fast["total_us"] < rep["total_us"]
 
 
+TWO_STREAM_COLLECTIVES = r"""
+import torch, torch.distributed as dist
+import torch_mlu
+dist.init_process_group("cncl")
+g1, g2 = dist.new_group([0, 1]), dist.new_group([0, 1])
+s1, s2 = torch.mlu.Stream(), torch.mlu.Stream()
+x, y = torch.ones(1 << 22, device="mlu"), torch.ones(1 << 22, device="mlu")
+for step in range(3):
+    with torch.mlu.stream(s1):
+        dist.all_reduce(x, group=g1)
+    with torch.mlu.stream(s2):
+        dist.all_reduce(y, group=g2)     # while the first runs: both share the link
+    if step == 1:
+        s1.synchronize()                 # the host past the first one's end: it stays put
+    torch.mlu.synchronize()
+dist.destroy_process_group()
+"""
+
+
+def test_replay_of_collectives_on_two_streams_moves_the_first_ones_end_as_recorded(tmp_path):
+    """Each rank puts an all_reduce on each of two streams at once: the first's answer is
+    moved later once the second, sharing its links, is answered (fabric protocol 5), in
+    the recording and in the replay alike; faster links shorten both."""
+    trace = record(tmp_path, "two_stream_job", TWO_STREAM_COLLECTIVES, world=2)
+    rep = replay(tmp_path, trace)
+    assert rep["total_us"] == pytest.approx(recorded_total_us(trace), abs=1e-6)
+    # Whether an end can move depends on the program's calls alone, not on how far the
+    # simulation ran ahead: the same times with the simulation on its own thread.
+    threaded = record(tmp_path, "two_stream_job_threaded", TWO_STREAM_COLLECTIVES, world=2,
+                      extra={"CARDSIM_SIM_DRIVER": "thread"})
+    assert recorded_total_us(threaded) == pytest.approx(recorded_total_us(trace), abs=1e-6)
+    fast = replay(tmp_path, trace, "--set", "fabric.on_card.bandwidth=2000 GB/s")
+    assert fast["total_us"] < rep["total_us"]
+
+
 def test_replay_on_another_preset_differs_and_names_it(tmp_path):
     trace = record(tmp_path, "p", COMPUTE_BOUND)
     res = cardsim("replay", trace, "--preset", "mlu590")
