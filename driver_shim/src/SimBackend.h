@@ -286,6 +286,7 @@ class SimBackend final : public IBackend {
   // such moves (SimCollectives.cpp).
   void holdFabricEnd(const std::string& group, uint64_t seq, std::shared_ptr<model::CollectiveEnd> end);
   void applyFabricRevisions(const std::vector<sim::FabricClient::Revision>& revised);
+  bool fabric_revise_ = true;   // CARDSIM_FABRIC_REVISE (read at fabricConnect)
   std::mutex fabric_ends_mutex_;
   std::map<std::string, std::weak_ptr<model::CollectiveEnd>> fabric_ends_;
   static DeviceId dev(int d) { return DeviceId{static_cast<uint32_t>(d)}; }

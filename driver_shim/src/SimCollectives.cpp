@@ -2,6 +2,7 @@
 // joined across the ranks of a job.
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -120,6 +121,14 @@ Status SimBackend::fabricServe(const std::string& bind, uint16_t port, uint16_t*
 Status SimBackend::fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
                                  double connect_timeout_s) {
   if (!fabric_) return Status(Code::NotSupported, "fabricConnect: " + fabric_error_);
+  // CARDSIM_FABRIC_REVISE=0: this rank's answered collectives keep their ends (as before
+  // fabric protocol 5; a replay of an older recording sets it).
+  if (const char* env = std::getenv("CARDSIM_FABRIC_REVISE")) {
+    const std::string v = env;
+    if (v != "0" && v != "1")
+      return Status(Code::InvalidValue, "fabricConnect: CARDSIM_FABRIC_REVISE must be 0 or 1, got '" + v + "'");
+    fabric_revise_ = v == "1";
+  }
   if (rank < 0 || world_size < 1 || rank >= world_size)
     return Status(Code::InvalidValue, "fabricConnect: rank " + std::to_string(rank) + " is outside a world of " +
                                           std::to_string(world_size));
@@ -281,16 +290,17 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     // A receive may start once it was posted, even if this stream has moved on since.
     c.arrival_ps = desc.posted && desc.p2p == P2P::Recv ? posted_at : std::max(free_at, ready);
     c.timeout_s = desc.timeout_s;
-    c.sealed_ps = sim_.sealedPs();
+    // Never revisable with revisions off: as if the simulation had run past every end.
+    c.sealed_ps = fabric_revise_ ? sim_.sealedPs() : std::numeric_limits<uint64_t>::max();
     try {
       if (desc.p2p == P2P::Send) {
         client->post(c);   // buffered: the send takes its own time from its own arrival
       } else {
         const sim::FabricClient::Completion done = client->collective(c);
-        applyFabricRevisions(done.revised);
+        if (fabric_revise_) applyFabricRevisions(done.revised);
         cmd.end = std::make_shared<model::CollectiveEnd>();
         cmd.end->end_ps.store(done.end_ps);
-        holdFabricEnd(c.group, c.seq, cmd.end);
+        if (fabric_revise_) holdFabricEnd(c.group, c.seq, cmd.end);
         took = done.alone_s;
       }
     } catch (const std::exception& e) {

@@ -389,10 +389,13 @@ int runReplay(const std::vector<std::string>& argv) {
     job.preset = tmp + "/recorded.textproto";
     std::ofstream(job.preset) << h0.config_text();
   }
-  for (const char* k : {"CARDSIM_COLL_ALGO", "CARDSIM_NODES"}) {
+  for (const char* k : {"CARDSIM_COLL_ALGO", "CARDSIM_NODES", "CARDSIM_FABRIC_REVISE"}) {
     auto it = h0.environment().find(k);
     if (it != h0.environment().end()) job.env[k] = it->second;
   }
+  // Recorded before the fabric server moved answered collectives' ends (format 1.2): the
+  // replay keeps every answer where it falls, as the recording did.
+  if (!chakra && h0.format_major() == 1 && h0.format_minor() < 2) job.env["CARDSIM_FABRIC_REVISE"] = "0";
   sim::SimOptions so;
   so.preset = job.preset;
   so.overrides = job.overrides;

@@ -8,7 +8,10 @@ namespace cardsim::trace {
 
 // The format this build writes and the newest major it reads.
 constexpr uint32_t kFormatMajor = 1;
-constexpr uint32_t kFormatMinor = 1;   // 1: Collective.p2p, tag, posted_event
+// 1: Collective.p2p, tag, posted_event; 2: recorded with fabric protocol 5, whose server may
+// move an answered collective's end later (a replay of an older recording does not: it
+// reproduces the recorded times).
+constexpr uint32_t kFormatMinor = 2;
 
 // The first bytes of every trace file.
 constexpr char kMagic[] = "CSTRACE\n";

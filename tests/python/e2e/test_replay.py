@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import subprocess
+import zlib
 
 import pytest
 
@@ -277,11 +278,14 @@ dist.init_process_group("cncl")
 g1, g2 = dist.new_group([0, 1]), dist.new_group([0, 1])
 s1, s2 = torch.mlu.Stream(), torch.mlu.Stream()
 x, y = torch.ones(1 << 22, device="mlu"), torch.ones(1 << 22, device="mlu")
+w = torch.randn(1024, 1024, device="mlu")
 for step in range(3):
     with torch.mlu.stream(s1):
         dist.all_reduce(x, group=g1)
     with torch.mlu.stream(s2):
         dist.all_reduce(y, group=g2)     # while the first runs: both share the link
+    with torch.mlu.stream(s1):
+        z = w @ w                        # after the first: the run ends where it does
     if step == 1:
         s1.synchronize()                 # the host past the first one's end: it stays put
     torch.mlu.synchronize()
@@ -303,6 +307,46 @@ def test_replay_of_collectives_on_two_streams_moves_the_first_ones_end_as_record
     assert recorded_total_us(threaded) == pytest.approx(recorded_total_us(trace), abs=1e-6)
     fast = replay(tmp_path, trace, "--set", "fabric.on_card.bandwidth=2000 GB/s")
     assert fast["total_us"] < rep["total_us"]
+    # CARDSIM_FABRIC_REVISE=0 keeps every answer where it falls (the first one alone): a
+    # shorter run, which its replay reproduces (the variable travels in the header), as
+    # does the replay of a recording made before answers moved (trace format 1.1).
+    kept = record(tmp_path, "two_stream_job_kept", TWO_STREAM_COLLECTIVES, world=2,
+                  extra={"CARDSIM_FABRIC_REVISE": "0"})
+    assert recorded_total_us(kept) < recorded_total_us(trace)
+    assert replay(tmp_path, kept)["total_us"] == pytest.approx(recorded_total_us(kept), abs=1e-6)
+    older = tmp_path / "two_stream_job_1.1"
+    older.mkdir()
+    for f in sorted(trace.glob("rank*.cstrace")):
+        (older / f.name).write_bytes(as_format_1_1(f.read_bytes()))
+    assert "trace format 1.1" in cardsim("info", older).stdout
+    assert replay(tmp_path, older)["total_us"] == pytest.approx(recorded_total_us(kept), abs=1e-6)
+
+
+def as_format_1_1(data: bytes) -> bytes:
+    """A trace file of format 1.2 as the same bytes marked 1.1 (its header's format_minor
+    and its End record's CRC-32 changed, nothing else)."""
+    def varint(at):
+        v = shift = 0
+        while True:
+            b = data[at]
+            v |= (b & 0x7F) << shift
+            at += 1
+            if not b & 0x80:
+                return v, at
+            shift += 7
+    starts, at = [], 8                      # after the magic: length-prefixed records
+    while at < len(data):
+        starts.append(at)
+        n, body = varint(at)
+        at = body + n
+    assert at == len(data) and data[-5] == 0x2D    # the End record ends with its fixed32 crc32
+    out = bytearray(data)
+    _, body = varint(starts[0])
+    _, inner = varint(body + 1)                     # Envelope.header: tag 0x0A, length
+    assert out[inner:inner + 4] == bytes([0x08, 1, 0x10, 2]), out[inner:inner + 4]   # format 1.2
+    out[inner + 3] = 1
+    out[-4:] = zlib.crc32(bytes(out[:starts[-1]])).to_bytes(4, "little")
+    return bytes(out)
 
 
 def test_replay_on_another_preset_differs_and_names_it(tmp_path):
