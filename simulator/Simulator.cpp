@@ -139,6 +139,7 @@ struct Simulator::Impl : model::ICompletionSink {
   // unless its requests need more. Guarded by ends_mutex (host threads add and move them).
   mutable std::mutex ends_mutex;
   std::vector<std::shared_ptr<CollectiveEnd>> held_ends;
+  std::atomic<bool> any_held{false};   // !held_ends.empty(), read without the lock (most runs hold none)
   TimePs sealed_ps = 0;
   static constexpr TimePs kNoEnd = std::numeric_limits<TimePs>::max();
   TimePs heldEnd();            // the earliest held end not sealed (kNoEnd: none)
@@ -339,6 +340,7 @@ void Simulator::Impl::runTo(TimePs horizon, TimePs needed) {
 }
 
 TimePs Simulator::Impl::heldEnd() {
+  if (!any_held.load(std::memory_order_acquire)) return kNoEnd;
   std::lock_guard<std::mutex> lock(ends_mutex);
   TimePs first = kNoEnd;
   for (const auto& e : held_ends) first = std::min(first, e->end_ps.load());
@@ -351,6 +353,7 @@ void Simulator::Impl::seal(TimePs to) {
   held_ends.erase(std::remove_if(held_ends.begin(), held_ends.end(),
                                  [&](const std::shared_ptr<CollectiveEnd>& e) { return e->end_ps.load() <= sealed_ps; }),
                   held_ends.end());
+  any_held.store(!held_ends.empty(), std::memory_order_release);
 }
 
 void Simulator::Impl::handle(Request* r) {
@@ -678,7 +681,9 @@ bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) 
 
 void Simulator::holdCollectiveEnd(std::shared_ptr<CollectiveEnd> end) {
   std::lock_guard<std::mutex> lock(impl_->ends_mutex);
-  if (end->end_ps.load() > impl_->sealed_ps) impl_->held_ends.push_back(std::move(end));
+  if (end->end_ps.load() <= impl_->sealed_ps) return;
+  impl_->held_ends.push_back(std::move(end));
+  impl_->any_held.store(true, std::memory_order_release);
 }
 
 void Simulator::moveCollectiveEnd(const std::shared_ptr<CollectiveEnd>& end, TimePs to) {
