@@ -101,8 +101,10 @@ void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
     case CommandKind::Collective: {
       TimePs d = cmd.duration_ps;
       const TimePs now = sc_core::sc_time_stamp().value();
-      const TimePs end_at = cmd.end ? cmd.end->end_ps.load() : cmd.end_at_ps;
-      if (end_at > 0) d = end_at > now ? end_at - now : 0;
+      if (cmd.end) {
+        const TimePs end_at = cmd.end->end_ps.load();
+        d = end_at > now ? end_at - now : 0;
+      }
       if (d == 0) break;
       // Its memory traffic, spread evenly over its time, contends with kernels and copies;
       // what memory cannot give it by its end is dropped rather than making it later.

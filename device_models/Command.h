@@ -85,9 +85,8 @@ struct Command {
   std::shared_ptr<EventSlot> event;  // EventRecord
   QueuePoint wait_for;               // EventWait
   TimePs duration_ps = 0;            // Collective
-  TimePs end_at_ps = 0;              // Collective: ends no earlier than this (the fabric
-                                     // server's completion across ranks); 0: start + duration
-  std::shared_ptr<CollectiveEnd> end;  // Collective: the server's end, which may move (overrides end_at_ps)
+  std::shared_ptr<CollectiveEnd> end;  // Collective: the fabric server's end across ranks, which may
+                                       // move; none: start + duration_ps
   double memory_bytes = 0;           // Collective: bytes it reads and writes in this card's memory
   // Collective: the bytes its schedule moves over each fabric link (by the link's name), of
   // which this command carries `link_share` (1/members when one process issues every member's

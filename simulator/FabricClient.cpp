@@ -24,6 +24,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "simulator/FabricWire.h"
@@ -450,13 +451,9 @@ FabricClient::Completion FabricClient::collective(const Collective& c) {
   }
   Impl::Result r = std::move(it->second);
   impl_->answered.erase(it);
+  if (!r.ok) throw FabricError(named(c, r.error));   // revisions stay for the next call
   // Revisions came before this answer on the socket: the caller applies them with it.
-  r.completion.revised.swap(impl_->revisions);
-  impl_->revisions.clear();
-  if (!r.ok) {
-    r.completion.revised.swap(impl_->revisions);   // kept for the next call
-    throw FabricError(named(c, r.error));
-  }
+  r.completion.revised = std::exchange(impl_->revisions, {});
   return r.completion;
 }
 

@@ -9,10 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -20,7 +18,6 @@
 #include "CarriedData.h"
 #include "DeviceMemory.h"
 #include "HandlePool.h"
-#include "simulator/FabricClient.h"
 #include "simulator/FabricModel.h"
 #include "simulator/Simulator.h"
 
@@ -281,14 +278,7 @@ class SimBackend final : public IBackend {
   // A peer copy about to be submitted (not captured) on `s`: told to the job's fabric server, if any, so that
   // the collectives it times after it share the links with it (SimCollectives.cpp).
   void reportPeerCopy(StreamObject* s, int src_device, int dst_device, std::size_t bytes);
-  // The ends of this rank's answered collectives, by the server's key (group, sequence
-  // number), while the server may still move them (FabricClient::Revision), and applying
-  // such moves (SimCollectives.cpp).
-  void holdFabricEnd(const std::string& group, uint64_t seq, std::shared_ptr<model::CollectiveEnd> end);
-  void applyFabricRevisions(const std::vector<sim::FabricClient::Revision>& revised);
   bool fabric_revise_ = true;   // CARDSIM_FABRIC_REVISE (read at fabricConnect)
-  std::mutex fabric_ends_mutex_;
-  std::map<std::string, std::weak_ptr<model::CollectiveEnd>> fabric_ends_;
   static DeviceId dev(int d) { return DeviceId{static_cast<uint32_t>(d)}; }
   static std::string hex(unsigned v) {
     char b[16];

@@ -187,31 +187,9 @@ void SimBackend::reportPeerCopy(StreamObject* s, int src_device, int dst_device,
 }
 
 namespace {
+// The server's key for an answered collective (Revise names it so).
 std::string fabricEndKey(const std::string& group, uint64_t seq) { return group + "\n" + std::to_string(seq); }
 }  // namespace
-
-// An answered collective's end stays movable until the simulation is let past it; a later
-// answer that overlaps it on the links moves it (the server's Revise), on every member.
-void SimBackend::holdFabricEnd(const std::string& group, uint64_t seq, std::shared_ptr<model::CollectiveEnd> end) {
-  sim_.holdCollectiveEnd(end);
-  std::lock_guard<std::mutex> lock(fabric_ends_mutex_);
-  if (fabric_ends_.size() >= 256)   // those sealed since (the simulator let go of them) go
-    for (auto it = fabric_ends_.begin(); it != fabric_ends_.end();)
-      it = it->second.expired() ? fabric_ends_.erase(it) : std::next(it);
-  fabric_ends_[fabricEndKey(group, seq)] = end;
-}
-
-void SimBackend::applyFabricRevisions(const std::vector<sim::FabricClient::Revision>& revised) {
-  for (const auto& r : revised) {
-    std::shared_ptr<model::CollectiveEnd> end;
-    {
-      std::lock_guard<std::mutex> lock(fabric_ends_mutex_);
-      auto it = fabric_ends_.find(fabricEndKey(r.group, r.seq));
-      if (it != fabric_ends_.end()) end = it->second.lock();
-    }
-    if (end) sim_.moveCollectiveEnd(end, r.end_ps);
-  }
-}
 
 Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                           std::string* algorithm) {
@@ -297,10 +275,14 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
         client->post(c);   // buffered: the send takes its own time from its own arrival
       } else {
         const sim::FabricClient::Completion done = client->collective(c);
-        if (fabric_revise_) applyFabricRevisions(done.revised);
         cmd.end = std::make_shared<model::CollectiveEnd>();
         cmd.end->end_ps.store(done.end_ps);
-        if (fabric_revise_) holdFabricEnd(c.group, c.seq, cmd.end);
+        // Until the simulation passes it, a later answer may move this one's end (and may
+        // have moved earlier ones: applied before this rank's simulation goes on).
+        if (fabric_revise_) {
+          for (const auto& r : done.revised) sim_.moveCollectiveEnd(fabricEndKey(r.group, r.seq), r.end_ps);
+          sim_.holdCollectiveEnd(fabricEndKey(c.group, c.seq), cmd.end);
+        }
         took = done.alone_s;
       }
     } catch (const std::exception& e) {

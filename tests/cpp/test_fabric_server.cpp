@@ -325,6 +325,28 @@ TEST(FabricServer, CollectivesOfTwoGroupsOverlappingInTimeShareTheLinksTheyCross
   EXPECT_EQ(apart.second, t2 + 2 * model::secondsToPs(alone) + model::secondsToPs(alone));
 }
 
+namespace {
+
+// Ranks 0 and 1 (chips 0 and 1 of card 0) all-reduce `bytes` in `group`, arriving at `at`
+// with their simulations let run to sealed[r]; each rank's completion (their ends agree).
+std::array<FabricClient::Completion, 2> pairAllReduce(std::vector<std::unique_ptr<FabricClient>>& clients,
+                                                      const std::string& group, uint64_t at, double bytes,
+                                                      std::array<uint64_t, 2> sealed = {0, 0}) {
+  std::vector<std::future<FabricClient::Completion>> done(2);
+  for (int r : {1, 0}) {   // the wall-clock order does not matter
+    auto c = allReduce({0, 1}, at, bytes);
+    c.group = group;
+    c.seq = clients[r]->nextSeq(group);
+    c.sealed_ps = sealed[r];
+    done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
+  }
+  std::array<FabricClient::Completion, 2> out{done[0].get(), done[1].get()};
+  EXPECT_EQ(out[0].end_ps, out[1].end_ps);
+  return out;
+}
+
+}  // namespace
+
 TEST(FabricServer, APeerCopyReportedBeforeACollectiveSharesTheLinksWithIt) {
   // Chips 0 and 1 of card 0: rank 0's process copies chip 0 -> chip 1 over their on-card
   // link, then both ranks all-reduce over it. The all-reduce gets the model's time shared
@@ -335,17 +357,7 @@ TEST(FabricServer, APeerCopyReportedBeforeACollectiveSharesTheLinksWithIt) {
   const double bytes = 64.0 * (1 << 20);
   const std::vector<int> ranks = {0, 1};
   const uint64_t t0 = 2'000'000, copy_at = 1'000'000;
-  auto run = [&](uint64_t at) {
-    std::vector<std::future<FabricClient::Completion>> done(2);
-    for (int r : {1, 0}) {
-      auto c = allReduce(ranks, at, bytes);
-      c.seq = clients[r]->nextSeq(c.group);
-      done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
-    }
-    const uint64_t e0 = done[0].get().end_ps, e1 = done[1].get().end_ps;
-    EXPECT_EQ(e0, e1);
-    return e0;
-  };
+  auto run = [&](uint64_t at) { return pairAllReduce(clients, "g", at, bytes)[0].end_ps; };
   clients[0]->traffic(0, 1, bytes, copy_at);
   const uint64_t shared_end = run(t0);
   sim::FabricModel model(params());
@@ -387,17 +399,7 @@ TEST(FabricServer, AnAnswerALaterCollectiveOverlapsMovesLaterWhileEveryMemberCan
   const double alone = aloneSeconds(bytes, ranks);
   const uint64_t half = model::secondsToPs(alone / 2);
   auto run = [&](const std::string& group, uint64_t at, std::array<uint64_t, 2> sealed) {
-    std::vector<std::future<FabricClient::Completion>> done(2);
-    for (int r : {1, 0}) {
-      auto c = allReduce(ranks, at, bytes);
-      c.group = group;
-      c.seq = clients[r]->nextSeq(group);
-      c.sealed_ps = sealed[r];
-      done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
-    }
-    std::array<FabricClient::Completion, 2> out{done[0].get(), done[1].get()};
-    EXPECT_EQ(out[0].end_ps, out[1].end_ps);
-    return out;
+    return pairAllReduce(clients, group, at, bytes, sealed);
   };
   sim::FabricModel model(params());
   std::vector<sim::FabricModel::Request> together(2);
