@@ -72,9 +72,11 @@ int runFabricd(const std::vector<std::string>& argv) {
   sigwait(&stop_signals, &sig);
   server.stop(2.0);
   const auto s = server.stats();
-  std::fprintf(stderr, "cardsim fabricd: stopped (%llu collectives completed, %llu failed)\n",
+  // Revised: answers whose end a later collective sharing their links moved later.
+  std::fprintf(stderr, "cardsim fabricd: stopped (%llu collectives completed, %llu failed, %llu revised)\n",
                static_cast<unsigned long long>(s.collectives_completed),
-               static_cast<unsigned long long>(s.collectives_failed));
+               static_cast<unsigned long long>(s.collectives_failed),
+               static_cast<unsigned long long>(s.collectives_revised));
   return 0;
 }
 

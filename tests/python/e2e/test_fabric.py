@@ -621,9 +621,29 @@ def test_a_fabricd_started_by_hand_serves_a_job(tmp_path):
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
-    assert "2 collectives completed" in err, err
+    assert "stopped (2 collectives completed, 0 failed, 0 revised)" in err, err
     assert "rank 0 of job" in err and "joined" in err, err
     assert "connection from unix:@" in err and "connection from 127.0.0.1:" in err, err
+
+
+def test_a_fabricd_moves_an_answer_a_later_collective_shares_the_link_with_and_counts_it(tmp_path):
+    """The two-stream program through a server started by hand: of its six collectives (a
+    barrier and two all-reduces per pair), the first all-reduce's answer is revised once
+    (the pair issued apart is not), and the stop line says so."""
+    nbytes = 64 << 20
+    p, port = _start_fabricd("--preset", "mlu370-x8")
+    try:
+        res, errs = run_ranks(tmp_path, 2, "two_streams", NBYTES=nbytes, CARDSIM_FABRIC=f"127.0.0.1:{port}")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    assert all(res[r] for r in range(2)), _shown(errs)
+    coll = model_us("all_reduce", 2, nbytes)
+    first, second = res[0]["overlapping_us"]
+    assert 1.5 * coll < first < 2.05 * coll, (first, coll)
+    assert res[0]["apart_us"] == [pytest.approx(coll, rel=0.02)] * 2, (res[0]["apart_us"], coll)
+    assert p.returncode == 0, err
+    assert "stopped (6 collectives completed, 0 failed, 1 revised)" in err, err
 
 
 def test_a_rank_with_another_preset_is_refused_by_name(tmp_path):
