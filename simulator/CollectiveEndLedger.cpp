@@ -4,14 +4,14 @@
 
 namespace cardsim::sim {
 
-void CollectiveEndLedger::hold(const std::string& key, std::shared_ptr<model::CollectiveEnd> end) {
+void CollectiveEndLedger::hold(const Key& key, std::shared_ptr<model::CollectiveEnd> end) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (end->end_ps.load() <= sealed_) return;
   held_[key] = std::move(end);
   any_.store(true, std::memory_order_release);
 }
 
-void CollectiveEndLedger::move(const std::string& key, model::TimePs to) {
+void CollectiveEndLedger::move(const Key& key, model::TimePs to) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = held_.find(key);
   if (it != held_.end() && to > it->second->end_ps.load()) it->second->end_ps.store(to);

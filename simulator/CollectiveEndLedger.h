@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "device_models/Command.h"
 
@@ -21,12 +22,13 @@ namespace cardsim::sim {
 class CollectiveEndLedger {
  public:
   static constexpr model::TimePs kNone = std::numeric_limits<model::TimePs>::max();
+  using Key = std::pair<std::string, uint64_t>;   // the collective's group, its sequence number
 
   // Holds `end` under `key`, unless it is sealed already (at or before sealed()).
-  void hold(const std::string& key, std::shared_ptr<model::CollectiveEnd> end);
+  void hold(const Key& key, std::shared_ptr<model::CollectiveEnd> end);
   // Moves the end held under `key` to `to`, only later; an end not held (sealed, or never
   // held) keeps where it is: the simulation may have completed its collective there.
-  void move(const std::string& key, model::TimePs to);
+  void move(const Key& key, model::TimePs to);
   // The earliest end held (kNone: none); a lock-free answer when none is held.
   model::TimePs first() const;
   // Lets the simulation past every end at or before `to`.
@@ -36,7 +38,7 @@ class CollectiveEndLedger {
 
  private:
   mutable std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<model::CollectiveEnd>> held_;
+  std::map<Key, std::shared_ptr<model::CollectiveEnd>> held_;
   std::atomic<bool> any_{false};   // !held_.empty(), read without the lock (most runs hold none)
   model::TimePs sealed_ = 0;
 };

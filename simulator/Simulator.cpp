@@ -194,10 +194,12 @@ bool Simulator::query(const std::vector<QueuePoint>& points, double overhead_s) 
   return done;
 }
 
-void Simulator::holdCollectiveEnd(const std::string& key, std::shared_ptr<CollectiveEnd> end) {
-  impl_->ends.hold(key, std::move(end));
+void Simulator::holdCollectiveEnd(const std::string& group, uint64_t seq, std::shared_ptr<CollectiveEnd> end) {
+  impl_->ends.hold({group, seq}, std::move(end));
 }
-void Simulator::moveCollectiveEnd(const std::string& key, TimePs to) { impl_->ends.move(key, to); }
+void Simulator::moveCollectiveEnd(const std::string& group, uint64_t seq, TimePs to) {
+  impl_->ends.move({group, seq}, to);
+}
 TimePs Simulator::sealedPs() const { return impl_->ends.sealed(); }
 
 void Simulator::setRecording(bool on) { impl_->recording.store(on); }

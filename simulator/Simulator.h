@@ -127,9 +127,9 @@ class Simulator {
   // a peek: never for queued commands alone, nor for counters), which seals it; a move
   // of an end already sealed is ignored. Determined by the program's calls alone, so the
   // same with either driver (CARDSIM_SIM_DRIVER).
-  // `key` names the collective as the server does (group and sequence number).
-  void holdCollectiveEnd(const std::string& key, std::shared_ptr<CollectiveEnd> end);
-  void moveCollectiveEnd(const std::string& key, TimePs to);
+  // The collective is named as the fabric server names it: its group and sequence number.
+  void holdCollectiveEnd(const std::string& group, uint64_t seq, std::shared_ptr<CollectiveEnd> end);
+  void moveCollectiveEnd(const std::string& group, uint64_t seq, TimePs to);
   // The simulation may have run to this time: ends at or before it are sealed.
   TimePs sealedPs() const;
 

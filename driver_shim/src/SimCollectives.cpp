@@ -186,11 +186,6 @@ void SimBackend::reportPeerCopy(StreamObject* s, int src_device, int dst_device,
   client->traffic(src_device, dst_device, static_cast<double>(bytes), std::max(free_at, ready));
 }
 
-namespace {
-// The server's key for an answered collective (Revise names it so).
-std::string fabricEndKey(const std::string& group, uint64_t seq) { return group + "\n" + std::to_string(seq); }
-}  // namespace
-
 Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                           std::string* algorithm) {
   StreamObject* s = nullptr;
@@ -280,8 +275,8 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
         // Until the simulation passes it, a later answer may move this one's end (and may
         // have moved earlier ones: applied before this rank's simulation goes on).
         if (fabric_revise_) {
-          for (const auto& r : done.revised) sim_.moveCollectiveEnd(fabricEndKey(r.group, r.seq), r.end_ps);
-          sim_.holdCollectiveEnd(fabricEndKey(c.group, c.seq), cmd.end);
+          for (const auto& r : done.revised) sim_.moveCollectiveEnd(r.group, r.seq, r.end_ps);
+          sim_.holdCollectiveEnd(c.group, c.seq, cmd.end);
         }
         took = done.alone_s;
       }

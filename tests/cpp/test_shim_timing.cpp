@@ -441,7 +441,7 @@ TEST(ShimTiming, AnAnsweredCollectivesEndIsPassedOnlyForACallThatNeedsItAndMoves
   Command c;
   c.kind = CommandKind::Collective;
   c.end = end;
-  sim.holdCollectiveEnd("g\n0", end);
+  sim.holdCollectiveEnd("g", 0, end);
   const QueuePoint collective = sim.submit(dev, QueueId{0}, c, 0);
   // The host 3 ms further on queues enough commands for the simulation to run them
   // (more than an intake batch), all ready after the collective's end.
@@ -452,13 +452,13 @@ TEST(ShimTiming, AnAnsweredCollectivesEndIsPassedOnlyForACallThatNeedsItAndMoves
     (void)sim.submit(dev, QueueId{1}, k, 0);
   }
   EXPECT_LT(sim.sealedPs(), end_ps);
-  sim.moveCollectiveEnd("g\n0", end_ps + 500'000'000);   // still movable
+  sim.moveCollectiveEnd("g", 0, end_ps + 500'000'000);   // still movable
   EXPECT_EQ(end->end_ps.load(), end_ps + 500'000'000);
-  sim.moveCollectiveEnd("g\n0", end_ps + 100'000'000);   // never earlier
+  sim.moveCollectiveEnd("g", 0, end_ps + 100'000'000);   // never earlier
   EXPECT_EQ(end->end_ps.load(), end_ps + 500'000'000);
   (void)sim.waitFor({collective}, 0);                   // needs it: passed, sealed
   EXPECT_GE(sim.sealedPs(), end_ps + 500'000'000);
-  sim.moveCollectiveEnd("g\n0", end_ps + 900'000'000);   // too late: it completed
+  sim.moveCollectiveEnd("g", 0, end_ps + 900'000'000);   // too late: it completed
   EXPECT_EQ(end->end_ps.load(), end_ps + 500'000'000);
   TimePs completed_at = 0;
   for (const cardsim::sim::Activity& a : sim.drainActivities())
