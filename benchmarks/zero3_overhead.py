@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import pathlib
-import socket
 import statistics
-import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-PYTHON = str(ROOT / ".venv" / "bin" / "python")
+import two_ranks
+from two_ranks import ROOT
 
 WORKER = r'''
 import os, sys, time, json, warnings, importlib
@@ -61,28 +57,10 @@ if mode == "cpu":
 '''
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def job(mode: str, steps: int) -> dict:
     """One 2-rank job; returns rank 0's step times and losses."""
-    port = str(_port())
-    base = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_") and k not in ("DS_ACCELERATOR",)}
-    procs = []
-    for r in range(2):
-        env = dict(base, DS_ACCELERATOR=mode, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([PYTHON, "-c", WORKER, mode, str(steps), str(ROOT)], env=env, cwd=str(ROOT),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        if p.returncode != 0:
-            raise SystemExit(f"zero3_overhead: the {mode} job failed:\n{err[-3000:]}")
-    line = [ln for ln in outs[0][0].splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return two_ranks.run(f"zero3_overhead: the {mode} job", WORKER, [mode, str(steps), str(ROOT)],
+                         {"DS_ACCELERATOR": mode})[0]
 
 
 def main(argv=None) -> int:

@@ -33,5 +33,7 @@ build/benchmarks/cardsim_bench_fabric_soak
 .venv/bin/python benchmarks/trace_overhead.py
 # A DeepSpeed ZeRO-3 step on 2 emulated ranks over the same on 2 CPU ranks (gloo).
 .venv/bin/python benchmarks/zero3_overhead.py
+# Why that ratio swings: 4 KiB all-reduces between 2 ranks, CPU and emulated (latency, Gloo's loop CPU).
+.venv/bin/python benchmarks/allreduce_latency.py
 # Replaying a recorded demo job: records per second, and one rank standing for 1024.
 .venv/bin/python benchmarks/replay_speed.py
