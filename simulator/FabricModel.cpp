@@ -31,7 +31,7 @@ int FabricModel::highestRank(const std::vector<int>& ranks) {
 
 FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks,
                                     uint32_t root, uint32_t peer, const std::string& algorithm,
-                                    const fabric::Topology& t) {
+                                    const fabric::Topology& t, bool preferred) {
   if (!(bytes >= 0)) throw std::invalid_argument("a collective's size must be a non-negative number of bytes");
   // Far beyond any card's memory; past it the times lose their meaning in double precision.
   if (bytes > kMaxCollectiveBytes)
@@ -55,12 +55,15 @@ FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const
   r.peer = p2p ? peer : (ranks.size() > 1 ? 1 : 0);
   r.channels = params_.channels;
   r.chunk_bytes = params_.chunk_bytes;
-  std::string forced = algorithm;
-  if (forced.empty())
-    if (const char* env = std::getenv("CARDSIM_COLL_ALGO")) forced = env;
-  const fabric::ICollectiveAlgorithm& a = forced.empty() ? rememberedChoice(r, t) : fabric::pickAlgorithm(forced, r, t);
-  out.algorithm = a.name();
-  out.schedule = a.schedule(r, t);
+  const fabric::ICollectiveAlgorithm* a = nullptr;
+  if (!algorithm.empty()) {
+    a = preferred ? &fabric::algorithm(algorithm) : &fabric::pickAlgorithm(algorithm, r, t);
+    if (preferred && !a->unsupported(r, t).empty()) a = nullptr;   // left to the tuner
+  }
+  out.tuned = a == nullptr;
+  if (!a) a = &rememberedChoice(r, t);
+  out.algorithm = a->name();
+  out.schedule = a->schedule(r, t);
   return out;
 }
 
@@ -75,13 +78,14 @@ const fabric::ICollectiveAlgorithm& FabricModel::rememberedChoice(const fabric::
 
 FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks,
                                      uint32_t root, uint32_t peer, const std::string& algorithm,
-                                     LinkLoads* loads) {
+                                     LinkLoads* loads, bool preferred) {
   const int highest = highestRank(ranks);
   std::lock_guard<std::mutex> lock(mutex_);
   const fabric::Topology& t = topologyFor(static_cast<uint32_t>(highest) + 1);
-  const Plan p = plan(op, bytes, ranks, root, peer, algorithm, t);
+  const Plan p = plan(op, bytes, ranks, root, peer, algorithm, t, preferred);
   Timed out;
   out.algorithm = p.algorithm;
+  out.tuned = p.tuned;
   out.seconds = fabric::CollectiveEngine(t).timeAlone(p.schedule);
   if (loads) {
     for (const fabric::Phase& ph : p.schedule.phases)

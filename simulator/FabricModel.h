@@ -26,6 +26,7 @@ class FabricModel {
   struct Timed {
     double seconds = 0;
     std::string algorithm;
+    bool tuned = false;   // the tuner's choice (none named, or a preference it could not run)
   };
   // What a collective puts on one link ("dev0->sw0"): bytes, and the link's bandwidth (one
   // direction), so that bytes / bandwidth is the time the link is busy with them.
@@ -35,11 +36,12 @@ class FabricModel {
   };
   using LinkLoads = std::map<std::string, LinkUse>;
   // `ranks`: the group's global ranks, in group order; `root`/`peer` index into them;
-  // `algorithm` empty: CARDSIM_COLL_ALGO, else the tuner's choice. With `loads`, adds the
-  // bytes the collective's schedule moves over each link. Throws std::invalid_argument
-  // naming what is wrong.
+  // `algorithm` empty: the tuner's choice; named: that algorithm, or with `preferred` (a
+  // CARDSIM_COLL_ALGO-style preference) the tuner's choice where it cannot run this one.
+  // With `loads`, adds the bytes the collective's schedule moves over each link. Throws
+  // std::invalid_argument naming what is wrong.
   Timed time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks, uint32_t root,
-             uint32_t peer, const std::string& algorithm, LinkLoads* loads = nullptr);
+             uint32_t peer, const std::string& algorithm, LinkLoads* loads = nullptr, bool preferred = false);
 
   struct Request {
     fabric::CollectiveOp op = fabric::CollectiveOp::AllReduce;
@@ -57,11 +59,12 @@ class FabricModel {
   const fabric::Topology& topologyFor(uint32_t devices);
   struct Plan {
     std::string algorithm;   // "none": a group of one, or a send to itself
+    bool tuned = false;
     fabric::Schedule schedule;
   };
   // Checks the request and lays out its schedule on `t` (caller holds mutex_).
   Plan plan(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks, uint32_t root, uint32_t peer,
-            const std::string& algorithm, const fabric::Topology& t);
+            const std::string& algorithm, const fabric::Topology& t, bool preferred = false);
   static int highestRank(const std::vector<int>& ranks);
   fabric::FabricParams params_;
   std::mutex mutex_;

@@ -45,9 +45,22 @@ const ICollectiveAlgorithm& algorithm(const std::string& name) {
   throw std::invalid_argument("unknown collective algorithm '" + name + "' (valid: " + valid + ")");
 }
 
-// All-pairs schedules grow as n^2: past this many transfers in a phase (about 256 ranks)
-// the tuner leaves them out, as vendor libraries use all-to-all patterns only at small scale.
+// All-pairs schedules grow as n^2: past this many transfers in a phase the tuner leaves them
+// out (a schedule that size costs as much to lay out).
 constexpr size_t kMaxTunedFlows = 65536;
+
+// Whether the tuner weighs `a` for `r`. All-pairs (direct) collectives are what vendor
+// libraries use inside one node, over its NVSwitch-like plane or full mesh; across nodes
+// they run rings, trees and hierarchies, their NICs taking no n^2 messages per collective.
+// all_to_all, which only direct does, is laid out all-pairs whatever the scale.
+bool tunerWeighs(const ICollectiveAlgorithm& a, const CollectiveRequest& r, const Topology& t) {
+  if (std::string(a.name()) != "direct" || r.op == CollectiveOp::AllToAll) return true;
+  const size_t n = r.ranks.size();
+  if (n * (n - 1) > kMaxTunedFlows) return false;
+  for (NodeId d : r.ranks)
+    if (t.node(d).group != t.node(r.ranks.front()).group) return false;
+  return true;
+}
 
 bool fullyConnected(const std::vector<NodeId>& ranks, const Topology& t) {
   for (NodeId a : ranks)
@@ -61,7 +74,7 @@ const ICollectiveAlgorithm& chooseAlgorithm(const CollectiveRequest& r, const To
   const ICollectiveAlgorithm* best = nullptr;
   double best_s = 0;
   for (const auto& a : instances()) {
-    if (!a->unsupported(r, t).empty()) continue;
+    if (!a->unsupported(r, t).empty() || !tunerWeighs(*a, r, t)) continue;
     const Schedule sched = a->schedule(r, t);
     size_t flows = 0;
     for (const Phase& p : sched.phases) flows = std::max(flows, p.transfers.size());
@@ -80,6 +93,13 @@ const ICollectiveAlgorithm& pickAlgorithm(const std::string& forced, const Colle
     throw std::invalid_argument("collective algorithm '" + forced + "' cannot run " + opName(r.op) +
                                 " on these ranks: " + why);
   return a;
+}
+
+const ICollectiveAlgorithm& preferAlgorithm(const std::string& preferred, const CollectiveRequest& r,
+                                            const Topology& t) {
+  if (preferred.empty()) return chooseAlgorithm(r, t);
+  const ICollectiveAlgorithm& a = algorithm(preferred);   // an unknown name is still an error
+  return a.unsupported(r, t).empty() ? a : chooseAlgorithm(r, t);
 }
 
 }  // namespace cardsim::fabric

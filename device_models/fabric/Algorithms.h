@@ -28,12 +28,19 @@ std::vector<std::string> algorithmNames();
 // So small messages go to the latency-light algorithms (tree, direct), large ones to those
 // that keep every link busy (ring with channels, direct on a full mesh, in-switch
 // reduction), and jobs across nodes to hierarchical when it is faster. All-pairs schedules
-// (direct) are left out above about 256 ranks.
+// (direct) are weighed only for ranks within one node (all_to_all excepted: only direct
+// does it), as vendor libraries use them.
 const ICollectiveAlgorithm& chooseAlgorithm(const CollectiveRequest& r, const Topology& t);
 // `forced` empty: chooseAlgorithm; otherwise that algorithm, or an error naming why it
 // cannot run this collective.
 const ICollectiveAlgorithm& pickAlgorithm(const std::string& forced, const CollectiveRequest& r,
                                           const Topology& t);
+
+// A preferred algorithm (CARDSIM_COLL_ALGO, fabric.algorithm): that one for the collectives
+// it can run, the tuner's choice for the others (as NCCL_ALGO leaves an operation its
+// algorithms do not cover to the rest). An unknown name throws, listing the valid ones.
+const ICollectiveAlgorithm& preferAlgorithm(const std::string& preferred, const CollectiveRequest& r,
+                                            const Topology& t);
 
 // True when every pair of the ranks' devices is joined by one direct link.
 bool fullyConnected(const std::vector<NodeId>& ranks, const Topology& t);

@@ -192,9 +192,12 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   if (Status st = resolve(stream, "launchFabricCollective", &s); !st.ok()) return st;
   if (!fabric_)
     return Status(Code::NotSupported, "launchFabricCollective '" + desc.op + "': " + fabric_error_);
+  // A named algorithm is run or refused; CARDSIM_COLL_ALGO is a preference, left to the
+  // tuner for the collectives that algorithm does not do (a job's all_gathers under
+  // CARDSIM_COLL_ALGO=tree, its sends under =switch).
   std::string algo = desc.algorithm;
-  if (algo.empty())
-    if (const char* env = std::getenv("CARDSIM_COLL_ALGO")) algo = env;
+  const bool preferred = algo.empty() && std::getenv("CARDSIM_COLL_ALGO") && *std::getenv("CARDSIM_COLL_ALGO");
+  if (preferred) algo = std::getenv("CARDSIM_COLL_ALGO");
   sim::FabricModel::Timed t;
   fabric::CollectiveOp op;
   // A process driving several cards has their fabric links in its model (peer copies cross
@@ -208,7 +211,8 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     // Validates the request here, before any other rank depends on it.
     op = fabric::parseOp(desc.op);
     t = fabric_->time(op, desc.bytes, desc.ranks, static_cast<uint32_t>(std::max(desc.root, 0)),
-                      static_cast<uint32_t>(std::max(desc.peer, 0)), algo, local_links ? &loads : nullptr);
+                      static_cast<uint32_t>(std::max(desc.peer, 0)), algo, local_links ? &loads : nullptr,
+                      preferred);
   } catch (const std::exception& e) {
     return Status(Code::InvalidValue, "launchFabricCollective '" + desc.op + "': " + e.what());
   }
@@ -259,7 +263,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     c.bytes = desc.bytes;
     c.root = static_cast<uint32_t>(std::max(desc.root, 0));
     c.peer = static_cast<uint32_t>(std::max(desc.peer, 0));
-    c.algorithm = algo;
+    c.algorithm = t.tuned ? std::string() : algo;   // the server times what this rank timed
     // A receive may start once it was posted, even if this stream has moved on since.
     c.arrival_ps = desc.posted && desc.p2p == P2P::Recv ? posted_at : std::max(free_at, ready);
     c.timeout_s = desc.timeout_s;

@@ -281,7 +281,7 @@ Status TraceBackend::stop(const std::string& reason) {
   try {
     synchronizeUsedLocked();
     drainLocked();
-    recorder_->finish(reason);
+    recorder_->finish(reason, fabric_job_);
   } catch (const std::exception& e) {
     const std::string path = recorder_->path();
     failLocked(e.what());
@@ -293,6 +293,16 @@ Status TraceBackend::stop(const std::string& reason) {
   return Status::Ok();
 }
 
+
+Status TraceBackend::fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
+                                   double connect_timeout_s) {
+  Status st = inner_->fabricConnect(address, job, rank, world_size, connect_timeout_s);
+  if (st.ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fabric_job_ = job;
+  }
+  return st;
+}
 
 Status TraceBackend::setActivityRecording(bool on) {
   std::lock_guard<std::mutex> lock(mutex_);

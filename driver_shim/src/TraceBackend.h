@@ -127,9 +127,7 @@ class TraceBackend final : public IBackend {
     return inner_->fabricServe(bind, port, bound_port, local_address);
   }
   Status fabricConnect(const std::string& address, const std::string& job, int rank, int world_size,
-                       double connect_timeout_s) override {
-    return inner_->fabricConnect(address, job, rank, world_size, connect_timeout_s);
-  }
+                       double connect_timeout_s) override;
   Status fabricAddress(std::string* address) override { return inner_->fabricAddress(address); }
   Status fabricPark(bool parked) override { return inner_->fabricPark(parked); }
   Status fabricDisconnect() override { return inner_->fabricDisconnect(); }
@@ -195,6 +193,7 @@ class TraceBackend final : public IBackend {
   std::map<Stream, int> capturing_;   // streams capturing (begun while hooked), by device
   uint32_t calls_since_drain_ = 0;
   int owner_pid_ = 0;                  // the process that opened the file
+  std::string fabric_job_;             // fabricConnect's job key (for the End record)
   std::atomic<uint32_t> next_thread_{0};
 };
 

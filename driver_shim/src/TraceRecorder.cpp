@@ -116,13 +116,14 @@ void TraceRecorder::addCommands(const std::vector<ActivityRecord>& done) {
   }
 }
 
-void TraceRecorder::finish(const std::string& reason) {
+void TraceRecorder::finish(const std::string& reason, const std::string& fabric_job) {
   for (const ActivityRecord& a : held_) writeCommand(a, 0);
   held_.clear();
   trace::End end;
   end.set_calls(calls_);
   end.set_device_commands(commands_);
   end.set_reason(reason);
+  end.set_fabric_job(fabric_job);
   if (writer_) writer_->close(std::move(end));   // the observer sees records as a reader does: no End
 }
 

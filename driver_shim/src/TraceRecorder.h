@@ -58,7 +58,8 @@ class TraceRecorder {
   // Writes completed device commands, each tied to its call.
   void addCommands(const std::vector<ActivityRecord>& done);
   // Writes the commands still waiting for their call (none will come) and the End record.
-  void finish(const std::string& reason);
+  // `fabric_job`: the job key of the fabric server the process joined ("" if none).
+  void finish(const std::string& reason, const std::string& fabric_job = "");
 
   uint32_t nameId(std::string_view text);
   // Ids for handles, stable while the handle lives (handles are reused after destroy).

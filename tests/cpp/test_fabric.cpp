@@ -236,12 +236,29 @@ TEST(FabricRegistry, NamesChoicesAndErrors) {
     const auto r = request(CollectiveOp::AllReduce, bytes, two);
     const ICollectiveAlgorithm& chosen = chooseAlgorithm(r, two);
     const double t = CollectiveEngine(two).timeAlone(chosen.schedule(r, two));
+    // The fastest of what the tuner weighs across nodes: all but the all-pairs schedule.
     for (const std::string& name : algorithmNames()) {
-      if (algorithm(name).unsupported(r, two).empty()) {
+      if (algorithm(name).unsupported(r, two).empty() && name != "direct") {
         EXPECT_LE(t, CollectiveEngine(two).timeAlone(algorithm(name).schedule(r, two))) << name << " " << bytes;
       }
     }
+    EXPECT_STRNE(chosen.name(), "direct") << bytes;
   }
+  {
+    // Across nodes direct is not weighed even where the model times it fastest (1 KiB: two
+    // steps instead of a ring's or tree's many); all_to_all, which only direct does, still runs.
+    const auto r = request(CollectiveOp::AllReduce, 1024, two);
+    const double chosen_s = CollectiveEngine(two).timeAlone(chooseAlgorithm(r, two).schedule(r, two));
+    EXPECT_LT(CollectiveEngine(two).timeAlone(algorithm("direct").schedule(r, two)), chosen_s);
+    EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllToAll, 1024, two), two).name(), "direct");
+  }
+  // A preference (CARDSIM_COLL_ALGO): that algorithm where it runs, else the tuner's choice.
+  EXPECT_STREQ(preferAlgorithm("ring", request(CollectiveOp::AllReduce, 1024, star), star).name(), "ring");
+  EXPECT_STREQ(preferAlgorithm("tree", request(CollectiveOp::AllGather, 64e6, mesh), mesh).name(),
+               chooseAlgorithm(request(CollectiveOp::AllGather, 64e6, mesh), mesh).name());
+  EXPECT_STREQ(preferAlgorithm("switch", request(CollectiveOp::AllReduce, 64e6, star), star).name(),
+               chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, star), star).name());
+  EXPECT_THROW(preferAlgorithm("butterfly", request(CollectiveOp::AllReduce, 1024, star), star), std::invalid_argument);
   EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, two), two).name(), "hierarchical");
   try {
     pickAlgorithm("switch", request(CollectiveOp::AllReduce, 64e6, star), star);

@@ -63,6 +63,12 @@ int runCollbench(const std::vector<std::string>& argv) {
   const char* env_algo = std::getenv("CARDSIM_COLL_ALGO");
   const std::string algo = a.get("algo", env_algo ? env_algo : "");
   if (!algo.empty()) fabric::algorithm(algo);   // unknown names fail before any work
+  // --algo is run or refused; CARDSIM_COLL_ALGO is a preference, as in a job (the shim's rule).
+  const bool preferred = !a.has("algo");
+  const auto pick = [&](const fabric::CollectiveRequest& req, const fabric::Topology& t)
+      -> const fabric::ICollectiveAlgorithm& {
+    return preferred ? fabric::preferAlgorithm(algo, req, t) : fabric::pickAlgorithm(algo, req, t);
+  };
 
   sim::SimOptions o;
   o.preset = a.get("preset", "mlu370-x8");
@@ -100,7 +106,7 @@ int runCollbench(const std::vector<std::string>& argv) {
     if (sizes.empty() || moved(bytes) != moved(sizes.back())) sizes.push_back(bytes);
   for (double bytes : sizes) {   // an algorithm the topology cannot run fails before any work
     r.bytes = moved(bytes);
-    fabric::pickAlgorithm(algo, r, topo);
+    pick(r, topo);
   }
   // send_recv as nccl-tests' sendrecv: every rank sends to the next and receives from the
   // previous at once; point-to-point transfers are timed alone (as on the fabric server), so
@@ -114,7 +120,7 @@ int runCollbench(const std::vector<std::string>& argv) {
       pair.ranks = {topo.devices()[i], topo.devices()[(i + 1) % ranks]};
       pair.root = 0;
       pair.peer = 1;
-      worst = std::max(worst, engine.timeAlone(fabric::pickAlgorithm(algo, pair, topo).schedule(pair, topo)));
+      worst = std::max(worst, engine.timeAlone(pick(pair, topo).schedule(pair, topo)));
     }
     return worst;
   };
@@ -156,7 +162,7 @@ int runCollbench(const std::vector<std::string>& argv) {
   for (size_t i = 0; i < sizes.size(); ++i) {
     const double bytes = live ? measured[i].bytes : moved(sizes[i]);
     r.bytes = bytes;
-    const fabric::ICollectiveAlgorithm& alg = fabric::pickAlgorithm(algo, r, topo);
+    const fabric::ICollectiveAlgorithm& alg = pick(r, topo);
     const double t = live ? measured[i].time_us * 1e-6 : timeOf(alg);
     // A barrier moves no data: no bandwidth to speak of, whatever the row's size.
     const double algbw = t > 0 && op != fabric::CollectiveOp::Barrier ? bytes / t / 1e9 : 0.0;

@@ -26,9 +26,10 @@ bool isDirectory(const std::string& path) {
 }
 
 // Reads the file to its End record (TraceReader checks lengths, counts and the CRC).
-trace::Header checkedHeader(const std::string& file) {
+trace::Header checkedHeader(const std::string& file, std::string* fabric_job = nullptr) {
   trace::TraceReader reader(file);
   reader.verify();
+  if (fabric_job) *fabric_job = reader.end().fabric_job();
   return reader.header();
 }
 
@@ -69,7 +70,9 @@ std::map<int, std::string> traceRankFiles(const std::string& path) {
   // Each file read to its end, the files at once (the first failure in rank order is reported).
   std::vector<std::pair<int, std::string>> order(out.begin(), out.end());
   std::vector<trace::Header> headers(order.size());
-  replay::inParallel(order.size(), [&](std::size_t i) { headers[i] = checkedHeader(order[i].second); });
+  std::vector<std::string> jobs(order.size());
+  replay::inParallel(order.size(), [&](std::size_t i) { headers[i] = checkedHeader(order[i].second, &jobs[i]); });
+  std::size_t with_job = order.size();   // the first file whose collectives ran in a fabric job
   for (std::size_t i = 0; i < order.size(); ++i) {
     const auto& [n, file] = order[i];
     const trace::Header& h = headers[i];
@@ -91,6 +94,16 @@ std::map<int, std::string> traceRankFiles(const std::string& path) {
                                : h.execution_mode() != h0.execution_mode()
                                    ? "execution mode '" + h.execution_mode() + "', not '" + h0.execution_mode() + "'"
                                    : std::string("another configuration (preset overrides differ)")) +
+                              "); a directory holds the rank files of one recording");
+    }
+    // Same configuration, yet another job: each process of a job joins its one fabric server.
+    if (jobs[i].empty()) continue;
+    if (with_job == order.size()) {
+      with_job = i;
+    } else if (jobs[i] != jobs[with_job]) {
+      throw trace::TraceError(file + ": not of the same job as " + order[with_job].second +
+                              " (its collectives ran in fabric job " + jobs[i] + ", those of " +
+                              order[with_job].second + " in job " + jobs[with_job] +
                               "); a directory holds the rank files of one recording");
     }
   }

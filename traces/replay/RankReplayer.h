@@ -22,7 +22,7 @@ struct ReplayOptions {
   // many ranks: collectives over the whole recorded world run over ranks 0..N-1 instead
   // (each replica arrives when this one does, so no fabric server is needed).
   int scale_ranks = 0;
-  double collective_timeout_s = 600;
+  double collective_timeout_s = 120;
   // Hand the recorded kernel shapes on to the replay's own trace (only a trace that is
   // written keeps them; the report does not use them).
   bool keep_shapes = true;

@@ -80,6 +80,23 @@ if scenario == "timing":
     out["sum"] = t[0].item()
     out["acts"] = coll_acts()
     out["host_ns"] = _C._host_time_ns()
+elif scenario == "preferred_algo":
+    # Under CARDSIM_COLL_ALGO every kind of call still runs; each is timed by the preferred
+    # algorithm where it does that kind, else by the tuner's choice.
+    _C._set_activity_recording(True)
+    n = int(os.environ["NBYTES"]) // 4
+    t = torch.ones(n, device=d)
+    dist.all_reduce(t)
+    outs = [torch.empty(n, device=d) for _ in range(world)]
+    dist.all_gather(outs, t)
+    dist.reduce_scatter_tensor(torch.empty(n // world, device=d), t)
+    if rank == 0:
+        dist.send(t, 1)
+    elif rank == 1:
+        dist.recv(t, 0)
+    mod.synchronize()
+    out["sum"] = outs[-1][0].item()
+    out["names"] = [a[3] for a in _C._drain_activities() if a[0] == "collective"]
 elif scenario == "kill":
     t = torch.ones(16, device=d)
     dist.all_reduce(t)
@@ -403,6 +420,29 @@ def test_ranks_complete_together_at_the_latest_arrival_plus_the_models_time(tmp_
     assert any(e - s > big_ns + 1 for s, e in big), took   # a large one slowed by the small one beside it
     # the ranks did reach some of them at different times (rank 2 computes more first)
     assert any(len({acts[r][i][1] for r in range(world)}) > 1 for i in range(6))
+
+
+def test_a_preferred_algorithm_times_what_it_does_and_leaves_the_rest_to_the_tuner(tmp_path):
+    nbytes = 1 << 20
+    res, errs = run_ranks(tmp_path, 2, "preferred_algo", NBYTES=nbytes, CARDSIM_COLL_ALGO="tree")
+    assert all(res[r] for r in range(2)), _shown(errs)
+    assert res[0]["sum"] == res[1]["sum"] == 2.0
+    names = res[0]["names"]
+    # tree does all_reduce; all_gather, reduce_scatter and the send go to the tuner's choice
+    assert names[0] == "all_reduce:tree", names
+    assert all(n.split(":")[1] != "tree" for n in names[1:]), names
+    assert {n.split(":")[0] for n in names} >= {"all_gather", "reduce_scatter"}, names
+    # the same rule in collbench: the preferred one's time, or the tuner's with no preference
+    forced = subprocess.run([CARDSIM, "collbench", "--model-only", "--preset", "mlu370-x8", "--ranks", "2",
+                             "--op", "all_gather", "--min-bytes", str(2 * nbytes), "--max-bytes", str(2 * nbytes),
+                             "--csv"], capture_output=True, text=True, env=_env({"CARDSIM_COLL_ALGO": "tree"}))
+    assert forced.returncode == 0, forced.stderr
+    assert float(forced.stdout.splitlines()[1].split(",")[4]) == model_us("all_gather", 2, 2 * nbytes)
+    # a named --algo is run or refused
+    refused = subprocess.run([CARDSIM, "collbench", "--model-only", "--preset", "mlu370-x8", "--ranks", "2",
+                              "--op", "all_gather", "--algo", "tree", "--min-bytes", "1M", "--max-bytes", "1M"],
+                             capture_output=True, text=True, env=_env({}))
+    assert refused.returncode == 2 and "tree does not do all_gather" in refused.stderr, refused.stderr
 
 
 def test_times_do_not_depend_on_the_order_ranks_start_or_arrive_in(tmp_path):

@@ -118,6 +118,40 @@ def test_rank_files_of_two_recordings_are_refused(tmp_path):
         assert str(mixed / "rank1.cstrace") in res.stderr and "not of the same job" in res.stderr, res.stderr
 
 
+ALL_REDUCE_PROG = r"""
+import torch, torch_mlu
+import torch.distributed as dist
+dist.init_process_group("cncl")
+x = torch.ones(1024, device="mlu")
+for _ in range(2):
+    dist.all_reduce(x)
+torch.mlu.synchronize()
+dist.destroy_process_group()
+"""
+
+
+def test_rank_files_of_two_runs_of_one_program_are_refused_before_replaying(tmp_path):
+    # Same preset, configuration and program: only the jobs' fabric ids tell them apart.
+    # Replayed together, their collectives would never match up (it used to hang).
+    first = record(tmp_path, "first", ALL_REDUCE_PROG, world=2)
+    second = record(tmp_path, "second", ALL_REDUCE_PROG, world=2)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(first / "rank0.cstrace", mixed / "rank0.cstrace")
+    shutil.copy(second / "rank1.cstrace", mixed / "rank1.cstrace")
+    for cmd in (("info", mixed), ("replay", mixed), ("export", mixed, "--perfetto", tmp_path / "t.json")):
+        t = time.monotonic()
+        res = cardsim(*cmd)
+        assert time.monotonic() - t < 60, cmd
+        assert res.returncode == 2, (cmd, res.stderr)
+        assert str(mixed / "rank1.cstrace") in res.stderr and "not of the same job" in res.stderr, res.stderr
+        assert "fabric job" in res.stderr, res.stderr
+    assert not (tmp_path / "t.json").exists()
+    # Each recording alone is whole and replays to its recorded time.
+    for rec in (first, second):
+        assert total_us(cardsim("replay", rec)) == pytest.approx(recorded_total_us(rec), abs=1e-3)
+
+
 def test_sweep_refuses_a_key_given_twice_and_an_unwritable_output_before_replaying(tmp_path):
     res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,2TB/s",
                   "--set", "memory.bandwidth=3TB/s,4TB/s", "--out", tmp_path / "s", "--no-plot")
