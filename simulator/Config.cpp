@@ -365,6 +365,10 @@ void applyOverride(config::Preset& preset, const std::string& assignment,
   std::string seg, walked;
   std::vector<std::string> segs;
   while (std::getline(ss, seg, '.')) segs.push_back(seg);
+  // Keys are under the device ("memory.bandwidth"); its full path ("device.memory.bandwidth",
+  // as errors name keys) is the same key.
+  if (segs.size() > 1 && segs[0] == "device" && !preset.device().GetDescriptor()->FindFieldByName("device"))
+    segs.erase(segs.begin());
   for (size_t i = 0; i < segs.size(); ++i) {
     const pb::Descriptor* d = msg->GetDescriptor();
     const pb::FieldDescriptor* f = d->FindFieldByName(segs[i]);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "device_models/fabric/Algorithms.h"
 #include "simulator/Units.h"
 #include "simulator/proto/config.pb.h"
 
@@ -120,6 +121,13 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
   }
   if (f.has_channels()) p.channels = x.count(f.channels(), true, "channels", 1);
   if (f.has_chunk()) p.chunk_bytes = x.get(f.chunk(), true, "chunk", Dimension::Bytes, false);
+  if (!f.algorithm().empty()) {
+    try {
+      p.algorithm = fabric::algorithm(f.algorithm()).name();
+    } catch (const std::invalid_argument& e) {
+      x.fail(std::string("device.fabric.algorithm: ") + e.what());
+    }
+  }
   x.raise();
   return p;
 }

@@ -35,6 +35,9 @@ struct FabricParams {
   double oversubscription = 1;
   uint32_t channels = 1;              // rings/trees in parallel
   double chunk_bytes = 0;             // pipeline chunk; 0: none
+  // The preferred collective algorithm ("": the tuner's): each rank resolves it before a
+  // collective reaches the fabric server, so it is no part of the signature.
+  std::string algorithm;
 };
 
 // nodes x devices_per_node devices, node-major (device rank r is on node r / devices_per_node).

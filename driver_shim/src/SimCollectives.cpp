@@ -192,12 +192,15 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   if (Status st = resolve(stream, "launchFabricCollective", &s); !st.ok()) return st;
   if (!fabric_)
     return Status(Code::NotSupported, "launchFabricCollective '" + desc.op + "': " + fabric_error_);
-  // A named algorithm is run or refused; CARDSIM_COLL_ALGO is a preference, left to the
-  // tuner for the collectives that algorithm does not do (a job's all_gathers under
-  // CARDSIM_COLL_ALGO=tree, its sends under =switch).
+  // A named algorithm is run or refused; CARDSIM_COLL_ALGO, else fabric.algorithm, is a
+  // preference, left to the tuner for the collectives that algorithm does not do (a job's
+  // all_gathers under CARDSIM_COLL_ALGO=tree, its sends under =switch).
   std::string algo = desc.algorithm;
-  const bool preferred = algo.empty() && std::getenv("CARDSIM_COLL_ALGO") && *std::getenv("CARDSIM_COLL_ALGO");
-  if (preferred) algo = std::getenv("CARDSIM_COLL_ALGO");
+  const bool preferred = algo.empty();
+  if (preferred) {
+    const char* env = std::getenv("CARDSIM_COLL_ALGO");
+    algo = env && *env ? env : fabric_->params().algorithm;
+  }
   sim::FabricModel::Timed t;
   fabric::CollectiveOp op;
   // A process driving several cards has their fabric links in its model (peer copies cross

@@ -191,3 +191,30 @@ def test_an_all_to_all_over_a_thousand_ranks_is_bounded_by_the_nics():
     # no faster than the bytes leaving over the NIC at the NIC-bound pair's own rate
     pair_gbps = float(rows(nic.stdout)[0]["algbw_GBps"])
     assert float(r["time_us"]) * 1e-6 >= leaving / (pair_gbps * 1e9) * 0.99, (r, pair_gbps)
+
+
+def test_a_preferred_algorithm_from_the_configuration_or_the_environment():
+    # fabric.algorithm (or CARDSIM_COLL_ALGO, which overrides it) is run where it can run the
+    # op; elsewhere the tuner chooses, as without a preference. --algo is run or refused.
+    args = ["collbench", "--model-only", *MESH, "--ranks", "8", "--min-bytes", "1M", "--max-bytes", "1M", "--csv"]
+    tuned = {op: rows(run(*args, "--op", op).stdout)[0] for op in ("all_reduce", "all_gather")}
+    assert tuned["all_reduce"]["algo"] != "tree"
+    for how in ({"set": ["--set", "fabric.algorithm=tree"]}, {"env": {"CARDSIM_COLL_ALGO": "tree"}},
+                {"set": ["--set", "fabric.algorithm=ring"], "env": {"CARDSIM_COLL_ALGO": "tree"}}):
+        got = {op: rows(run(*args, *how.get("set", []), "--op", op, env=how.get("env")).stdout)[0]
+               for op in ("all_reduce", "all_gather")}
+        assert got["all_reduce"]["algo"] == "tree", (how, got)
+        assert got["all_gather"] == tuned["all_gather"], (how, got)
+    bad = run(*args, "--set", "fabric.algorithm=butterfly")
+    assert bad.returncode == 2 and "fabric.algorithm" in bad.stderr and "ring, tree" in bad.stderr, bad.stderr
+    refused = run(*args, "--op", "all_gather", "--algo", "tree")
+    assert refused.returncode == 2 and "tree does not do all_gather" in refused.stderr, refused.stderr
+
+
+def test_sizes_take_iec_suffixes_and_the_rank_count_is_bounded():
+    base = ["collbench", "--model-only", *MESH, "--ranks", "8", "--csv"]
+    a = rows(run(*base, "--min-bytes", "64K", "--max-bytes", "1M").stdout)
+    b = rows(run(*base, "--min-bytes", "64KiB", "--max-bytes", "1MiB").stdout)
+    assert a == b and [int(r["bytes"]) for r in a] == [65536 << i for i in range(5)]
+    res = run("collbench", "--model-only", *MESH, "--ranks", "16385")
+    assert res.returncode == 2 and "--ranks 16385 is over the limit of 16384" in res.stderr, res.stderr

@@ -101,7 +101,8 @@ double parseSize(const std::string& text) {
     digits.pop_back();
   }
   if (unit == "B") unit.clear();
-  if (unit.size() == 2 && unit[1] == 'B') unit.pop_back();   // "64MB" reads as 64M
+  if (unit.size() == 3 && unit.compare(1, 2, "IB") == 0) unit.resize(1);   // "64MiB" reads as 64M
+  if (unit.size() == 2 && unit[1] == 'B') unit.pop_back();   // "64MB" reads as 64M (nccl-tests' powers of two)
   double scale = 1;
   if (unit == "K") scale = 1024.0;
   else if (unit == "M") scale = 1024.0 * 1024;
@@ -115,7 +116,7 @@ double parseSize(const std::string& text) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (digits.empty() || used != digits.size() || !(v >= 0) || !std::isfinite(v))
+  if (digits.empty() || used != digits.size() || !(v >= 0) || !std::isfinite(v * scale))
     throw std::invalid_argument("size '" + text + "' is not a non-negative number with an optional K/M/G/T suffix");
   return v * scale;
 }

@@ -51,6 +51,11 @@ int runCollbench(const std::vector<std::string>& argv) {
     if (!live && a.has(f)) throw UsageError(std::string("cardsim collbench: --") + f + " applies to live runs, not --model-only");
   const long long ranks = a.integer("ranks", 8);
   if (ranks < 1) throw UsageError("cardsim collbench: --ranks must be at least 1, got " + std::to_string(ranks));
+  // The fabric model lays out routes between every pair of its nodes (memory as the square).
+  constexpr long long kMaxRanks = 16384;
+  if (ranks > kMaxRanks)
+    throw UsageError("cardsim collbench: --ranks " + std::to_string(ranks) + " is over the limit of " +
+                     std::to_string(kMaxRanks) + " (the fabric model's routes grow as the square of the ranks)");
   const double lo = a.size("min-bytes", 1024), hi = a.size("max-bytes", 1024.0 * 1024 * 1024);
   const double factor = a.number("factor", 2);
   if (!(lo > 0) || hi < lo) throw UsageError("cardsim collbench: need 0 < --min-bytes <= --max-bytes");
@@ -61,9 +66,10 @@ int runCollbench(const std::vector<std::string>& argv) {
   if (op == fabric::CollectiveOp::SendRecv && ranks < 2)
     throw UsageError("cardsim collbench: send_recv needs --ranks 2 or more");
   const char* env_algo = std::getenv("CARDSIM_COLL_ALGO");
-  const std::string algo = a.get("algo", env_algo ? env_algo : "");
+  std::string algo = a.get("algo", env_algo ? env_algo : "");
   if (!algo.empty()) fabric::algorithm(algo);   // unknown names fail before any work
-  // --algo is run or refused; CARDSIM_COLL_ALGO is a preference, as in a job (the shim's rule).
+  // --algo is run or refused; CARDSIM_COLL_ALGO, else fabric.algorithm, is a preference, as
+  // in a job (the shim's rule).
   const bool preferred = !a.has("algo");
   const auto pick = [&](const fabric::CollectiveRequest& req, const fabric::Topology& t)
       -> const fabric::ICollectiveAlgorithm& {
@@ -75,6 +81,7 @@ int runCollbench(const std::vector<std::string>& argv) {
   o.overrides = a.all("set");
   if (const char* file = std::getenv("CARDSIM_CONFIG"); file && *file) o.overrides_file = file;
   fabric::FabricParams fp = sim::loadFabricParams(o);
+  if (algo.empty()) algo = fp.algorithm;
   // Default: the preset's (or CARDSIM_NODES') node count, or as many as the ranks need.
   const long long nodes = a.integer("nodes", fabric::nodesFor(fp, static_cast<uint64_t>(ranks)));
   if (nodes < 1 || nodes * fp.devices_per_node < ranks)

@@ -45,6 +45,17 @@ namespace cardsim::cli {
 
 namespace {
 
+// --ranks: the fabric model lays out routes between every pair of its nodes.
+constexpr long long kMaxScaledRanks = 16384;
+
+// A configuration error about the recording's resolved preset (a file the replay wrote)
+// names the recording instead ("preset /tmp/.../recorded.textproto" -> `label`).
+void relabel(std::string& msg, const std::string& written, const std::string& label) {
+  if (written.empty()) return;
+  for (const std::string& what : {"preset " + written, written})
+    for (std::size_t at; (at = msg.find(what)) != std::string::npos;) msg.replace(at, what.size(), label);
+}
+
 const std::vector<FlagSpec> kFlags = {
     {"preset", true, false, "replay on this preset instead of the recording's resolved configuration"},
     {"set", true, true, "key.path=value override, applied after the preset (the what-if)"},
@@ -291,13 +302,46 @@ std::string jsonReport(const replay::Report& r, const std::string& path, int sca
     }
     j += "]}";
   }
-  j += "], \"breakdown\": ";
+  // The job's breakdown: the mean over its ranks (each rank's instants sum to the job's
+  // total), so that a what-if of any rank count reads the same way.
+  replay::Breakdown mean;
+  for (const auto& rk : r.ranks) {
+    const auto& b = rk.breakdown;
+    mean.total_us += b.total_us, mean.compute_us += b.compute_us, mean.memory_bound_us += b.memory_bound_us;
+    mean.copies_us += b.copies_us, mean.communication_us += b.communication_us;
+    mean.exposed_communication_us += b.exposed_communication_us, mean.idle_us += b.idle_us;
+  }
+  const double n = static_cast<double>(std::max<std::size_t>(r.ranks.size(), 1));
+  j += "], \"breakdown\": {\"total_us\": " + num(mean.total_us / n) + ", \"compute_us\": " +
+       num(mean.compute_us / n) + ", \"memory_bound_us\": " + num(mean.memory_bound_us / n) + ", \"copies_us\": " +
+       num(mean.copies_us / n) + ", \"communication_us\": " + num(mean.communication_us / n) +
+       ", \"exposed_communication_us\": " + num(mean.exposed_communication_us / n) + ", \"idle_us\": " +
+       num(mean.idle_us / n) + "}";
+  // Every resource's utilization in one place: the means over the cards, each card (by rank
+  // and device) and each fabric link.
   {
-    const auto& b = r.ranks.front().breakdown;   // rank 0's, as the table's first row
-    j += "{\"total_us\": " + num(b.total_us) + ", \"compute_us\": " + num(b.compute_us) + ", \"memory_bound_us\": " +
-         num(b.memory_bound_us) + ", \"copies_us\": " + num(b.copies_us) + ", \"communication_us\": " +
-         num(b.communication_us) + ", \"exposed_communication_us\": " + num(b.exposed_communication_us) +
-         ", \"idle_us\": " + num(b.idle_us) + "}";
+    double sums[5] = {0, 0, 0, 0, 0};
+    std::string cards;
+    std::size_t count = 0;
+    for (const auto& rk : r.ranks)
+      for (const auto& x : rk.utilization) {
+        const double v[5] = {x.clusters, x.compute, x.memory_bandwidth, x.dma, x.fabric};
+        for (int k = 0; k < 5; ++k) sums[k] += v[k];
+        cards += std::string(count++ ? ", " : "") + "{\"rank\": " + std::to_string(rk.rank) + ", \"device\": " +
+                 std::to_string(x.device) + ", \"clusters\": " + num(x.clusters) + ", \"compute\": " +
+                 num(x.compute) + ", \"memory_bandwidth\": " + num(x.memory_bandwidth) + ", \"dma\": " +
+                 num(x.dma) + ", \"fabric\": " + num(x.fabric) + "}";
+      }
+    const double c = static_cast<double>(std::max<std::size_t>(count, 1));
+    j += ", \"utilization\": {\"clusters\": " + num(sums[0] / c) + ", \"compute\": " + num(sums[1] / c) +
+         ", \"memory_bandwidth\": " + num(sums[2] / c) + ", \"dma\": " + num(sums[3] / c) + ", \"fabric\": " +
+         num(sums[4] / c) + ", \"cards\": [" + cards + "], \"links\": [";
+    for (std::size_t i = 0; i < r.links.size(); ++i) {
+      const auto& l = r.links[i];
+      j += std::string(i ? ", " : "") + "{\"link\": " + jsonString(l.name) + ", \"bytes\": " + num(l.bytes) +
+           ", \"busy_us\": " + num(l.busy_us) + ", \"utilization\": " + num(l.utilization) + "}";
+    }
+    j += "]}";
   }
   j += ", \"critical_path\": {\"total_us\": " + num(r.critical_path.total_us) + ", \"by_kind\": {";
   {
@@ -370,17 +414,28 @@ int runReplay(const std::vector<std::string>& argv) {
   const int world = std::max(1, h0.world_size());
   const long long ranks = a.integer("ranks", 0);
   if (a.has("ranks") && ranks < 1) throw UsageError("cardsim replay: --ranks must be at least 1, got " + a.get("ranks"));
+  if (ranks > kMaxScaledRanks)
+    throw UsageError("cardsim replay: --ranks " + a.get("ranks") + " is over the limit of " +
+                     std::to_string(kMaxScaledRanks) +
+                     " (the fabric model's routes take memory growing as the square of the ranks: " +
+                     std::to_string(kMaxScaledRanks) + " take about 11 GB)");
   if (a.has("json"))
     if (const std::string why = unwritableReason(a.get("json")); !why.empty())
       throw UsageError("cardsim replay: --json " + a.get("json") + ": cannot write there: " + why);
   Job job;
   job.work_dir = tmp;
   job.overrides = a.all("set");
-  job.scale = a.has("ranks") && ranks != world ? static_cast<int>(ranks) : 0;
-  if ((!a.has("ranks") || ranks == world) && files.size() != static_cast<std::size_t>(world))
+  // Every rank file of the job: replayed as recorded (or rank 0 standing for --ranks N).
+  // One rank file of a larger job: that rank standing for the job's world (or --ranks N),
+  // as a data-parallel rank does.
+  const bool whole_job = files.size() == static_cast<std::size_t>(world);
+  job.scale = 0;
+  if (a.has("ranks") && (ranks != world || !whole_job)) job.scale = static_cast<int>(ranks);
+  if (!a.has("ranks") && !whole_job) job.scale = world;
+  if (job.scale == 0 && !whole_job)
     throw trace::TraceError(path + ": holds " + std::to_string(files.size()) + " of the job's " + std::to_string(world) +
                             " rank files; replay " + (chakra ? "the PREFIX of its PREFIX.<rank>.et files" : "the directory") +
-                            ", or one file with --ranks N (N other than " + std::to_string(world) + ")");
+                            ", or one rank file");
   if (a.has("preset")) {
     job.preset = a.get("preset");
   } else if (chakra) {
@@ -389,9 +444,16 @@ int runReplay(const std::vector<std::string>& argv) {
     job.preset = tmp + "/recorded.textproto";
     std::ofstream(job.preset) << h0.config_text();
   }
+  // The recording's own preference stands unless the what-if names another algorithm.
+  bool algorithm_set = false;
+  for (const std::string& o : job.overrides) {
+    const std::string key = o.substr(0, o.find('='));
+    algorithm_set = algorithm_set || key.find("fabric.algorithm") != std::string::npos;
+  }
   for (const char* k : {"CARDSIM_COLL_ALGO", "CARDSIM_NODES", "CARDSIM_FABRIC_REVISE"}) {
     auto it = h0.environment().find(k);
-    if (it != h0.environment().end()) job.env[k] = it->second;
+    if (it != h0.environment().end() && !(algorithm_set && std::string(k) == "CARDSIM_COLL_ALGO"))
+      job.env[k] = it->second;
   }
   // Recorded before the fabric server moved answered collectives' ends (format 1.2): the
   // replay keeps every answer where it falls, as the recording did.
@@ -405,8 +467,7 @@ int runReplay(const std::vector<std::string>& argv) {
   } catch (const sim::ConfigError& e) {
     std::string msg = e.what();
     const std::string label = "the configuration recorded in " + files.begin()->second;
-    for (std::size_t at; !a.has("preset") && (at = msg.find(job.preset)) != std::string::npos;)
-      msg.replace(at, job.preset.size(), label);
+    relabel(msg, a.has("preset") ? std::string() : job.preset, label);
     throw sim::ConfigError(msg);
   }
   fabric::FabricParams fp;
@@ -427,8 +488,8 @@ int runReplay(const std::vector<std::string>& argv) {
     }
     if (preset_has_fabric && !so.overrides.empty()) {
       std::string msg = e.what();
-      for (std::size_t at; !a.has("preset") && (at = msg.find(job.preset)) != std::string::npos;)
-        msg.replace(at, job.preset.size(), "the configuration recorded in " + files.begin()->second);
+      relabel(msg, a.has("preset") ? std::string() : job.preset,
+              "the configuration recorded in " + files.begin()->second);
       throw sim::ConfigError(msg);
     }
     have_fabric = false;

@@ -339,13 +339,17 @@ def as_format_1_1(data: bytes) -> bytes:
         starts.append(at)
         n, body = varint(at)
         at = body + n
-    assert at == len(data) and data[-5] == 0x2D    # the End record ends with its fixed32 crc32
+    assert at == len(data)
+    # The End record's fixed32 crc32 (tag 0x2D): last, or followed by the fabric job (tag
+    # 0x32, a length, the job's bytes).
+    crc_at = next(p + 1 for p in range(len(data) - 5, starts[-1], -1)
+                  if data[p] == 0x2D and (p + 5 == len(data) or (data[p + 5] == 0x32 and data[p + 6] == len(data) - p - 7)))
     out = bytearray(data)
     _, body = varint(starts[0])
     _, inner = varint(body + 1)                     # Envelope.header: tag 0x0A, length
     assert out[inner:inner + 4] == bytes([0x08, 1, 0x10, 2]), out[inner:inner + 4]   # format 1.2
     out[inner + 3] = 1
-    out[-4:] = zlib.crc32(bytes(out[:starts[-1]])).to_bytes(4, "little")
+    out[crc_at:crc_at + 4] = zlib.crc32(bytes(out[:starts[-1]])).to_bytes(4, "little")
     return bytes(out)
 
 

@@ -152,6 +152,65 @@ def test_rank_files_of_two_runs_of_one_program_are_refused_before_replaying(tmp_
         assert total_us(cardsim("replay", rec)) == pytest.approx(recorded_total_us(rec), abs=1e-3)
 
 
+def replay_json(tmp_path, *args):
+    out = tmp_path / f"r{len(list(tmp_path.iterdir()))}.json"
+    res = cardsim("replay", *args, "--json", out)
+    assert res.returncode == 0, res.stderr
+    return res.stdout, json.loads(out.read_text())
+
+
+def test_one_rank_file_of_a_job_stands_for_the_whole_job(tmp_path):
+    one = GOLDEN / "dp_step" / "rank0.cstrace"
+    text, rep = replay_json(tmp_path, one)
+    assert "(rank 0 replicated to 2 ranks)" in text
+    assert rep["world_size"] == 2 and rep["replicated_to"] == 2 and [r["rank"] for r in rep["ranks"]] == [0]
+    _, same = replay_json(tmp_path, one, "--ranks", "2")
+    assert same["total_us"] == rep["total_us"]
+    # the directory replays every recorded rank, whatever --ranks says of the same count
+    _, whole = replay_json(tmp_path, GOLDEN / "dp_step", "--ranks", "2")
+    assert whole["replicated_to"] == 0 and whole["total_us"] == pytest.approx(recorded_total_us(GOLDEN / "dp_step"))
+    res = cardsim("replay", one, "--ranks", "16385")
+    assert res.returncode == 2 and "--ranks 16385 is over the limit of 16384" in res.stderr, res.stderr
+
+
+def test_what_if_another_collective_algorithm(tmp_path):
+    _, base = replay_json(tmp_path, GOLDEN / "dp_step")
+    names = lambda rep: {i["name"] for i in rep["critical_path"]["items"] if i["kind"] == "collective"}
+    assert names(base) == {"all_reduce:ring"}, names(base)
+    _, tree = replay_json(tmp_path, GOLDEN / "dp_step", "--set", "fabric.algorithm=tree")
+    assert names(tree) == {"all_reduce:tree"}, names(tree)
+    # a tree over two ranks moves the bytes in more steps than their ring: slower, by the
+    # collectives alone (the compute and copies are the same)
+    assert tree["total_us"] > base["total_us"]
+    for k in ("compute_us", "memory_bound_us", "copies_us"):
+        assert tree["breakdown"][k] == pytest.approx(base["breakdown"][k], abs=1e-6), k
+    assert tree["breakdown"]["communication_us"] > base["breakdown"]["communication_us"]
+    res = cardsim("replay", GOLDEN / "dp_step", "--set", "fabric.algorithm=butterfly")
+    assert res.returncode == 2, res.stderr
+    assert "fabric.algorithm" in res.stderr and "butterfly" in res.stderr and "ring, tree" in res.stderr
+    assert "recorded.textproto" not in res.stderr and "preset the configuration" not in res.stderr, res.stderr
+    # a key as errors name it (its full path under the device) is the same key
+    _, a = replay_json(tmp_path, GOLDEN / "memory_bound", "--set", "memory.bandwidth=614.4GB/s")
+    _, b = replay_json(tmp_path, GOLDEN / "memory_bound", "--set", "device.memory.bandwidth=614.4GB/s")
+    assert a["total_us"] == b["total_us"] < recorded_total_us(GOLDEN / "memory_bound")
+
+
+def test_the_report_sums_up_the_job_and_every_resource(tmp_path):
+    _, rep = replay_json(tmp_path, GOLDEN / "dp_step")
+    ranks = [r["breakdown"] for r in rep["ranks"]]
+    for k, v in rep["breakdown"].items():   # the job's breakdown: the mean over its ranks
+        assert v == pytest.approx(sum(r[k] for r in ranks) / len(ranks), abs=1e-5), k
+    parts = ("compute_us", "memory_bound_us", "copies_us", "exposed_communication_us", "idle_us")
+    assert sum(rep["breakdown"][k] for k in parts) == pytest.approx(rep["total_us"], rel=1e-6)
+    u = rep["utilization"]
+    cards = u["cards"]
+    assert [(c["rank"], c["device"]) for c in cards] == [(0, 0), (1, 0)]
+    for k in ("clusters", "compute", "memory_bandwidth", "dma", "fabric"):
+        assert 0 <= u[k] <= 1 and u[k] == pytest.approx(sum(c[k] for c in cards) / len(cards), abs=1e-6), k
+    assert cards[1]["clusters"] > cards[0]["clusters"] > 0 and u["dma"] > 0
+    assert u["links"] == rep["links"] and u["links"], u["links"]
+
+
 def test_sweep_refuses_a_key_given_twice_and_an_unwritable_output_before_replaying(tmp_path):
     res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,2TB/s",
                   "--set", "memory.bandwidth=3TB/s,4TB/s", "--out", tmp_path / "s", "--no-plot")
