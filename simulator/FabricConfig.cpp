@@ -106,6 +106,7 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
       x.fail("device.fabric.collective_latency: \"" + f.collective_latency().value() + "\" is not below 1 s");
   }
   p.nodes = f.has_nodes() ? x.count(f.nodes(), true, "nodes", 1) : 1;
+  p.nodes_set = f.has_nodes();
   // Between nodes: only read when the preset describes it (a single-node preset may not).
   if (f.has_nic()) {
     const auto& n = f.nic();
@@ -149,6 +150,7 @@ fabric::FabricParams loadFabricParams(const SimOptions& options) {
     if (*end != '\0' || n < 1 || n > 65536)
       throw ConfigError(std::string("CARDSIM_NODES: \"") + env + "\" is not a node count (1..65536)");
     p.nodes = static_cast<uint32_t>(n);
+    p.nodes_set = true;
   }
   if (p.nodes > 1 && p.nic.link.bandwidth_bytes_per_s <= 0)
     throw ConfigError(origin + ": device.fabric.nic: missing, but " + std::to_string(p.nodes) +

@@ -30,6 +30,9 @@ struct FabricParams {
   double reduction_efficiency = 1;    // star: in-switch reduction traffic's share of the link rate
   double collective_latency_s = 0;    // fixed cost of one collective call, any algorithm
   uint32_t nodes = 1;                 // CARDSIM_NODES
+  // fabric.nodes or CARDSIM_NODES was given: a job needing more nodes is refused, not grown
+  // to fit (only the default of one node grows).
+  bool nodes_set = false;
   NicParams nic;                      // between nodes
   double leaf_latency_s = 0;
   double oversubscription = 1;

@@ -132,6 +132,12 @@ Status SimBackend::fabricConnect(const std::string& address, const std::string& 
   if (rank < 0 || world_size < 1 || rank >= world_size)
     return Status(Code::InvalidValue, "fabricConnect: rank " + std::to_string(rank) + " is outside a world of " +
                                           std::to_string(world_size));
+  if (const fabric::FabricParams& fp = fabric_->params();
+      fp.nodes_set && static_cast<uint64_t>(fp.nodes) * fp.devices_per_node < static_cast<uint64_t>(world_size))
+    return Status(Code::InvalidValue, "fabricConnect: " + std::to_string(fp.nodes) + " node(s) of " +
+                                          std::to_string(fp.devices_per_node) + " devices (CARDSIM_NODES or " +
+                                          "fabric.nodes) cannot hold a job of " + std::to_string(world_size) +
+                                          " ranks; set more nodes, or leave the count unset to fit the job");
   std::lock_guard<std::mutex> lock(g_fabric_mutex);
   if (g_client) {
     if (g_client->address() == address) return Status::Ok();

@@ -218,3 +218,9 @@ def test_sizes_take_iec_suffixes_and_the_rank_count_is_bounded():
     assert a == b and [int(r["bytes"]) for r in a] == [65536 << i for i in range(5)]
     res = run("collbench", "--model-only", *MESH, "--ranks", "16385")
     assert res.returncode == 2 and "--ranks 16385 is over the limit of 16384" in res.stderr, res.stderr
+    # a node count set by hand is not grown to fit the ranks (the default of one node is)
+    for how in ({"env": {"CARDSIM_NODES": "1"}}, {"set": ["--set", "fabric.nodes=1"]}):
+        res = run("collbench", "--model-only", *MESH, "--ranks", "16", *how.get("set", []), env=how.get("env"))
+        assert res.returncode == 2 and "1 node(s) of 8 devices" in res.stderr and "16 ranks" in res.stderr, res.stderr
+    grown = run("collbench", "--model-only", *MESH, "--ranks", "16", "--min-bytes", "1K", "--max-bytes", "1K")
+    assert grown.returncode == 0 and "2 node(s) x 8 devices" in grown.stdout, grown.stdout

@@ -83,6 +83,10 @@ int runCollbench(const std::vector<std::string>& argv) {
   fabric::FabricParams fp = sim::loadFabricParams(o);
   if (algo.empty()) algo = fp.algorithm;
   // Default: the preset's (or CARDSIM_NODES') node count, or as many as the ranks need.
+  if (!a.has("nodes") && fp.nodes_set && static_cast<long long>(fp.nodes) * fp.devices_per_node < ranks)
+    throw UsageError("cardsim collbench: " + std::to_string(fp.nodes) + " node(s) of " +
+                     std::to_string(fp.devices_per_node) + " devices (CARDSIM_NODES or fabric.nodes) cannot hold " +
+                     std::to_string(ranks) + " ranks; set more nodes, or leave the count unset to fit the ranks");
   const long long nodes = a.integer("nodes", fabric::nodesFor(fp, static_cast<uint64_t>(ranks)));
   if (nodes < 1 || nodes * fp.devices_per_node < ranks)
     throw UsageError("cardsim collbench: " + std::to_string(nodes) + " node(s) of " +

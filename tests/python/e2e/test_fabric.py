@@ -445,6 +445,17 @@ def test_a_preferred_algorithm_times_what_it_does_and_leaves_the_rest_to_the_tun
     assert refused.returncode == 2 and "tree does not do all_gather" in refused.stderr, refused.stderr
 
 
+def test_a_node_count_too_small_for_the_job_is_refused_naming_it(tmp_path):
+    # One node of one device cannot hold two ranks: set by hand, the count is not grown.
+    overrides = tmp_path / "one_per_node.conf"
+    overrides.write_text("fabric.devices_per_node=1\n")
+    res, errs = run_ranks(tmp_path, 2, "timing", timeout=60, CARDSIM_PRESET="br100", CARDSIM_NODES=1,
+                          CARDSIM_CONFIG=overrides)
+    assert res == {0: None, 1: None}, res
+    assert any("1 node(s) of 1 devices (CARDSIM_NODES or fabric.nodes) cannot hold a job of 2 ranks" in e
+               for e in errs.values()), _shown(errs)
+
+
 def test_times_do_not_depend_on_the_order_ranks_start_or_arrive_in(tmp_path):
     world = 3
     runs = []
