@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "simulator/FabricNames.h"
 #include "simulator/FabricWire.h"
 #include "simulator/proto/fabric.pb.h"
 
@@ -412,7 +413,7 @@ namespace {
 std::string describe(const FabricClient::Collective& c) {
   std::string ranks;
   for (int r : c.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  return c.op + " #" + std::to_string(c.seq) + " of process group [" + ranks + "]";
+  return c.op + " #" + std::to_string(c.seq) + " of process group [" + ranks + "]" + groupInstanceNote(c.group);
 }
 // An error about the connection (not from the server about this collective) gets the
 // collective's name in front, so that the user learns what was under way.

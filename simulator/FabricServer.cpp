@@ -93,7 +93,8 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     failed.fetch_add(1);
   };
   std::vector<int> ranks(a.ranks().begin(), a.ranks().end());
-  const std::string what = a.op() + " #" + std::to_string(a.seq()) + " of process group " + rankList(ranks);
+  const std::string what =
+      a.op() + " #" + std::to_string(a.seq()) + " of process group " + rankList(ranks) + groupInstanceNote(a.group());
   if (ranks.empty()) return error(what + ": the group has no ranks");
   if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end())
     return error(what + ": rank " + std::to_string(s.rank) + " is not a member of the group");

@@ -20,6 +20,7 @@
 #include "device_models/Command.h"
 #include "simulator/FabricDecode.h"
 #include "simulator/FabricModel.h"
+#include "simulator/FabricNames.h"
 #include "simulator/FabricServer.h"
 #include "simulator/FabricWire.h"
 #include "simulator/FrameQueue.h"
@@ -84,7 +85,9 @@ struct Pending {
   bool ready = false;               // every member has arrived; answered at the next settle
   uint64_t start_ps = 0;            // the latest arrival, once ready
 
-  std::string what() const { return op + " #" + std::to_string(seq) + " of process group " + rankList(ranks); }
+  std::string what() const {
+    return op + " #" + std::to_string(seq) + " of process group " + rankList(ranks) + groupInstanceNote(group);
+  }
 };
 
 // A collective answered whose end may still overlap later ones: they share links with it.

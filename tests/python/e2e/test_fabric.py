@@ -40,11 +40,15 @@ def coll_acts():
     return [(a[3], a[4], a[5]) for a in _C._drain_activities() if a[0] == "collective"]
 
 
+# SUBGROUP=1: the collectives run in a group made over all ranks (not the default group).
+group = dist.new_group(list(range(world))) if os.environ.get("SUBGROUP") else None
+
+
 def timed_failure(t):
     """An all_reduce that should fail: its error (or None) and how long it took to come."""
     t0 = time.monotonic()
     try:
-        dist.all_reduce(t)
+        dist.all_reduce(t, group=group)
         out["error"] = None
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"
@@ -99,7 +103,7 @@ elif scenario == "preferred_algo":
     out["names"] = [a[3] for a in _C._drain_activities() if a[0] == "collective"]
 elif scenario == "kill":
     t = torch.ones(16, device=d)
-    dist.all_reduce(t)
+    dist.all_reduce(t, group=group)
     mod.synchronize()
     if rank == world - 1:
         os._exit(3)          # dies without a word, as a killed process does
@@ -542,6 +546,12 @@ def test_a_rank_that_dies_fails_the_others_naming_it(tmp_path):
         assert "cncl" in e and "all_reduce #1 of process group [0, 1, 2]" in e, e
         assert f"rank {world - 1} left the job" in e, e
         assert res[r]["wall_s"] < 20, res[r]
+    # A group made over the same ranks as the default group is told apart from it.
+    res, errs = run_ranks(tmp_path, world, "kill", timeout=120, SUBGROUP=1)
+    for r in range(world - 1):
+        assert res[r], errs[r]
+        e = res[r]["error"]
+        assert "all_reduce #1 of process group [0, 1, 2] (the 2nd group created over these ranks)" in e, e
 
 
 def test_a_rank_that_hangs_fails_the_others_within_the_timeout(tmp_path):
