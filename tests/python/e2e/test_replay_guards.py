@@ -211,6 +211,28 @@ def test_the_report_sums_up_the_job_and_every_resource(tmp_path):
     assert u["links"] == rep["links"] and u["links"], u["links"]
 
 
+QUEUED_BEFORE_RECORDING = r"""
+import sys, torch, torch_mlu
+x = torch.randn(1024, 1024, device="mlu")
+y = x @ x                                    # still running when the recording starts
+with torch.mlu.record_trace(sys.argv[1]):
+    z = (x + 1).sum()
+    torch.mlu.synchronize()
+"""
+
+
+def test_a_recording_started_behind_queued_work_replays_to_its_recorded_times(tmp_path):
+    from test_replay import PYTHON, _env
+    script = tmp_path / "queued.py"
+    script.write_text(QUEUED_BEFORE_RECORDING)
+    out = tmp_path / "rec"
+    res = subprocess.run([PYTHON, str(script), str(out)], capture_output=True, text=True, env=_env({}), timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    info = cardsim("info", out).stdout
+    assert "(0 not tied to a recorded call)" in info, info   # the matmul finished before it began
+    assert total_us(cardsim("replay", out)) == pytest.approx(recorded_total_us(out), abs=1e-3)
+
+
 def test_sweep_refuses_a_key_given_twice_and_an_unwritable_output_before_replaying(tmp_path):
     res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,2TB/s",
                   "--set", "memory.bandwidth=3TB/s,4TB/s", "--out", tmp_path / "s", "--no-plot")
