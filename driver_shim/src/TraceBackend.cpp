@@ -149,6 +149,7 @@ trace::Header TraceBackend::header(const char* started_by) {
   }
   h.set_rank(envInt("RANK", 0));
   h.set_world_size(envInt("WORLD_SIZE", 1));
+  h.set_replicated(envInt("CARDSIM_REPLAY_REPLICATED", 0) == 1);
   h.set_local_rank(envInt("LOCAL_RANK", -1));
   trace::HostInfo* host = h.mutable_host();
   char name[256] = {};

@@ -174,6 +174,7 @@ struct RankChild {
     for (const auto& [k, v] : job.env) ::setenv(k.c_str(), v.c_str(), 1);
     ::setenv("RANK", std::to_string(rank).c_str(), 1);
     ::setenv("WORLD_SIZE", std::to_string(job.scale > 0 ? job.scale : world).c_str(), 1);
+    if (job.scale > 0) ::setenv("CARDSIM_REPLAY_REPLICATED", "1", 1);   // marks a --keep trace
     shim::InitOptions o;
     o.backend = "sim";
     o.execution = "timing";

@@ -107,6 +107,8 @@ std::map<int, std::string> traceRankFiles(const std::string& path) {
                               "); a directory holds the rank files of one recording");
     }
   }
+  // A replay's trace of rank 0 standing for its world (replay --ranks N --keep) is whole alone.
+  if (out.size() == 1 && headers.front().replicated()) return out;
   for (int n = 0; n < world; ++n)
     if (!out.count(n))
       throw trace::TraceError(path + "/rank" + std::to_string(n) + trace::kFileExtension + ": missing (world size " +

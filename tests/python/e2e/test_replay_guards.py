@@ -173,6 +173,18 @@ def test_one_rank_file_of_a_job_stands_for_the_whole_job(tmp_path):
     assert res.returncode == 2 and "--ranks 16385 is over the limit of 16384" in res.stderr, res.stderr
 
 
+def test_a_kept_replicated_replay_is_a_whole_recording(tmp_path):
+    kept = tmp_path / "kept"
+    _, rep = replay_json(tmp_path, GOLDEN / "dp_step", "--ranks", "4", "--keep", kept)
+    assert sorted(p.name for p in kept.iterdir()) == ["rank0.cstrace"]
+    # rank 0 standing for 4 ranks: info, replay and export take the directory as it is
+    assert recorded_total_us(kept) == pytest.approx(rep["total_us"], abs=1e-3)
+    _, again = replay_json(tmp_path, kept)
+    assert again["total_us"] == pytest.approx(rep["total_us"], abs=1e-3) and again["replicated_to"] == 4
+    res = cardsim("export", kept, "--perfetto", tmp_path / "k.json")
+    assert res.returncode == 0 and (tmp_path / "k.json").exists(), res.stderr
+
+
 def test_what_if_another_collective_algorithm(tmp_path):
     _, base = replay_json(tmp_path, GOLDEN / "dp_step")
     names = lambda rep: {i["name"] for i in rep["critical_path"]["items"] if i["kind"] == "collective"}
