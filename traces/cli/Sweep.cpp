@@ -1,8 +1,8 @@
 // cardsim sweep PATH --set key=v1,v2,... [--set ...]: replays a recorded run once per
 // combination of the swept values (the cartesian product of every --set with a comma list;
 // a --set with one value applies to all), several at once where cores allow, and writes
-// PREFIX.csv (one row per combination: the swept values, total_us and the breakdown of
-// rank 0) and PREFIX.png (total time and breakdown against the swept values).
+// PREFIX.csv (one row per combination: the swept values, total_us and the job's breakdown,
+// the mean over its ranks) and PREFIX.png (total time and breakdown against the swept values).
 #include <sys/wait.h>
 #include <unistd.h>
 

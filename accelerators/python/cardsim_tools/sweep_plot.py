@@ -1,4 +1,4 @@
-"""Plots a `cardsim sweep` CSV: total time (line) and rank 0's breakdown (stacked bars)
+"""Plots a `cardsim sweep` CSV: total time (line) and the job's breakdown (stacked bars)
 against the swept values. Usage: python -m cardsim_tools.sweep_plot SWEEP.csv OUT.png"""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     swept = [k for k in rows[0] if not k.endswith("_us")]
     labels = ["\n".join(r[k] for k in swept) for r in rows]   # the axis label names the keys
     x = range(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows)) + 2.5, 4.5))   # room for the legend beside
     bottom = [0.0] * len(rows)
     for key, name in PARTS:
         vals = [float(r[key]) / 1e3 for r in rows]
@@ -36,8 +36,8 @@ def main(argv=None) -> int:
     ax.set_xticks(list(x), labels)
     ax.set_xlabel(", ".join(swept))
     ax.set_ylabel("simulated time (ms)")
-    ax.set_title("cardsim sweep: time and breakdown (rank 0)")
-    ax.legend(fontsize=8)
+    ax.set_title("cardsim sweep: time and breakdown (mean over ranks)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))   # beside the bars, not on them
     fig.tight_layout()
     fig.savefig(argv[1], dpi=120)
     return 0
