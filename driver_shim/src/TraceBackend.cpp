@@ -126,7 +126,10 @@ trace::Header TraceBackend::header(const char* started_by) {
   h.set_started_by(started_by);
   if (sim::Simulator* s = sim::Simulator::running()) {
     const sim::SimOptions& o = s->options();
-    h.set_preset(o.preset);
+    // A replay as recorded runs the recording's resolved preset from a file of its own: its
+    // trace names the recording's preset (config_text holds the configuration either way).
+    const char* replayed = std::getenv("CARDSIM_REPLAY_PRESET");
+    h.set_preset(replayed && *replayed ? replayed : o.preset);
     h.set_devices(s->deviceCount());
     h.set_device_name(s->params().name);
     for (const std::string& ov : o.overrides) h.add_overrides(ov);

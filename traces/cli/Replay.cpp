@@ -444,6 +444,7 @@ int runReplay(const std::vector<std::string>& argv) {
   } else {
     job.preset = tmp + "/recorded.textproto";
     std::ofstream(job.preset) << h0.config_text();
+    job.env["CARDSIM_REPLAY_PRESET"] = h0.preset();   // what a kept trace's header names
   }
   // The recording's own preference stands unless the what-if names another algorithm.
   bool algorithm_set = false;

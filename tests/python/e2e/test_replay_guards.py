@@ -177,6 +177,7 @@ def test_a_kept_replicated_replay_is_a_whole_recording(tmp_path):
     kept = tmp_path / "kept"
     _, rep = replay_json(tmp_path, GOLDEN / "dp_step", "--ranks", "4", "--keep", kept)
     assert sorted(p.name for p in kept.iterdir()) == ["rank0.cstrace"]
+    assert "preset: mlu370-x8 (" in cardsim("info", kept).stdout   # the recording's, not a temporary file
     # rank 0 standing for 4 ranks: info, replay and export take the directory as it is
     assert recorded_total_us(kept) == pytest.approx(rep["total_us"], abs=1e-3)
     _, again = replay_json(tmp_path, kept)
