@@ -150,7 +150,20 @@ def test_a_factor_below_two_still_grows_every_row():
     res = run("collbench", "--model-only", "--min-bytes", "4", "--max-bytes", "64", "--factor", "1.2", "--csv")
     assert res.returncode == 0, res.stderr
     sizes = [int(r["bytes"]) for r in rows(res.stdout)]
-    assert sizes == sorted(set(sizes)) and sizes[0] == 4 and sizes[-1] <= 64 and len(sizes) > 5, sizes
+    # one row per size asked for (each at least a byte more than the last), rounded down to
+    # whole float32 elements, as nccl-tests prints its sweep
+    asked = [4]
+    while max(int(asked[-1] * 1.2), asked[-1] + 1) <= 64:
+        asked.append(max(int(asked[-1] * 1.2), asked[-1] + 1))
+    assert sizes == [4 * (a // 4) for a in asked] and len(sizes) > 5, (sizes, asked)
+
+
+def test_a_size_too_small_for_one_element_per_rank_is_an_empty_row():
+    res = run("collbench", "--model-only", *MESH, "--ranks", "8", "--op", "all_gather", "--min-bytes", "8",
+              "--max-bytes", "64", "--csv")
+    assert res.returncode == 0, res.stderr
+    got = [(int(r["bytes"]), float(r["time_us"])) for r in rows(res.stdout)]
+    assert [b for b, _ in got] == [0, 0, 32, 64] and got[0][1] == got[1][1] == 0 and got[2][1] > 0, got
 
 
 def test_a_barrier_moves_no_bytes_so_reports_no_bandwidth():

@@ -108,13 +108,14 @@ int runCollbench(const std::vector<std::string>& argv) {
     const bool shared = op == fabric::CollectiveOp::AllGather || op == fabric::CollectiveOp::ReduceScatter ||
                         op == fabric::CollectiveOp::AllToAll;
     if (shared) n -= std::fmod(n, static_cast<double>(ranks));
-    return 4 * std::max(n, shared ? static_cast<double>(ranks) : 1.0);
+    return op == fabric::CollectiveOp::Barrier ? 4 * std::max(n, 1.0) : 4 * n;
   };
   // The sizes asked for, each at least a byte more than the last (a factor near 1 must not
-  // repeat a size forever), one row per size moved.
+  // repeat a size forever), one row per size as nccl-tests prints them: a size too small for
+  // one element per rank is a row of 0 bytes, an empty collective that takes no time.
   std::vector<double> sizes;
   for (double bytes = lo; bytes <= hi * (1 + 1e-12); bytes = std::max(std::floor(bytes * factor), bytes + 1))
-    if (sizes.empty() || moved(bytes) != moved(sizes.back())) sizes.push_back(bytes);
+    sizes.push_back(bytes);
   for (double bytes : sizes) {   // an algorithm the topology cannot run fails before any work
     r.bytes = moved(bytes);
     pick(r, topo);
@@ -174,7 +175,7 @@ int runCollbench(const std::vector<std::string>& argv) {
     const double bytes = live ? measured[i].bytes : moved(sizes[i]);
     r.bytes = bytes;
     const fabric::ICollectiveAlgorithm& alg = pick(r, topo);
-    const double t = live ? measured[i].time_us * 1e-6 : timeOf(alg);
+    const double t = live ? measured[i].time_us * 1e-6 : bytes > 0 ? timeOf(alg) : 0.0;
     // A barrier moves no data: no bandwidth to speak of, whatever the row's size.
     const double algbw = t > 0 && op != fabric::CollectiveOp::Barrier ? bytes / t / 1e9 : 0.0;
     if (csv)
