@@ -1,7 +1,8 @@
 // Hierarchical all_reduce for ranks spread over nodes: a ring reduce-scatter inside every
-// node (L-1 steps of S/L), a ring all-reduce across nodes among the ranks with the same
-// local index (2(N-1) steps of S/(L N)), and a ring all-gather inside every node (L-1 steps
-// of S/L). The slow links between nodes then carry 1/L of what a flat ring sends over them.
+// node (L-1 steps of S/L, split over the channels' rings as the flat ring splits its data),
+// a ring all-reduce across nodes among the ranks with the same local index (2(N-1) steps of
+// S/(L N)), and a ring all-gather inside every node (L-1 steps of S/L). The slow links
+// between nodes then carry 1/L of what a flat ring sends over them.
 #include <map>
 
 #include "device_models/fabric/Algorithms.h"
@@ -30,10 +31,15 @@ class Hierarchical final : public ICollectiveAlgorithm {
     const double bytes = r.op == CollectiveOp::Barrier ? 4.0 : r.bytes;
     const uint32_t nodes = static_cast<uint32_t>(groups.size());
     const uint32_t local = static_cast<uint32_t>(groups.begin()->second.size());
+    // Inside a node the rings run on every channel, as the flat ring does (strides coprime
+    // with the node's ranks: different links on a full mesh).
+    const std::vector<uint32_t> strides = ringStrides(local, r.channels);
+    const double k = static_cast<double>(strides.size());
     Phase intra;
     for (const auto& [node, ranks] : groups)
-      for (uint32_t i = 0; i < local && local > 1; ++i)
-        intra.transfers.push_back({ranks[i], ranks[(i + 1) % local], bytes / local});
+      for (uint32_t stride : strides)
+        for (uint32_t i = 0; i < local && local > 1; ++i)
+          intra.transfers.push_back({ranks[i], ranks[(i + stride) % local], bytes / (local * k)});
     intra.repeat = local - 1;
     Phase inter;
     std::vector<const std::vector<NodeId>*> order;

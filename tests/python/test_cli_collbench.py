@@ -237,3 +237,12 @@ def test_sizes_take_iec_suffixes_and_the_rank_count_is_bounded():
         assert res.returncode == 2 and "1 node(s) of 8 devices" in res.stderr and "16 ranks" in res.stderr, res.stderr
     grown = run("collbench", "--model-only", *MESH, "--ranks", "16", "--min-bytes", "1K", "--max-bytes", "1K")
     assert grown.returncode == 0 and "2 node(s) x 8 devices" in grown.stdout, grown.stdout
+
+
+def test_hierarchical_runs_its_rings_inside_a_node_on_every_channel():
+    one = ["collbench", "--model-only", "--preset", "br100", "--min-bytes", "1G", "--max-bytes", "1G", "--csv"]
+    t = {a: float(rows(run(*one, "--ranks", "8", "--algo", a).stdout)[0]["time_us"]) for a in ("ring", "hierarchical")}
+    assert t["hierarchical"] == t["ring"], t   # on one node it is the node's ring, channels and all
+    two = [float(rows(run(*one, "--ranks", "16", "--algo", "hierarchical", "--set", f"fabric.channels={c}").stdout)[0]
+                 ["time_us"]) for c in (1, 4)]
+    assert two[1] < two[0], two
