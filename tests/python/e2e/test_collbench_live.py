@@ -63,6 +63,14 @@ def test_live_all_gather_with_a_forced_algorithm_and_uneven_shares_on_br100():
     assert_same(live, model)
 
 
+def test_live_rows_for_sizes_below_one_element_per_rank_are_empty_as_in_the_model():
+    args = ["--preset", "mlu370-x8", "--ranks", "2", "--op", "all_gather", "--min-bytes", "4", "--max-bytes", "16",
+            "--csv"]
+    live, model = table(cardsim("collbench", *args)), table(cardsim("collbench", "--model-only", *args))
+    assert [int(r["bytes"]) for r in live] == [int(r["bytes"]) for r in model] == [0, 8, 16]
+    assert float(live[0]["time_us"]) == float(model[0]["time_us"]) == 0 and float(live[1]["time_us"]) > 0
+
+
 def test_live_tiny_messages_are_bound_by_the_hosts_launch_cost():
     # A 1 KiB all-reduce on br100's mesh takes ~3 us on the fabric; issuing it through
     # torch.distributed costs the host more than that per call, so back-to-back calls are
