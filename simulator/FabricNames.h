@@ -11,11 +11,14 @@ namespace cardsim::sim {
 inline std::string groupInstanceNote(const std::string& group_key) {
   const std::size_t hash = group_key.find('#');
   if (hash == std::string::npos) return "";
+  // The key comes from a client: digits only, and no number a message could not print.
+  unsigned long n = 0;
   std::size_t end = hash + 1;
-  while (end < group_key.size() && group_key[end] >= '0' && group_key[end] <= '9') ++end;
-  if (end == hash + 1) return "";
-  const unsigned long n = std::stoul(group_key.substr(hash + 1, end - hash - 1));
-  if (n == 0) return "";
+  for (; end < group_key.size() && group_key[end] >= '0' && group_key[end] <= '9'; ++end) {
+    if (n > 100000000UL) return "";
+    n = n * 10 + static_cast<unsigned long>(group_key[end] - '0');
+  }
+  if (end == hash + 1 || n == 0) return "";
   const unsigned long nth = n + 1;
   const char* suffix = (nth % 100 >= 11 && nth % 100 <= 13) ? "th"
                        : nth % 10 == 1                      ? "st"
