@@ -17,6 +17,7 @@
 #include "simulator/FabricClient.h"
 #include "simulator/FabricConfig.h"
 #include "simulator/FabricModel.h"
+#include "simulator/FabricNames.h"
 #include "simulator/FabricServer.h"
 #include "simulator/FabricServerState.h"   // forEachHostLast, tested directly
 #include "simulator/FabricWire.h"
@@ -669,4 +670,16 @@ TEST(FabricServer, ARankInAnotherProcessAndTheHostBothGetTheirAnswers) {
     EXPECT_EQ(m.complete().id(), 100u + static_cast<uint64_t>(i));
     EXPECT_EQ(m.complete().end_ps(), end);
   }
+}
+
+TEST(FabricNames, AGroupPastTheFirstOverTheSameRanksIsToldApart) {
+  using cardsim::sim::groupInstanceNote;
+  EXPECT_EQ(groupInstanceNote("0,1,2#0"), "");
+  EXPECT_EQ(groupInstanceNote("0,1,2#1"), " (the 2nd group created over these ranks)");
+  EXPECT_EQ(groupInstanceNote("0,1#2 p2p 0>1 tag 0"), " (the 3rd group created over these ranks)");
+  EXPECT_EQ(groupInstanceNote("0,1#10"), " (the 11th group created over these ranks)");
+  EXPECT_EQ(groupInstanceNote("0,1#20"), " (the 21st group created over these ranks)");
+  EXPECT_EQ(groupInstanceNote("0,1"), "");
+  EXPECT_EQ(groupInstanceNote("0,1#"), "");
+  EXPECT_EQ(groupInstanceNote("0,1#999999999999999999999999"), "");   // from a client: no throw
 }
