@@ -24,6 +24,18 @@ class IBackend {
   virtual Status getDevice(int* device) = 0;
   virtual Status getDeviceProperties(DeviceProperties* props, int device) = 0;
   virtual Status deviceSynchronize() = 0;
+  // Waits for the work queued on every device (not on a stream that is capturing), at no
+  // cost of a call when there is none: a recording started now replays from idle cards.
+  // By default each device is synchronized.
+  virtual Status waitForQueuedWork() {
+    int count = 0, current = 0;
+    const bool restore = getDevice(&current).ok();
+    if (Status st = getDeviceCount(&count); !st.ok()) return st;
+    for (int d = 0; d < count; ++d)
+      if (setDevice(d).ok()) (void)deviceSynchronize();
+    if (restore) (void)setDevice(current);
+    return Status::Ok();
+  }
   virtual Status deviceCanAccessPeer(int* can_access, int device, int peer) = 0;
 
   virtual Status malloc(void** ptr, std::size_t bytes) = 0;

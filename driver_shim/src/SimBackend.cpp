@@ -73,6 +73,24 @@ Status SimBackend::deviceSynchronize() {
   });
 }
 
+Status SimBackend::waitForQueuedWork() {
+  std::vector<bool> capturing_on(static_cast<size_t>(devices_), false);
+  {
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    for (StreamObject* st : streams_)
+      if (st->device >= 0 && st->device < devices_ && capturing(st)) capturing_on[static_cast<size_t>(st->device)] = true;
+  }
+  std::vector<model::QueuePoint> points;
+  for (int d = 0; d < devices_; ++d)
+    if (!capturing_on[static_cast<size_t>(d)])
+      for (const model::QueuePoint& p : sim_.deviceTails(dev(d))) points.push_back(p);
+  // No overhead: the host clock moves only if the work ends after it.
+  return guard([&] {
+    sim_.waitFor(std::move(points), 0);
+    return Status::Ok();
+  });
+}
+
 Status SimBackend::deviceCanAccessPeer(int* can, int device, int peer) {
   if (!can) return nullArg("deviceCanAccessPeer", "can_access");
   if (device < 0 || device >= devices_) return invalidDevice(device, devices_);

@@ -199,6 +199,7 @@ class SimBackend final : public IBackend {
   Status getDevice(int* device) override;
   Status getDeviceProperties(DeviceProperties* p, int device) override;
   Status deviceSynchronize() override;
+  Status waitForQueuedWork() override;
   Status deviceCanAccessPeer(int* can, int device, int peer) override;
 
   // ---- memory

@@ -236,14 +236,7 @@ Status TraceBackend::start(const std::string& directory, const std::string& comp
   // Work the program queued before its recording starts would hold the recorded commands
   // back, and a replay starts from idle cards: it is waited for first, unrecorded, so that the
   // recording replays to its own times. (A tool's observer starts on idle cards already.)
-  if (!observer) {
-    int count = 0, current = 0;
-    const bool restore = inner_->getDevice(&current).ok();
-    if (inner_->getDeviceCount(&count).ok())
-      for (int d = 0; d < count; ++d)
-        if (inner_->setDevice(d).ok()) (void)inner_->deviceSynchronize();
-    if (restore) (void)inner_->setDevice(current);
-  }
+  if (!observer) (void)inner_->waitForQueuedWork();
   return openLocked(directory, "api", compression, observer);
 }
 

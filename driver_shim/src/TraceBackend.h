@@ -55,6 +55,7 @@ class TraceBackend final : public IBackend {
     return inner_->getDeviceProperties(props, device);
   }
   Status deviceSynchronize() override;
+  Status waitForQueuedWork() override { return inner_->waitForQueuedWork(); }
   Status deviceCanAccessPeer(int* can_access, int device, int peer) override {
     return inner_->deviceCanAccessPeer(can_access, device, peer);
   }
