@@ -3,8 +3,7 @@
 // pipelined in chunks: in steady state every tree edge moves a chunk each phase, in both
 // directions, for 2*depth + m - 1 phases; broadcast and reduce use one direction (depth +
 // m - 1 phases). Only the pipeline's hops wait out the links' latency (Phase): latency
-// grows with log2(n) instead of n. Channels split the data over trees of different rank
-// orders, as rings over different strides.
+// grows with log2(n) instead of n.
 #include <functional>
 
 #include "device_models/fabric/Algorithms.h"
@@ -46,31 +45,21 @@ class Tree final : public ICollectiveAlgorithm {
     std::vector<std::pair<int, int>> edges;
     build(0, n - 1, &edges);
     const double bytes = r.op == CollectiveOp::Barrier ? 4.0 : r.bytes;
-    // With several channels each takes its share over trees of its own rank order (the ring
-    // strides: position i is rank i*stride), so on a full mesh they use different links.
-    const std::vector<uint32_t> strides = ringStrides(static_cast<uint32_t>(n), r.channels);
-    const double k = static_cast<double>(strides.size());
-    const uint32_t m = chunkCount(bytes / (2 * k), r.chunk_bytes);
-    const double piece = bytes / (2 * k) / m;
+    const uint32_t m = chunkCount(bytes / 2, r.chunk_bytes);
+    const double piece = bytes / 2 / m;
     const bool rooted = r.op == CollectiveOp::Broadcast || r.op == CollectiveOp::Reduce;
     const bool up = r.op != CollectiveOp::Broadcast, down = r.op != CollectiveOp::Reduce;
     Phase p;
-    for (uint32_t stride : strides) {
-      // Position -> rank for this channel, and (rooted) the position holding r.root.
-      const auto rankAt = [&](int pos) { return static_cast<int>((static_cast<uint64_t>(pos) * stride) % n); };
-      int root_at = 0;
-      while (rooted && rankAt(root_at) != static_cast<int>(r.root)) ++root_at;
-      for (int mirrored : {0, 1}) {
-        // The second tree is the first's mirror image (other links); a rooted collective
-        // rotates each tree so that its root is r.root.
-        const int root_pos = mirrored ? n - 1 - (n - 1) / 2 : (n - 1) / 2;
-        const int rot = rooted ? (root_at - root_pos + n) % n : 0;
-        for (auto [parent, child] : edges) {
-          const int a = mirrored ? n - 1 - parent : parent, b = mirrored ? n - 1 - child : child;
-          const NodeId pa = r.ranks[rankAt((a + rot) % n)], ch = r.ranks[rankAt((b + rot) % n)];
-          if (up) p.transfers.push_back({ch, pa, piece});
-          if (down) p.transfers.push_back({pa, ch, piece});
-        }
+    for (int mirrored : {0, 1}) {
+      // The second tree is the first's mirror image (other links); a rooted collective
+      // rotates each tree so that its root is r.root.
+      const int root_pos = mirrored ? n - 1 - (n - 1) / 2 : (n - 1) / 2;
+      const int rot = rooted ? (static_cast<int>(r.root) - root_pos + n) % n : 0;
+      for (auto [parent, child] : edges) {
+        const int a = mirrored ? n - 1 - parent : parent, b = mirrored ? n - 1 - child : child;
+        const NodeId pa = r.ranks[(a + rot) % n], ch = r.ranks[(b + rot) % n];
+        if (up) p.transfers.push_back({ch, pa, piece});
+        if (down) p.transfers.push_back({pa, ch, piece});
       }
     }
     const int d = depthOf(n);
