@@ -275,7 +275,8 @@ void printReport(const replay::Report& r, const std::string& what, FILE* out) {
                    100 * r.links[i].utilization, r.links[i].name.c_str());
   }
   if (!r.top_kernels.empty()) {
-    std::fprintf(out, "top kernels (all ranks):\n%8s %12s %8s  %s\n", "count", "time us", "bound", "name");
+    std::fprintf(out, "top kernels (%s):\n%8s %12s %8s  %s\n", r.ranks.size() > 1 ? "all ranks" : "replayed rank",
+                 "count", "time us", "bound", "name");
     for (const auto& k : r.top_kernels)
       std::fprintf(out, "%8llu %12.3f %8s  %s\n", static_cast<unsigned long long>(k.count), k.time_us,
                    k.memory_bound ? "memory" : "compute", k.name.c_str());
@@ -657,7 +658,8 @@ int runReplay(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
     return 1;
   }
-  if (!a.has("preset")) report.preset = h0.preset() + " (as recorded)";
+  // "as recorded": the recording's own configuration, unless overrides changed it.
+  if (!a.has("preset")) report.preset = h0.preset() + (job.overrides.empty() ? " (as recorded)" : " (recorded, with --set)");
   for (const auto& [name, u] : loads) {
     replay::LinkLoad l;
     l.name = name;
