@@ -419,8 +419,7 @@ int runReplay(const std::vector<std::string>& argv) {
   if (ranks > kMaxScaledRanks)
     throw UsageError("cardsim replay: --ranks " + a.get("ranks") + " is over the limit of " +
                      std::to_string(kMaxScaledRanks) +
-                     " (the fabric model's routes take memory growing as the square of the ranks: " +
-                     std::to_string(kMaxScaledRanks) + " take about 11 GB)");
+                     " (the fabric model's routes take memory growing as the square of the ranks)");
   if (a.has("json"))
     if (const std::string why = unwritableReason(a.get("json")); !why.empty())
       throw UsageError("cardsim replay: --json " + a.get("json") + ": cannot write there: " + why);
