@@ -30,18 +30,21 @@ class FabricReader {
     auto v = parseQuantity(q.value(), dim, &why);
     if (!v) {
       problems_.push_back(path + ": " + why + " (expected a " + dimensionName(dim) + " like " +
-                          dimensionExample(dim) + ")");
+                          dimensionExample(dim) + ")" + provenance(q));
       return 0;
     }
-    if (positive && !(*v > 0)) problems_.push_back(path + ": \"" + q.value() + "\" must be greater than 0");
-    if (!positive && *v < 0) problems_.push_back(path + ": \"" + q.value() + "\" must not be negative");
+    if (positive && !(*v > 0))
+      problems_.push_back(path + ": \"" + q.value() + "\" must be greater than 0" + provenance(q));
+    if (!positive && *v < 0) problems_.push_back(path + ": \"" + q.value() + "\" must not be negative" + provenance(q));
     return *v;
   }
   uint32_t count(const config::Quantity& q, bool present, const std::string& key, uint32_t min_value) {
+    const size_t before = problems_.size();
     const double v = get(q, present, key, Dimension::Count, false);
+    if (problems_.size() != before) return min_value;   // already said what is wrong with it
     if (present && (v < min_value || v != std::floor(v) || v > 1e6)) {
       problems_.push_back("device.fabric." + key + ": \"" + q.value() + "\" must be a whole number of at least " +
-                          std::to_string(min_value));
+                          std::to_string(min_value) + provenance(q));
       return min_value;
     }
     return static_cast<uint32_t>(v);
@@ -60,6 +63,10 @@ class FabricReader {
     return p;
   }
   void fail(const std::string& msg) { problems_.push_back(msg); }
+  // Which --set (or overrides file) gave a bad value, as the device's errors say.
+  static std::string provenance(const config::Quantity& q) {
+    return q.confidence() == config::OVERRIDDEN ? " [" + q.source() + "]" : "";
+  }
   void raise() const {
     if (problems_.empty()) return;
     std::string msg = origin_ + ": invalid fabric:";
@@ -118,7 +125,9 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
     p.leaf_latency_s = x.get(f.leaf_latency(), f.has_leaf_latency(), "leaf_latency", Dimension::Time, false);
     p.oversubscription = f.has_oversubscription()
                              ? x.get(f.oversubscription(), true, "oversubscription", Dimension::Count, true) : 1.0;
-    if (p.oversubscription < 1) x.fail("device.fabric.oversubscription: must be at least 1");
+    if (p.oversubscription > 0 && p.oversubscription < 1)   // <= 0: said by get()
+      x.fail("device.fabric.oversubscription: \"" + f.oversubscription().value() + "\" must be at least 1" +
+             FabricReader::provenance(f.oversubscription()));
   }
   if (f.has_channels()) p.channels = x.count(f.channels(), true, "channels", 1);
   if (f.has_chunk()) p.chunk_bytes = x.get(f.chunk(), true, "chunk", Dimension::Bytes, false);
@@ -141,6 +150,7 @@ fabric::FabricParams loadFabricParams(const SimOptions& options) {
     origin += " + " + options.overrides_file;
   }
   for (const auto& o : options.overrides) applyOverride(preset, o, "override \"" + o + "\"");
+  if (!options.overrides.empty()) origin += " + overrides";
   if (!preset.device().has_fabric())
     throw ConfigError(origin + ": device.fabric: missing (the preset describes no collective fabric)");
   fabric::FabricParams p = toFabricParams(preset.device().fabric(), origin);

@@ -56,10 +56,10 @@ FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const
   r.channels = params_.channels;
   r.chunk_bytes = params_.chunk_bytes;
   const fabric::ICollectiveAlgorithm* a = nullptr;
-  if (!algorithm.empty()) {
-    a = preferred ? &fabric::algorithm(algorithm) : &fabric::pickAlgorithm(algorithm, r, t);
-    if (preferred && !a->unsupported(r, t).empty()) a = nullptr;   // left to the tuner
-  }
+  if (preferred)
+    a = fabric::preferredIfRunnable(algorithm, r, t);   // null: left to the tuner
+  else if (!algorithm.empty())
+    a = &fabric::pickAlgorithm(algorithm, r, t);
   out.tuned = a == nullptr;
   if (!a) a = &rememberedChoice(r, t);
   out.algorithm = a->name();

@@ -19,6 +19,9 @@ namespace cardsim::sim {
 class FabricModel {
  public:
   static constexpr double kMaxCollectiveBytes = 281474976710656.0;   // 2^48
+  // The most ranks a job on the model may have: its routes between every pair of nodes take
+  // memory as the square of them (32,768 ranks exhaust 24 GB).
+  static constexpr long long kMaxRanks = 16384;
   static constexpr std::size_t kMaxRememberedChoices = 4096;
   explicit FabricModel(fabric::FabricParams params) : params_(std::move(params)) {}
   const fabric::FabricParams& params() const { return params_; }

@@ -95,11 +95,17 @@ const ICollectiveAlgorithm& pickAlgorithm(const std::string& forced, const Colle
   return a;
 }
 
+const ICollectiveAlgorithm* preferredIfRunnable(const std::string& preferred, const CollectiveRequest& r,
+                                                const Topology& t) {
+  if (preferred.empty()) return nullptr;
+  const ICollectiveAlgorithm& a = algorithm(preferred);   // an unknown name is still an error
+  return a.unsupported(r, t).empty() ? &a : nullptr;
+}
+
 const ICollectiveAlgorithm& preferAlgorithm(const std::string& preferred, const CollectiveRequest& r,
                                             const Topology& t) {
-  if (preferred.empty()) return chooseAlgorithm(r, t);
-  const ICollectiveAlgorithm& a = algorithm(preferred);   // an unknown name is still an error
-  return a.unsupported(r, t).empty() ? a : chooseAlgorithm(r, t);
+  const ICollectiveAlgorithm* a = preferredIfRunnable(preferred, r, t);
+  return a ? *a : chooseAlgorithm(r, t);
 }
 
 }  // namespace cardsim::fabric

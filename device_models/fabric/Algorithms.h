@@ -41,6 +41,10 @@ const ICollectiveAlgorithm& pickAlgorithm(const std::string& forced, const Colle
 // algorithms do not cover to the rest). An unknown name throws, listing the valid ones.
 const ICollectiveAlgorithm& preferAlgorithm(const std::string& preferred, const CollectiveRequest& r,
                                             const Topology& t);
+// The rule of preferAlgorithm without the tuner: the preferred algorithm, or null where the
+// choice is left to the tuner (none preferred, or it cannot run this collective).
+const ICollectiveAlgorithm* preferredIfRunnable(const std::string& preferred, const CollectiveRequest& r,
+                                                const Topology& t);
 
 // True when every pair of the ranks' devices is joined by one direct link.
 bool fullyConnected(const std::vector<NodeId>& ranks, const Topology& t);

@@ -167,6 +167,14 @@ TEST(FabricConfig, ErrorsNameTheKeyPathAndValue) {
   EXPECT_NE(errorOf({"fabric.nosuch=1"}).find("nosuch"), std::string::npos);
   EXPECT_NE(errorOf({"fabric.oversubscription=0.5"}).find("device.fabric.oversubscription"), std::string::npos);
   EXPECT_EQ(errorOf({}), "");
+  // As the device's errors do, a bad value names the --set it came from, once.
+  const std::string neg = errorOf({"fabric.link.bandwidth=-1 GB/s"});
+  EXPECT_NE(neg.find("+ overrides: invalid fabric"), std::string::npos) << neg;
+  EXPECT_NE(neg.find("[override from override \"fabric.link.bandwidth=-1 GB/s\"]"), std::string::npos) << neg;
+  const std::string channels = errorOf({"fabric.channels=-3"});
+  EXPECT_EQ(channels.find("device.fabric.channels"), channels.rfind("device.fabric.channels")) << channels;
+  const std::string oversub = errorOf({"fabric.oversubscription=-2"});
+  EXPECT_EQ(oversub.find("device.fabric.oversubscription"), oversub.rfind("device.fabric.oversubscription")) << oversub;
 }
 
 TEST(FabricModel, TimesGroupsByGlobalRankAndGrowsNodesAsNeeded) {

@@ -51,11 +51,9 @@ int runCollbench(const std::vector<std::string>& argv) {
     if (!live && a.has(f)) throw UsageError(std::string("cardsim collbench: --") + f + " applies to live runs, not --model-only");
   const long long ranks = a.integer("ranks", 8);
   if (ranks < 1) throw UsageError("cardsim collbench: --ranks must be at least 1, got " + std::to_string(ranks));
-  // The fabric model lays out routes between every pair of its nodes (memory as the square).
-  constexpr long long kMaxRanks = 16384;
-  if (ranks > kMaxRanks)
+  if (ranks > sim::FabricModel::kMaxRanks)
     throw UsageError("cardsim collbench: --ranks " + std::to_string(ranks) + " is over the limit of " +
-                     std::to_string(kMaxRanks) + " (the fabric model's routes grow as the square of the ranks)");
+                     std::to_string(sim::FabricModel::kMaxRanks) + " (the fabric model's routes grow as the square of the ranks)");
   const double lo = a.size("min-bytes", 1024), hi = a.size("max-bytes", 1024.0 * 1024 * 1024);
   const double factor = a.number("factor", 2);
   if (!(lo > 0) || hi < lo) throw UsageError("cardsim collbench: need 0 < --min-bytes <= --max-bytes");

@@ -91,11 +91,11 @@ int runExport(const std::vector<std::string>& argv) {
     std::printf("wrote %s: %llu device commands and %llu host calls on %llu tracks, %llu flows, %llu memory samples\n",
                 out.c_str(), static_cast<unsigned long long>(s.device_slices),
                 static_cast<unsigned long long>(s.host_slices), static_cast<unsigned long long>(s.tracks),
-                static_cast<unsigned long long>(s.flows), static_cast<unsigned long long>(s.counter_samples));
+                static_cast<unsigned long long>(s.flows), static_cast<unsigned long long>(s.memory_samples));
     if (s.link_counters)
-      std::printf("fabric links: %llu utilization counters (the recording's collectives timed again by its fabric "
-                  "model)\n",
-                  static_cast<unsigned long long>(s.link_counters));
+      std::printf("fabric links: %llu utilization counters, %llu samples (the recording's collectives timed again by "
+                  "its fabric model)\n",
+                  static_cast<unsigned long long>(s.link_counters), static_cast<unsigned long long>(s.link_samples));
     // What the timeline cannot show, so that a missing arrow or counter step is explained.
     if (s.overflow_tracks)
       std::printf("note: %llu overflow track(s) hold device commands that overlapped others on their stream\n",

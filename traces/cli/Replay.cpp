@@ -27,6 +27,7 @@
 #include "cardsim/shim.h"
 #include "cardsim/trace.h"
 #include "simulator/FabricConfig.h"
+#include "simulator/FabricModel.h"
 #include "simulator/FabricServer.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
@@ -44,9 +45,6 @@
 namespace cardsim::cli {
 
 namespace {
-
-// --ranks: the fabric model lays out routes between every pair of its nodes.
-constexpr long long kMaxScaledRanks = 16384;
 
 // A configuration error about the recording's resolved preset (a file the replay wrote)
 // names the recording instead ("preset /tmp/.../recorded.textproto" -> `label`).
@@ -416,9 +414,9 @@ int runReplay(const std::vector<std::string>& argv) {
   const int world = std::max(1, h0.world_size());
   const long long ranks = a.integer("ranks", 0);
   if (a.has("ranks") && ranks < 1) throw UsageError("cardsim replay: --ranks must be at least 1, got " + a.get("ranks"));
-  if (ranks > kMaxScaledRanks)
+  if (ranks > sim::FabricModel::kMaxRanks)
     throw UsageError("cardsim replay: --ranks " + a.get("ranks") + " is over the limit of " +
-                     std::to_string(kMaxScaledRanks) +
+                     std::to_string(sim::FabricModel::kMaxRanks) +
                      " (the fabric model's routes take memory growing as the square of the ranks)");
   if (a.has("json"))
     if (const std::string why = unwritableReason(a.get("json")); !why.empty())
@@ -498,6 +496,16 @@ int runReplay(const std::vector<std::string>& argv) {
   }
   if (job.scale > 0 && have_fabric) {
     const uint32_t need = fabric::nodesFor(fp, static_cast<uint64_t>(job.scale));
+    // The recording's node count grows to fit --ranks; one given with --set is the user's
+    // what-if, refused rather than silently changed (as collbench does).
+    std::string nodes_set;
+    for (const std::string& o : job.overrides)
+      if (o.rfind("fabric.nodes=", 0) == 0 || o.rfind("device.fabric.nodes=", 0) == 0) nodes_set = o;
+    if (need > fp.nodes && !nodes_set.empty())
+      throw UsageError("cardsim replay: --set " + nodes_set + ": " + std::to_string(fp.nodes) + " node(s) of " +
+                       std::to_string(fp.devices_per_node) + " devices cannot hold --ranks " +
+                       std::to_string(job.scale) + "; set at least " + std::to_string(need) +
+                       " nodes, or leave the count unset to fit the ranks");
     if (need > fp.nodes) {
       job.env["CARDSIM_NODES"] = std::to_string(need);
       fp.nodes = need;

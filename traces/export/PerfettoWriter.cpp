@@ -478,7 +478,7 @@ PerfettoWriter::Summary PerfettoWriter::write(std::ostream& out) const {
                       "{\"ph\":\"C\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(pid) +
                           ",\"ts\":" + ts.text + ",\"name\":\"" + name + "\",\"args\":{\"bytes_in_use\":" +
                           std::to_string(m.bytes) + "}}"});
-    ++sum.counter_samples;
+    ++sum.memory_samples;
   }
 
   // Link counters, in a process of their own: at each boundary of a load the sum of the
@@ -507,7 +507,7 @@ PerfettoWriter::Summary PerfettoWriter::write(std::ostream& out) const {
                           "{\"ph\":\"C\",\"pid\":" + std::to_string(fabric_pid) + ",\"tid\":" +
                               std::to_string(fabric_pid) + ",\"ts\":" + ts.text + ",\"name\":" +
                               jsonString("link " + name) + ",\"args\":{\"utilization\":" + value + "}}"});
-        ++sum.counter_samples;
+        ++sum.link_samples;
       }
     }
   }

@@ -34,8 +34,9 @@ class PerfettoWriter {
     uint64_t tracks = 0;
     uint64_t overflow_tracks = 0;   // device tracks for commands that overlapped on a stream
     uint64_t flows = 0;             // start/finish pairs
-    uint64_t counter_samples = 0;
+    uint64_t memory_samples = 0;    // memory-in-use counter steps
     uint64_t link_counters = 0;     // links with a utilization counter
+    uint64_t link_samples = 0;      // their steps
   };
 
   // A fabric link busy with a collective: its share of the link's bandwidth over a span.

@@ -449,3 +449,18 @@ def test_output_and_usage_errors(tmp_path):
     res = cardsim("export", "--perfetto", tmp_path / "x.json")
     assert res.returncode == 2 and "PATH" in res.stderr
     assert cardsim("export", "--help").returncode == 0
+
+
+def test_the_summary_counts_memory_and_link_samples_apart(tmp_path):
+    out = tmp_path / "dp.json"
+    res = cardsim("export", ROOT / "tests" / "data" / "golden" / "traces" / "dp_step", "--perfetto", out)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    fabric = {p for p, n in process_names(doc).items() if n == "fabric links"}
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    memory = sum(1 for e in counters if e["pid"] not in fabric)
+    links = [e for e in counters if e["pid"] in fabric]
+    assert memory and links
+    assert f", {memory} memory samples\n" in res.stdout, res.stdout
+    assert (f"fabric links: {len({e['name'] for e in links})} utilization counters, {len(links)} samples"
+            in res.stdout), res.stdout

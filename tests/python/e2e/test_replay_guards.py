@@ -173,6 +173,18 @@ def test_one_rank_file_of_a_job_stands_for_the_whole_job(tmp_path):
     assert res.returncode == 2 and "--ranks 16385 is over the limit of 16384" in res.stderr, res.stderr
 
 
+def test_a_node_count_set_for_a_scaled_replay_must_hold_its_ranks(tmp_path):
+    # mlu370-x8 has 8 devices per node: --ranks 32 needs 4 nodes. Left unset, the count grows
+    # to fit; set by hand too small, it is refused by name instead of being changed.
+    one = GOLDEN / "dp_step" / "rank0.cstrace"
+    res = cardsim("replay", one, "--ranks", "32", "--set", "fabric.nodes=2")
+    assert res.returncode == 2, res.stderr
+    assert "--set fabric.nodes=2" in res.stderr and "cannot hold --ranks 32" in res.stderr and "4 nodes" in res.stderr
+    _, fits = replay_json(tmp_path, one, "--ranks", "32", "--set", "fabric.nodes=4")
+    _, grown = replay_json(tmp_path, one, "--ranks", "32")
+    assert fits["total_us"] == grown["total_us"] and fits["replicated_to"] == 32
+
+
 def test_a_kept_replicated_replay_is_a_whole_recording(tmp_path):
     kept = tmp_path / "kept"
     _, rep = replay_json(tmp_path, GOLDEN / "dp_step", "--ranks", "4", "--keep", kept)
