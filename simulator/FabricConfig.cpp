@@ -1,5 +1,6 @@
 #include "simulator/FabricConfig.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -49,13 +50,20 @@ class FabricReader {
     }
     return static_cast<uint32_t>(v);
   }
-  fabric::LinkParams link(const config::FabricLink& l, bool present, const std::string& key) {
+  // `lanes`: set to the link's lane count; `port_cap` (bytes/s, 0: none): the most one
+  // lane carries through its ports.
+  fabric::LinkParams link(const config::FabricLink& l, bool present, const std::string& key, uint32_t* lanes = nullptr,
+                          double port_cap = 0) {
     if (!present) {
       problems_.push_back("device.fabric." + key + ": missing");
       return {};
     }
     fabric::LinkParams p;
     p.bandwidth_bytes_per_s = get(l.bandwidth(), l.has_bandwidth(), key + ".bandwidth", Dimension::Bandwidth, true);
+    const uint32_t n = l.has_lanes() ? count(l.lanes(), true, key + ".lanes", 1) : 1;
+    if (lanes) *lanes = n;
+    // The link's bandwidth is spread over its lanes; a lane runs no faster than its port.
+    if (port_cap > 0) p.bandwidth_bytes_per_s = n * std::min(p.bandwidth_bytes_per_s / n, port_cap);
     p.latency_s = get(l.latency(), l.has_latency(), key + ".latency", Dimension::Time, false);
     // One achieved-fraction figure per link type, applied to its bandwidth.
     if (l.has_efficiency())
@@ -90,7 +98,14 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
     x.fail(std::string("device.fabric.shape: ") + e.what());
   }
   p.devices_per_node = x.count(f.devices_per_node(), f.has_devices_per_node(), "devices_per_node", 1);
-  p.link = x.link(f.link(), f.has_link(), "link");
+  if (f.has_port_bandwidth())
+    p.port_bandwidth_bytes_per_s = x.get(f.port_bandwidth(), true, "port_bandwidth", Dimension::Bandwidth, true);
+  if (f.has_ports()) p.ports = x.count(f.ports(), true, "ports", 1);
+  if (f.has_switch_ports()) {
+    p.switch_ports = x.count(f.switch_ports(), true, "switch_ports", 1);
+    if (f.shape() != "switch") x.fail("device.fabric.switch_ports: only a 'switch' shape has a switch of its own");
+  }
+  p.link = x.link(f.link(), f.has_link(), "link", &p.link_lanes, p.port_bandwidth_bytes_per_s);
   if (p.shape == fabric::NodeShape::CardGroup) {
     p.on_card = x.link(f.on_card(), f.has_on_card(), "on_card");
     p.chips_per_card = x.count(f.chips_per_card(), f.has_chips_per_card(), "chips_per_card", 1);
@@ -122,9 +137,11 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
     p.nic.host_latency_s = x.get(n.host_latency(), n.has_host_latency(), "nic.host_latency", Dimension::Time, false);
     if (n.has_host_bandwidth())
       p.nic.host_bandwidth_bytes_per_s = x.get(n.host_bandwidth(), true, "nic.host_bandwidth", Dimension::Bandwidth, true);
+    if (n.has_message_rate())
+      p.nic.message_rate_per_s = x.get(n.message_rate(), true, "nic.message_rate", Dimension::Rate, true);
     p.leaf_latency_s = x.get(f.leaf_latency(), f.has_leaf_latency(), "leaf_latency", Dimension::Time, false);
     p.oversubscription = f.has_oversubscription()
-                             ? x.get(f.oversubscription(), true, "oversubscription", Dimension::Count, true) : 1.0;
+                             ? x.get(f.oversubscription(), true, "oversubscription", Dimension::Number, true) : 1.0;
     if (p.oversubscription > 0 && p.oversubscription < 1)   // <= 0: said by get()
       x.fail("device.fabric.oversubscription: \"" + f.oversubscription().value() + "\" must be at least 1" +
              FabricReader::provenance(f.oversubscription()));
@@ -138,6 +155,7 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
       x.fail(std::string("device.fabric.algorithm: ") + e.what());
     }
   }
+  if (const std::string why = fabric::portShortage(p); !why.empty()) x.fail("device.fabric: " + why);
   x.raise();
   return p;
 }

@@ -33,6 +33,7 @@ const std::vector<UnitDef>& unitsFor(Dimension d) {
       {"FLOPS", 1}, {"GFLOPS", 1e9}, {"TFLOPS", 1e12}, {"PFLOPS", 1e15},
       {"OPS", 1}, {"GOPS", 1e9}, {"TOPS", 1e12}, {"POPS", 1e15}};
   static const std::vector<UnitDef> cycles = {{"cycles", 1}, {"cycle", 1}};
+  static const std::vector<UnitDef> rate = {{"/s", 1}, {"K/s", 1e3}, {"k/s", 1e3}, {"M/s", 1e6}, {"G/s", 1e9}};
   static const std::vector<UnitDef> none = {};
   switch (d) {
     case Dimension::Bytes: return bytes;
@@ -41,6 +42,7 @@ const std::vector<UnitDef>& unitsFor(Dimension d) {
     case Dimension::Frequency: return frequency;
     case Dimension::Throughput: return throughput;
     case Dimension::Cycles: return cycles;
+    case Dimension::Rate: return rate;
     default: return none;
   }
 }
@@ -64,6 +66,8 @@ const char* dimensionName(Dimension d) {
     case Dimension::Frequency: return "frequency";
     case Dimension::Throughput: return "throughput";
     case Dimension::Cycles: return "cycle count";
+    case Dimension::Number: return "number";
+    case Dimension::Rate: return "rate";
   }
   return "?";
 }
@@ -78,6 +82,8 @@ const char* dimensionExample(Dimension d) {
     case Dimension::Frequency: return "1.3 GHz";
     case Dimension::Throughput: return "96 TFLOPS";
     case Dimension::Cycles: return "100 cycles";
+    case Dimension::Number: return "1.5";
+    case Dimension::Rate: return "215 M/s";
   }
   return "?";
 }
@@ -109,6 +115,18 @@ std::optional<double> parseQuantity(const std::string& raw, Dimension d, std::st
     if (!(number > 0.0 && number <= 1.0))
       return fail("\"" + text + "\" is outside (0, 1]");
     return number;
+  }
+  if (d == Dimension::Number) {
+    if (unit.empty()) return number;
+    // A ratio as switch vendors write oversubscription: "3:2".
+    if (unit[0] == ':') {
+      const std::string rest = trim(unit.substr(1));
+      char* den_end = nullptr;
+      const double den = std::strtod(rest.c_str(), &den_end);
+      if (!rest.empty() && trim(den_end).empty() && std::isfinite(den) && den > 0) return number / den;
+      return fail("\"" + text + "\" is not a ratio like 3:2");
+    }
+    return fail("\"" + text + "\" takes no unit (a number like 1.5, or a ratio like 3:2)");
   }
   if (number < 0) return fail("\"" + text + "\" is negative");
   if (unit.empty())

@@ -16,6 +16,8 @@ enum class Dimension {
   Frequency,  // "1.3 GHz"
   Throughput, // operations per second: "96 TFLOPS", "256 TOPS"
   Cycles,     // clock cycles of the device: "100 cycles"
+  Number,     // plain number, fractions allowed, no unit ("1.5"), or a ratio "3:2"
+  Rate,       // events per second: "215 M/s" (messages, packets)
 };
 
 const char* dimensionName(Dimension d);

@@ -29,7 +29,35 @@ NodeShape parseShape(const std::string& name) {
   throw std::invalid_argument("unknown fabric shape '" + name + "' (valid: full_mesh, switch, card_group)");
 }
 
+std::string portShortage(const FabricParams& p) {
+  const uint64_t lanes = std::max<uint32_t>(1, p.link_lanes);
+  const auto lanesOf = [&](uint64_t links) {
+    return std::to_string(links) + " link(s) x " + std::to_string(lanes) + " lane(s) = " +
+           std::to_string(links * lanes) + " ports";
+  };
+  if (p.ports > 0) {
+    // What one device (card) of the shape wires into the fabric.
+    uint64_t links = 1;
+    std::string whose = "device";
+    if (p.shape == NodeShape::FullMesh) links = p.devices_per_node > 0 ? p.devices_per_node - 1 : 0;
+    if (p.shape == NodeShape::CardGroup) {
+      const uint32_t cards = p.chips_per_card > 0 ? p.devices_per_node / p.chips_per_card : 0;
+      links = cards > 0 ? cards - 1 : 0;
+      whose = "card";
+    }
+    if (links * lanes > p.ports)
+      return "each " + whose + " of a " + shapeName(p.shape) + " of " + std::to_string(p.devices_per_node) +
+             " devices needs " + lanesOf(links) + ", more than its " + std::to_string(p.ports) + " (fabric.ports)";
+  }
+  if (p.switch_ports > 0 && p.shape == NodeShape::SwitchStar &&
+      uint64_t{p.devices_per_node} * lanes > p.switch_ports)
+    return "the switch of " + std::to_string(p.devices_per_node) + " devices needs " + lanesOf(p.devices_per_node) +
+           ", more than its " + std::to_string(p.switch_ports) + " (fabric.switch_ports)";
+  return "";
+}
+
 Topology buildTopology(const FabricParams& p) {
+  if (const std::string why = portShortage(p); !why.empty()) throw std::invalid_argument("fabric: " + why);
   if (p.devices_per_node == 0) throw std::invalid_argument("fabric: devices_per_node must be at least 1");
   if (p.nodes == 0) throw std::invalid_argument("fabric: nodes must be at least 1");
   Topology node;
@@ -78,10 +106,15 @@ std::string fabricSignature(const FabricParams& p) {
   put("nic.latency", p.nic.link.latency_s);
   put("nic.host_latency", p.nic.host_latency_s);
   put("nic.host_bandwidth", p.nic.host_bandwidth_bytes_per_s);
+  put("nic.message_rate", p.nic.message_rate_per_s);
   put("leaf_latency", p.leaf_latency_s);
   put("oversubscription", p.oversubscription);
   put("channels", p.channels);
   put("chunk", p.chunk_bytes);
+  put("link.lanes", p.link_lanes);
+  put("ports", p.ports);
+  put("switch_ports", p.switch_ports);
+  put("port_bandwidth", p.port_bandwidth_bytes_per_s);
   return out;
 }
 

@@ -23,6 +23,10 @@ struct FabricParams {
   NodeShape shape = NodeShape::SwitchStar;
   uint32_t devices_per_node = 8;
   LinkParams link;                    // mesh: each pair; star: device <-> switch; card group: card <-> card
+  uint32_t link_lanes = 1;            // lanes (ports) `link` takes at each end; its bandwidth covers them all
+  uint32_t ports = 0;                 // fabric ports per device (card, in a card group); 0: not checked
+  uint32_t switch_ports = 0;          // star: the switch plane's ports; 0: not checked
+  double port_bandwidth_bytes_per_s = 0;   // the most one lane carries; 0: no cap (applied to `link`)
   LinkParams on_card;                 // card group: chip <-> its card's ports
   uint32_t chips_per_card = 1;        // card group
   double switch_latency_s = 0;        // star: the switch; card group: the card's ports
@@ -42,6 +46,10 @@ struct FabricParams {
   // collective reaches the fabric server, so it is no part of the signature.
   std::string algorithm;
 };
+
+// What is wrong with how the shape's links take the devices' and switches' ports ("" when
+// they fit): e.g. a full mesh of 8 needs 7 x lanes ports per device.
+std::string portShortage(const FabricParams& p);
 
 // nodes x devices_per_node devices, node-major (device rank r is on node r / devices_per_node).
 Topology buildTopology(const FabricParams& p);

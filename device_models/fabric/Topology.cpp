@@ -33,6 +33,14 @@ NodeId Topology::addSwitch(std::string name, double forwarding_latency_s, bool r
   return id;
 }
 
+NodeId Topology::addNic(std::string name, double per_message_s, uint32_t group) {
+  if (!(per_message_s >= 0))
+    throw std::invalid_argument("fabric: NIC " + name + ": time per message must be >= 0");
+  const NodeId id = addNode(NodeKind::Nic, std::move(name), group);
+  nodes_.back().forwarding_latency_s = per_message_s;
+  return id;
+}
+
 void Topology::setCollectiveLatency(double s) {
   if (!(s >= 0 && s < 1)) throw std::invalid_argument("fabric: collective latency must be in [0, 1) s, got " + std::to_string(s));
   collective_latency_s_ = s;
@@ -104,7 +112,7 @@ double Topology::routeLatency(NodeId src, NodeId dst) const {
   for (LinkId l : route(src, dst)) {
     s += link(l).params.latency_s;
     const Node& to = node(link(l).to);
-    if (to.kind == NodeKind::Switch) s += to.forwarding_latency_s;
+    if (to.kind != NodeKind::Device) s += to.forwarding_latency_s;
   }
   return s;
 }
@@ -180,7 +188,7 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
       const std::string name = "node" + std::to_string(k) + "." + src.name;
       if (src.kind == NodeKind::Switch)
         copy[k][i] = t.addSwitch(name, src.forwarding_latency_s, src.reduces, k, src.reduction_efficiency);
-      else if (src.kind == NodeKind::Nic) copy[k][i] = t.addNode(NodeKind::Nic, name, k);
+      else if (src.kind == NodeKind::Nic) copy[k][i] = t.addNic(name, src.forwarding_latency_s, k);
     }
     for (uint32_t l = 0; l < per_node.linkCount(); ++l) {
       const Link& src = per_node.link(LinkId{l});
@@ -193,12 +201,13 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
                                                              : nic.link.bandwidth_bytes_per_s,
                           nic.host_latency_s};
     const LinkParams up{nic.link.bandwidth_bytes_per_s * per / oversubscription, nic.link.latency_s};
+    const double per_message_s = nic.message_rate_per_s > 0 ? 1 / nic.message_rate_per_s : 0;
     for (uint32_t k = 0; k < nodes; ++k) {
       const NodeId leaf = t.addSwitch("node" + std::to_string(k) + ".leaf", leaf_latency_s, false, k);
       uint32_t dev = 0;
       for (uint32_t i = 0; i < count; ++i) {
         if (per_node.node(NodeId{i}).kind != NodeKind::Device) continue;
-        const NodeId n = t.addNode(NodeKind::Nic, "node" + std::to_string(k) + ".nic" + std::to_string(dev++), k);
+        const NodeId n = t.addNic("node" + std::to_string(k) + ".nic" + std::to_string(dev++), per_message_s, k);
         t.connect(copy[k][i], n, host);
         t.connect(n, leaf, nic.link);
       }

@@ -34,7 +34,7 @@ struct Link {
 struct Node {
   NodeKind kind = NodeKind::Device;
   std::string name;
-  double forwarding_latency_s = 0;    // switches: added to every route through them
+  double forwarding_latency_s = 0;    // switches, NICs: added to every route through them
   bool reduces = false;               // switches that reduce in the switch (multicast + sum)
   // Reducing switches: the fraction of the links' rate their reduction traffic reaches.
   // Multimem loads and stores (NVLS) move less payload per wire byte than bulk writes.
@@ -47,6 +47,8 @@ class Topology {
   NodeId addNode(NodeKind kind, std::string name, uint32_t group = 0);
   NodeId addSwitch(std::string name, double forwarding_latency_s, bool reduces, uint32_t group = 0,
                    double reduction_efficiency = 1);
+  // A NIC that spends `per_message_s` (1 / its message rate) on every transfer crossing it.
+  NodeId addNic(std::string name, double per_message_s, uint32_t group = 0);
   // Two links, one each way, of the same parameters.
   void connect(NodeId a, NodeId b, const LinkParams& p);
   LinkId addLink(NodeId from, NodeId to, const LinkParams& p);
@@ -60,7 +62,8 @@ class Topology {
 
   // The links from `src` to `dst` (empty when src == dst); throws if unreachable.
   const std::vector<LinkId>& route(NodeId src, NodeId dst) const;
-  // Latency of a route: its links plus the forwarding latency of the switches it crosses.
+  // Latency of a route: its links plus the forwarding latency of the switches and NICs it
+  // crosses (a NIC's: its time per message).
   double routeLatency(NodeId src, NodeId dst) const;
   // The slowest link of a route (its bandwidth bounds a lone transfer).
   double routeBandwidth(NodeId src, NodeId dst) const;
@@ -108,6 +111,7 @@ struct NicParams {
   LinkParams link;                          // NIC <-> leaf switch, one direction
   double host_latency_s = 0;                // device <-> NIC (PCIe hop)
   double host_bandwidth_bytes_per_s = 0;    // 0: the NIC's own
+  double message_rate_per_s = 0;            // 0: no limit; else each transfer spends 1/rate in each NIC
 };
 Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& nic,
                    double leaf_latency_s, double oversubscription);

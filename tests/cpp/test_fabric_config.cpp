@@ -177,6 +177,68 @@ TEST(FabricConfig, ErrorsNameTheKeyPathAndValue) {
   EXPECT_EQ(oversub.find("device.fabric.oversubscription"), oversub.rfind("device.fabric.oversubscription")) << oversub;
 }
 
+fabric::FabricParams paramsOf(const std::string& preset, const std::vector<std::string>& overrides) {
+  sim::SimOptions o;
+  o.preset = preset;
+  o.overrides = overrides;
+  return sim::loadFabricParams(o);
+}
+
+TEST(FabricConfig, LanesTakePortsAndPortsCapTheirLanes) {
+  // h200-sxm: 18 NVLinks of 25 GB/s each way into the switch plane, NCCL reaching 0.8124.
+  const double eff = 0.8124;
+  fabric::FabricParams p = paramsOf("h200-sxm", {});
+  EXPECT_EQ(p.link_lanes, 18u);
+  EXPECT_EQ(p.ports, 18u);
+  EXPECT_EQ(p.switch_ports, 256u);
+  EXPECT_DOUBLE_EQ(p.link.bandwidth_bytes_per_s, 450e9 * eff);
+  // Ports slower than the lanes bound the link: 18 x 20 GB/s.
+  EXPECT_DOUBLE_EQ(paramsOf("h200-sxm", {"fabric.port_bandwidth=20 GB/s"}).link.bandwidth_bytes_per_s, 18 * 20e9 * eff);
+  // Faster ports change nothing; fewer lanes on 25 GB/s ports carry less (12 x 25).
+  EXPECT_DOUBLE_EQ(paramsOf("h200-sxm", {"fabric.port_bandwidth=50 GB/s"}).link.bandwidth_bytes_per_s, 450e9 * eff);
+  EXPECT_DOUBLE_EQ(paramsOf("h200-sxm", {"fabric.link.lanes=12", "fabric.port_bandwidth=25 GB/s"}).link.bandwidth_bytes_per_s,
+                   300e9 * eff);
+  // The wiring must fit the ports, named by key with the count it needs.
+  const std::string mesh = errorOf({"fabric.ports=6"});
+  EXPECT_NE(mesh.find("needs 7 link(s) x 1 lane(s) = 7 ports, more than its 6 (fabric.ports)"), std::string::npos) << mesh;
+  EXPECT_EQ(errorOf({"fabric.ports=7"}), "");
+  const std::string plane = errorOf({"fabric.switch_ports=100"}, "h200-sxm");
+  EXPECT_NE(plane.find("needs 8 link(s) x 18 lane(s) = 144 ports, more than its 100 (fabric.switch_ports)"),
+            std::string::npos) << plane;
+  const std::string lanes = errorOf({"fabric.link.lanes=24"}, "h200-sxm");   // 24 lanes, 18 ports per GPU
+  EXPECT_NE(lanes.find("more than its 18 (fabric.ports)"), std::string::npos) << lanes;
+  const std::string cards = errorOf({"fabric.ports=2"}, "mlu370-x8");   // 4 cards: 3 peers each
+  EXPECT_NE(cards.find("each card of a card_group of 8 devices needs 3 link(s)"), std::string::npos) << cards;
+  EXPECT_NE(errorOf({"fabric.switch_ports=64"}).find("only a 'switch' shape"), std::string::npos);
+  EXPECT_NE(errorOf({"fabric.link.lanes=0"}).find("device.fabric.link.lanes"), std::string::npos);
+}
+
+TEST(FabricConfig, NicMessageRateCostsEachNicCrossedAndOversubscriptionTakesRatios) {
+  // Between nodes a transfer crosses its own NIC and the peer's: 1/message_rate in each.
+  const auto latency = [](const std::vector<std::string>& overrides) {
+    std::vector<std::string> o = overrides;
+    o.push_back("fabric.nodes=2");
+    const fabric::Topology t = fabric::buildTopology(paramsOf("br100", o));
+    return t.routeLatency(t.devices()[0], t.devices()[8]) - t.routeLatency(t.devices()[0], t.devices()[1]);
+  };
+  const double slow = latency({"fabric.nic.message_rate=1 M/s"}), fast = latency({"fabric.nic.message_rate=1 G/s"});
+  EXPECT_NEAR(slow - fast, 2 * (1e-6 - 1e-9), 1e-15);
+  EXPECT_DOUBLE_EQ(paramsOf("br100", {}).nic.message_rate_per_s, 215e6);
+  EXPECT_NE(errorOf({"fabric.nic.message_rate=0 M/s"}).find("device.fabric.nic.message_rate"), std::string::npos);
+  EXPECT_NE(errorOf({"fabric.nic.message_rate=215"}).find("device.fabric.nic.message_rate"), std::string::npos);
+  // Oversubscription as a fraction or a ratio: the spine link carries 8 NICs' worth / 1.5.
+  EXPECT_DOUBLE_EQ(paramsOf("br100", {"fabric.oversubscription=1.5"}).oversubscription, 1.5);
+  EXPECT_DOUBLE_EQ(paramsOf("br100", {"fabric.oversubscription=3:2"}).oversubscription, 1.5);
+  const fabric::FabricParams two = paramsOf("br100", {"fabric.oversubscription=3:2", "fabric.nodes=2"});
+  const fabric::Topology t = fabric::buildTopology(two);
+  double spine = 0;
+  for (std::size_t l = 0; l < t.linkCount(); ++l)
+    if (t.link(fabric::LinkId{static_cast<uint32_t>(l)}).name == "node0.leaf->spine")
+      spine = t.link(fabric::LinkId{static_cast<uint32_t>(l)}).params.bandwidth_bytes_per_s;
+  EXPECT_DOUBLE_EQ(spine, 8 * two.nic.link.bandwidth_bytes_per_s / 1.5);
+  EXPECT_NE(errorOf({"fabric.oversubscription=0.5"}).find("must be at least 1"), std::string::npos);
+}
+
 TEST(FabricModel, TimesGroupsByGlobalRankAndGrowsNodesAsNeeded) {
   sim::SimOptions o;
   o.preset = "h100-sxm";

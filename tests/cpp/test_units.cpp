@@ -299,6 +299,29 @@ TEST(ParseQuantityErrors, NonFiniteNumbers) {
   err("nan", Dimension::Fraction);
 }
 
+TEST(ParseQuantityNumber, PlainNumbersAndRatios) {
+  EXPECT_DOUBLE_EQ(ok("1.5", Dimension::Number), 1.5);
+  EXPECT_DOUBLE_EQ(ok("2", Dimension::Number), 2.0);
+  EXPECT_DOUBLE_EQ(ok("3:2", Dimension::Number), 1.5);
+  EXPECT_DOUBLE_EQ(ok("4 : 1", Dimension::Number), 4.0);
+  err("1.5 GB", Dimension::Number);
+  err("3:0", Dimension::Number);
+  err("3:x", Dimension::Number);
+  err("3:2:1", Dimension::Number);
+  EXPECT_STREQ(dimensionName(Dimension::Number), "number");
+}
+
+TEST(ParseQuantityRate, PerSecondPrefixes) {
+  EXPECT_DOUBLE_EQ(ok("215 M/s", Dimension::Rate), 215e6);
+  EXPECT_DOUBLE_EQ(ok("1 G/s", Dimension::Rate), 1e9);
+  EXPECT_DOUBLE_EQ(ok("5 k/s", Dimension::Rate), 5e3);
+  EXPECT_DOUBLE_EQ(ok("7 /s", Dimension::Rate), 7.0);
+  err("215", Dimension::Rate);
+  err("215 MHz", Dimension::Rate);
+  err("-1 M/s", Dimension::Rate);
+  EXPECT_STREQ(dimensionName(Dimension::Rate), "rate");
+}
+
 TEST(ParseQuantityErrors, NullWhyIsAllowed) {
   EXPECT_FALSE(parseQuantity("abc", Dimension::Time, nullptr).has_value());
   std::optional<double> v = parseQuantity("2 us", Dimension::Time, nullptr);
