@@ -1,7 +1,6 @@
 #include "device_models/FairShare.h"
 
 #include <algorithm>
-#include <numeric>
 
 namespace cardsim::model {
 namespace {
@@ -28,23 +27,13 @@ void FairShare::add(double bytes, double weight, void* cookie, double cap_bytes_
 }
 
 void FairShare::assignRates() {
-  // Water-filling: visit flows by cap per unit of weight; a flow whose cap is below its
-  // share of what is left takes its cap, the rest split the remainder by weight.
-  std::vector<Flow*>& order = order_;
-  order.resize(flows_.size());
-  std::iota(order.begin(), order.end(), flows_.data());
-  std::sort(order.begin(), order.end(), [](const Flow* a, const Flow* b) {
-    return a->cap / a->weight < b->cap / b->weight;
-  });
-  double left = bytes_per_s_;
-  double weight = 0;
-  for (const Flow& f : flows_) weight += f.weight;
-  for (Flow* f : order) {
-    const double share = left * f->weight / weight;
-    f->rate = std::min(f->cap, share);
-    left -= f->rate;
-    weight -= f->weight;
-  }
+  // One resource, the bandwidth; each flow weighted and capped (the fabric's solver: a flow
+  // whose cap is below its share takes its cap, the rest split the remainder by weight).
+  solver_.reset(1);
+  solver_.capacity()[0] = bytes_per_s_;
+  for (const Flow& f : flows_) solver_.addFlowOn(0, f.weight, f.cap);
+  solver_.solve();
+  for (std::size_t i = 0; i < flows_.size(); ++i) flows_[i].rate = solver_.rates()[i];
 }
 
 double FairShare::secondsToNextFinish() const {

@@ -1,13 +1,16 @@
 // Weighted max-min sharing of one bandwidth among concurrent transfers: each active flow
 // gets bandwidth * weight / sum(weights), except that a flow never gets more than its own
 // cap; what a capped flow leaves goes to the others in proportion to their weights
-// (water-filling). Plain arithmetic, no SystemC, so that it is unit-testable;
-// MemorySystem and HostLink drive it from simulated time.
+// (water-filling, by the fabric's max-min solver, fabric::MaxMinFair, on one resource).
+// Plain arithmetic, no SystemC, so that it is unit-testable; MemorySystem and HostLink
+// drive it from simulated time.
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <vector>
+
+#include "device_models/fabric/MaxMinFair.h"
 
 namespace cardsim::model {
 
@@ -52,8 +55,8 @@ class FairShare {
   double bytes_moved_ = 0;
   double busy_s_ = 0;
   std::vector<Flow> flows_;
-  // Scratch kept between calls (a copy or kernel changes the flows several times each).
-  std::vector<Flow*> order_;
+  // Kept between calls (a copy or kernel changes the flows several times each).
+  fabric::MaxMinFair solver_;
   std::vector<void*> done_;
 };
 

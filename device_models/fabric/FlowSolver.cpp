@@ -4,45 +4,24 @@
 #include <limits>
 #include <queue>
 
+#include "device_models/fabric/MaxMinFair.h"
+
 namespace cardsim::fabric {
 
 std::vector<double> FlowSolver::rates(const std::vector<const std::vector<LinkId>*>& paths,
                                       const std::vector<double>* given) const {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  const std::size_t nf = paths.size();
-  std::vector<double> rate(nf, kInf);
-  std::vector<double> capacity(topology_.linkCount());
-  std::vector<uint32_t> users(topology_.linkCount(), 0);
-  for (std::size_t l = 0; l < capacity.size(); ++l)
-    capacity[l] = given ? (*given)[l] : topology_.link(LinkId{static_cast<uint32_t>(l)}).params.bandwidth_bytes_per_s;
-  for (const auto* p : paths)
-    for (LinkId l : *p) ++users[index(l)];
-  std::vector<bool> fixed(nf, false);
-  std::size_t left = nf;
-  // Flows without links (a device to itself) move at once.
-  for (std::size_t f = 0; f < nf; ++f)
-    if (paths[f]->empty()) fixed[f] = true, --left;
-  while (left > 0) {
-    // The bottleneck: the link whose remaining capacity per unfixed user is smallest.
-    double share = kInf;
-    for (std::size_t l = 0; l < capacity.size(); ++l)
-      if (users[l] > 0) share = std::min(share, capacity[l] / users[l]);
-    for (std::size_t f = 0; f < nf; ++f) {
-      if (fixed[f]) continue;
-      bool bottlenecked = false;
-      for (LinkId l : *paths[f])
-        if (users[index(l)] > 0 && capacity[index(l)] / users[index(l)] <= share * (1 + 1e-12)) bottlenecked = true;
-      if (!bottlenecked) continue;
-      rate[f] = share;
-      fixed[f] = true;
-      --left;
-      for (LinkId l : *paths[f]) {
-        capacity[index(l)] = std::max(0.0, capacity[index(l)] - share);
-        --users[index(l)];
-      }
-    }
+  MaxMinFair solver;
+  solver.reset(topology_.linkCount());
+  for (std::size_t l = 0; l < topology_.linkCount(); ++l)
+    solver.capacity()[l] = given ? (*given)[l] : topology_.link(LinkId{static_cast<uint32_t>(l)}).params.bandwidth_bytes_per_s;
+  std::vector<uint32_t> ids;
+  for (const auto* p : paths) {
+    ids.clear();
+    for (LinkId l : *p) ids.push_back(index(l));
+    solver.addFlow(ids.data(), ids.size());   // no links (a device to itself): at once
   }
-  return rate;
+  solver.solve();
+  return solver.rates();
 }
 
 std::vector<double> FlowSolver::run(

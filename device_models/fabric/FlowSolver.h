@@ -1,8 +1,8 @@
 // Max-min fair sharing of the fabric's links among transfers (flows), simulated from flow
 // arrivals to completions. A flow waits its route's latency (it holds no bandwidth while
 // the first bytes travel), then moves its bytes at the max-min fair rate over every link
-// of its route, recomputed whenever a flow starts or finishes (progressive filling: the
-// most loaded link fixes the rate of its flows, the rest share what is left).
+// of its route, recomputed whenever a flow starts or finishes (MaxMinFair's progressive
+// filling: the most loaded link fixes the rate of its flows, the rest share what is left).
 #pragma once
 
 #include <cstdint>

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "device_models/FairShare.h"
+#include "device_models/fabric/MaxMinFair.h"
 
 namespace {
 
@@ -307,3 +309,46 @@ TEST(FairShare, PoppingAFlowReturnsItsShareToTheOthers) {
 }
 
 }  // namespace
+
+// The one max-min solver under FairShare and the fabric's FlowSolver.
+TEST(MaxMinFair, WeightedFlowsOverSeveralResourcesFillProgressively) {
+  cardsim::fabric::MaxMinFair s;
+  s.reset(2);
+  s.capacity()[0] = 10;   // A
+  s.capacity()[1] = 4;    // B
+  const uint32_t a = 0, b = 1, ab[] = {0, 1};
+  s.addFlowOn(a);             // on A alone
+  s.addFlow(ab, 2);         // on A and B
+  s.addFlowOn(b, 3);          // on B, weight 3
+  s.solve();
+  // B is the bottleneck (4 over weights 1 + 3): 1 and 3; A's flow takes the 9 left of A.
+  EXPECT_DOUBLE_EQ(s.rates()[1], 1);
+  EXPECT_DOUBLE_EQ(s.rates()[2], 3);
+  EXPECT_DOUBLE_EQ(s.rates()[0], 9);
+  EXPECT_DOUBLE_EQ(s.capacity()[0], 0);
+  EXPECT_DOUBLE_EQ(s.capacity()[1], 0);
+}
+
+TEST(MaxMinFair, CapsAndFlowsOnNoResource) {
+  cardsim::fabric::MaxMinFair s;
+  s.reset(1);
+  s.capacity()[0] = 12;
+  s.addFlowOn(0, 1, 2);    // capped at 2, below its share of 3
+  s.addFlowOn(0, 2);       // the 10 left, 2:1
+  s.addFlowOn(0, 1);
+  s.addFlow(nullptr, 0, 1, 5);   // on nothing shared: its cap
+  s.addFlow(nullptr, 0);         // on nothing, uncapped: at once
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rates()[0], 2);
+  EXPECT_DOUBLE_EQ(s.rates()[1], 20.0 / 3);
+  EXPECT_DOUBLE_EQ(s.rates()[2], 10.0 / 3);
+  EXPECT_DOUBLE_EQ(s.rates()[3], 5);
+  EXPECT_EQ(s.rates()[4], std::numeric_limits<double>::infinity());
+  // A new problem on the same solver starts clean.
+  s.reset(1);
+  s.capacity()[0] = 8;
+  s.addFlowOn(0);
+  s.solve();
+  ASSERT_EQ(s.rates().size(), 1u);
+  EXPECT_DOUBLE_EQ(s.rates()[0], 8);
+}
