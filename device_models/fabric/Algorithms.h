@@ -27,7 +27,8 @@ std::vector<std::string> algorithmNames();
 // idle fabric (ties go to the registry's order: ring, tree, direct, hierarchical, switch).
 // So small messages go to the latency-light algorithms (tree, direct), large ones to those
 // that keep every link busy (ring with channels, direct on a full mesh, in-switch
-// reduction), and jobs across nodes to hierarchical when it is faster. All-pairs schedules
+// reduction), and jobs across nodes to the ring over every NIC at large sizes, hierarchical
+// or tree at mid sizes, whichever is faster. All-pairs schedules
 // (direct) are weighed only for ranks within one node (all_to_all excepted: only direct
 // does it), as vendor libraries use them.
 const ICollectiveAlgorithm& chooseAlgorithm(const CollectiveRequest& r, const Topology& t);

@@ -3,7 +3,12 @@
 // reduce run a pipelined chain from the root (n-2+m phases of S/m for m chunks, the route's
 // latency paid on the chain's n-1 hops only). With
 // several channels, each ring takes its share of the data over a different stride, so a
-// full mesh spreads them over different links.
+// full mesh spreads them over different links. Rings over several nodes visit each node's
+// ranks in one run and leave every node through a different device (its NIC) per channel,
+// one channel at least per device of a node, as libraries build their rings rail by rail:
+// every NIC then carries a channel's share.
+#include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "device_models/fabric/Algorithms.h"
@@ -18,7 +23,7 @@ class Ring final : public ICollectiveAlgorithm {
     if (r.op == CollectiveOp::AllToAll) return "ring does not do all_to_all (use direct)";
     return {};
   }
-  Schedule schedule(const CollectiveRequest& r, const Topology&) const override {
+  Schedule schedule(const CollectiveRequest& r, const Topology& t) const override {
     const uint32_t n = static_cast<uint32_t>(r.ranks.size());
     Schedule s;
     if (n < 2) return s;
@@ -26,6 +31,39 @@ class Ring final : public ICollectiveAlgorithm {
       s.phases.push_back(Phase{{Transfer{r.ranks[r.root], r.ranks[r.peer], r.bytes}}, 1});
       return s;
     }
+    const std::vector<std::vector<uint32_t>> orders = multiNodeOrders(r, t);
+    if (orders.empty()) return singleNode(r);
+    const double k = static_cast<double>(orders.size());
+    Phase p;
+    if (r.op == CollectiveOp::Broadcast || r.op == CollectiveOp::Reduce) {
+      const uint32_t m = chunkCount(r.bytes / k, r.chunk_bytes);
+      for (const std::vector<uint32_t>& o : orders) {
+        const uint32_t from = static_cast<uint32_t>(std::find(o.begin(), o.end(), r.root) - o.begin());
+        for (uint32_t i = 0; i + 1 < n; ++i) {
+          const uint32_t a = o[(from + i) % n], b = o[(from + i + 1) % n];   // the chain from the root
+          if (r.op == CollectiveOp::Broadcast) p.transfers.push_back({r.ranks[a], r.ranks[b], r.bytes / (k * m)});
+          else p.transfers.push_back({r.ranks[b], r.ranks[a], r.bytes / (k * m)});
+        }
+      }
+      p.repeat = n - 2 + m;
+      p.pipeline_depth = n - 1;
+      s.phases.push_back(std::move(p));
+      return s;
+    }
+    const double bytes = r.op == CollectiveOp::Barrier ? 4.0 : r.bytes;
+    for (const std::vector<uint32_t>& o : orders)
+      for (uint32_t i = 0; i < n; ++i) p.transfers.push_back({r.ranks[o[i]], r.ranks[o[(i + 1) % n]], bytes / (n * k)});
+    const bool two_passes = r.op == CollectiveOp::AllReduce || r.op == CollectiveOp::Barrier;
+    p.repeat = (two_passes ? 2 : 1) * (n - 1);
+    s.phases.push_back(std::move(p));
+    return s;
+  }
+
+ private:
+  // Ranks within one node: channel c's ring is 0, s_c, 2 s_c, ... over the coprime strides.
+  static Schedule singleNode(const CollectiveRequest& r) {
+    const uint32_t n = static_cast<uint32_t>(r.ranks.size());
+    Schedule s;
     const std::vector<uint32_t> strides = ringStrides(n, r.channels);
     const double k = static_cast<double>(strides.size());
     Phase p;
@@ -51,6 +89,35 @@ class Ring final : public ICollectiveAlgorithm {
     p.repeat = (two_passes ? 2 : 1) * (n - 1);
     s.phases.push_back(std::move(p));
     return s;
+  }
+
+  // Ranks over several nodes: each channel's ring order (rank indices), node after node in
+  // the order the ranks first reach them. Channel c enters a node of L ranks at local index
+  // c + s, walks stride s (coprime with L: other links on a full mesh) and leaves from local
+  // index c, so the channels leave through different devices' NICs. Empty: one node.
+  static std::vector<std::vector<uint32_t>> multiNodeOrders(const CollectiveRequest& r, const Topology& t) {
+    std::vector<uint32_t> node_order;
+    std::map<uint32_t, std::vector<uint32_t>> by_node;
+    for (uint32_t i = 0; i < r.ranks.size(); ++i) {
+      const uint32_t g = t.node(r.ranks[i]).group;
+      if (by_node.find(g) == by_node.end()) node_order.push_back(g);
+      by_node[g].push_back(i);
+    }
+    if (node_order.size() < 2) return {};
+    uint32_t widest = 1;
+    for (const auto& [g, local] : by_node) widest = std::max<uint32_t>(widest, static_cast<uint32_t>(local.size()));
+    const uint32_t channels = std::max(std::max(1u, r.channels), widest);
+    std::vector<std::vector<uint32_t>> orders(channels);
+    for (uint32_t c = 0; c < channels; ++c)
+      for (uint32_t g : node_order) {
+        const std::vector<uint32_t>& local = by_node[g];
+        const uint32_t l = static_cast<uint32_t>(local.size());
+        const std::vector<uint32_t> strides = ringStrides(l, channels);
+        const uint32_t stride = strides[c % strides.size()] % l;   // l == 1: 0
+        const uint32_t exit = c % l;
+        for (uint32_t j = 1; j <= l; ++j) orders[c].push_back(local[(exit + j * stride) % l]);
+      }
+    return orders;
   }
 };
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <set>
 
 #include "device_models/fabric/Algorithms.h"
 #include "device_models/fabric/CollectiveEngine.h"
@@ -90,6 +91,28 @@ TEST(FabricAlgorithms, RingAloneMatchesItsClosedForm) {
   auto r = request(CollectiveOp::AllReduce, S, mesh);
   r.channels = 4;   // strides 1, 3, 5, 7 of 8
   EXPECT_NEAR(timeOf("ring", r, mesh), 2 * 7 * (kA + S / 8 / 4 / kB), 1e-12);
+}
+
+TEST(FabricAlgorithms, RingAcrossNodesLeavesEachNodeByEveryNic) {
+  // 2 nodes of 4 on a switch: 4 channels (one per device of a node), each leaving a node
+  // through another device's NIC, so every NIC link (25 GB/s) carries one channel's share
+  // each way and bounds each step; inside a node a device's switch link carries 3 shares.
+  const double S = 64e6;
+  const uint32_t N = 2, L = 4, n = N * L;
+  const NicParams nic{{25e9, 2e-6}, 1e-6, 50e9};
+  Topology t = multiNode(N, switchStar(L, kLink, kSw, false), nic, kSw, 1.0);
+  const double lat = 1e-6 + 2e-6 + kSw + 2e-6 + kSw + 2e-6 + kSw + 2e-6 + 1e-6;
+  const double step = lat + S / (n * L) / 25e9;
+  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, t), t), 2 * (n - 1) * step, 1e-12);
+  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllGather, S, t), t), (n - 1) * step, 1e-12);
+  // Each channel's ring visits a node's ranks in one run: it crosses between nodes twice.
+  const Schedule sched = algorithm("ring").schedule(request(CollectiveOp::AllReduce, S, t), t);
+  std::set<uint32_t> exits;
+  uint32_t crossings = 0;
+  for (const Transfer& x : sched.phases.at(0).transfers)
+    if (t.node(x.src).group != t.node(x.dst).group) ++crossings, exits.insert(index(x.src));
+  EXPECT_EQ(crossings, 2u * L);
+  EXPECT_EQ(exits.size(), 2u * L);   // every device of both nodes leaves by its NIC once
 }
 
 TEST(FabricAlgorithms, PipelinedChainBroadcastMatchesItsClosedForm) {
@@ -259,7 +282,9 @@ TEST(FabricRegistry, NamesChoicesAndErrors) {
   EXPECT_STREQ(preferAlgorithm("switch", request(CollectiveOp::AllReduce, 64e6, star), star).name(),
                chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, star), star).name());
   EXPECT_THROW(preferAlgorithm("butterfly", request(CollectiveOp::AllReduce, 1024, star), star), std::invalid_argument);
-  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, two), two).name(), "hierarchical");
+  // Across nodes a ring leaving each node by every device's NIC (one channel each) moves
+  // 64 MB faster than the hierarchy, whose phases run one after the other.
+  EXPECT_STREQ(chooseAlgorithm(request(CollectiveOp::AllReduce, 64e6, two), two).name(), "ring");
   try {
     pickAlgorithm("switch", request(CollectiveOp::AllReduce, 64e6, star), star);
     FAIL();
