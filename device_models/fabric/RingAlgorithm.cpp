@@ -93,8 +93,9 @@ class Ring final : public ICollectiveAlgorithm {
 
   // Ranks over several nodes: each channel's ring order (rank indices), node after node in
   // the order the ranks first reach them. Channel c enters a node of L ranks at local index
-  // c + s, walks stride s (coprime with L: other links on a full mesh) and leaves from local
-  // index c, so the channels leave through different devices' NICs. Empty: one node.
+  // c + s, walks stride s (coprime with L: other links on a full mesh; the strides of the
+  // node's own channels, in turn) and leaves from local index c, so the channels leave
+  // through different devices' NICs. Empty: one node.
   static std::vector<std::vector<uint32_t>> multiNodeOrders(const CollectiveRequest& r, const Topology& t) {
     std::vector<uint32_t> node_order;
     std::map<uint32_t, std::vector<uint32_t>> by_node;
@@ -112,7 +113,9 @@ class Ring final : public ICollectiveAlgorithm {
       for (uint32_t g : node_order) {
         const std::vector<uint32_t>& local = by_node[g];
         const uint32_t l = static_cast<uint32_t>(local.size());
-        const std::vector<uint32_t> strides = ringStrides(l, channels);
+        // The node's rings use the strides its own channels would (the extra channels that
+        // reach every NIC repeat them), so a node's links carry what they do in one node.
+        const std::vector<uint32_t> strides = ringStrides(l, r.channels);
         const uint32_t stride = strides[c % strides.size()] % l;   // l == 1: 0
         const uint32_t exit = c % l;
         for (uint32_t j = 1; j <= l; ++j) orders[c].push_back(local[(exit + j * stride) % l]);
