@@ -60,11 +60,20 @@ EtFile readEt(const std::string& path) {
       throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
                        ": truncated: it needs " + std::to_string(len) + " bytes, " +
                        std::to_string(buf.size() - body) + " left in the file");
-    const bool ok = index == 0 ? f.meta.ParseFromArray(buf.data() + body, static_cast<int>(len))
-                               : f.nodes.emplace_back().ParseFromArray(buf.data() + body, static_cast<int>(len));
+    bool ok = index == 0 ? f.meta.ParseFromArray(buf.data() + body, static_cast<int>(len))
+                         : f.nodes.emplace_back().ParseFromArray(buf.data() + body, static_cast<int>(len));
+    // Files of Chakra's layout before 0.0.4 (ASTRA-sim's data-parallel examples of 2023)
+    // start with their first node: no GlobalMetadata.
+    if (!ok && index == 0) {
+      f.meta.Clear();
+      chakra::Node& first = f.nodes.emplace_back();
+      ok = first.ParseFromArray(buf.data() + body, static_cast<int>(len)) &&
+           (first.id() > 0 || !first.name().empty() || first.type() != chakra::INVALID_NODE);
+      if (!ok) f.nodes.pop_back();
+    }
     if (!ok)
       throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
-                       ": does not parse as a Chakra " + (index == 0 ? "GlobalMetadata" : "Node"));
+                       ": does not parse as a Chakra " + (index == 0 ? "GlobalMetadata (or Node)" : "Node"));
     pos = body + len;
     ++index;
   }
@@ -503,7 +512,11 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         break;
       }
       case Op::kSendRecv: {
-        const double s_rank = numberOr(n, "comm_src", -1), d_rank = numberOr(n, "comm_dst", -1);
+        // A side may leave out its own rank (ASTRA-sim's custom collectives: a send names
+        // only comm_dst, a receive only comm_src): the file's rank is that end.
+        const bool send = n.type() == chakra::COMM_SEND_NODE;
+        const double s_rank = numberOr(n, "comm_src", send ? rank_ : -1),
+                     d_rank = numberOr(n, "comm_dst", send ? -1 : rank_);
         const bool valid = s_rank >= 0 && s_rank < (1 << 24) && d_rank >= 0 && d_rank < (1 << 24);
         const int src = valid ? static_cast<int>(s_rank) : -1, dst = valid ? static_cast<int>(d_rank) : -1;
         if (src < 0 || dst < 0 || src == dst)
