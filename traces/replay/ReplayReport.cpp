@@ -26,6 +26,14 @@ PathKind pathKind(trace::DeviceCommand::Kind k) {
   }
 }
 
+// A step of computation timed by its caller (a Chakra COMP_NODE of a duration alone) is a
+// collective command in the replay but computation on the path, as in the breakdown.
+PathKind pathKindOf(const RankData& rd, const Cmd& c) {
+  if (c.kind == trace::DeviceCommand::COLLECTIVE && rd.names[c.name].rfind(kComputeStepPrefix, 0) == 0)
+    return kKernel;
+  return pathKind(c.kind);
+}
+
 // The path's items by (kind, name), the names interned across ranks: a path has a step per
 // command it crosses (tens of thousands), so a step must not build or compare strings.
 class PathItems {
@@ -118,9 +126,6 @@ CriticalPath criticalPath(const std::vector<RankData>& ranks) {
       }
     }
     const Cmd& c = rd->cmds[cur];
-    items.add(cp, pathKind(c.kind), items.nameOf(static_cast<std::size_t>(r), c.name),
-              std::min(c.end, horizon) > c.start ? std::min(c.end, horizon) - c.start : 0);
-    horizon = std::min(horizon, c.start);
     // What it waited for.
     uint64_t stream_end = 0, event_end = 0;
     std::size_t stream_prev = SIZE_MAX, event_prev = SIZE_MAX;
@@ -147,6 +152,19 @@ CriticalPath criticalPath(const std::vector<RankData>& ranks) {
         }
       }
     }
+    // An event wait that held its stream until the event's work was done: the path is that
+    // work (on the stream that recorded the event), not the wait; only what the wait took
+    // after the event is its own.
+    if (event_prev != SIZE_MAX && event_end > c.start) {
+      items.add(cp, kWait, items.nameOf(static_cast<std::size_t>(r), c.name),
+                std::min(c.end, horizon) > event_end ? std::min(c.end, horizon) - event_end : 0);
+      horizon = std::min(horizon, event_end);
+      cur = event_prev;
+      continue;
+    }
+    items.add(cp, pathKindOf(*rd, c), items.nameOf(static_cast<std::size_t>(r), c.name),
+              std::min(c.end, horizon) > c.start ? std::min(c.end, horizon) - c.start : 0);
+    horizon = std::min(horizon, c.start);
     const uint64_t bound = std::max({stream_end, event_end, c.ready});
     if (c.start > bound + 1) {
       // Held by other work on the card (a busy queue, clusters or memory): the command on

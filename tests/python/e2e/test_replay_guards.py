@@ -317,6 +317,24 @@ def test_the_critical_path_follows_only_device_work_the_host_waited_for(tmp_path
     assert any("normal" in n for n in names2) and "aten::add.Tensor" in names2, names2
 
 
+def test_the_critical_path_goes_through_an_event_wait_to_the_work_it_waited_for(tmp_path):
+    # Three matmuls on the default stream, an event after them that a side stream waits for,
+    # then a small kernel on the side stream: the matmuls bound the run, not the wait.
+    run = record(tmp_path, "ev", "import torch, torch_mlu\n"
+                 "x = torch.randn(2048, 2048, device='mlu'); side = torch.mlu.Stream(); torch.mlu.synchronize()\n"
+                 "y = x @ x; y = y @ x; y = y @ x\n"
+                 "ev = torch.mlu.Event(); ev.record(); side.wait_event(ev)\n"
+                 "with torch.mlu.stream(side):\n    z = y[0, :4] * 2\n"
+                 "torch.mlu.synchronize()\n")
+    out = tmp_path / "ev.json"
+    assert cardsim("replay", run, "--json", out).returncode == 0
+    rep = json.loads(out.read_text())
+    cp = rep["critical_path"]
+    mm = [i for i in cp["items"] if i["name"] == "aten::mm"]
+    assert mm and mm[0]["count"] == 3 and mm[0]["time_us"] > 0.95 * rep["breakdown"]["compute_us"], cp
+    assert cp["by_kind"].get("wait", 0) < 0.01 * cp["total_us"], cp
+
+
 def test_a_missing_path_names_both_readings(tmp_path):
     res = cardsim("replay", tmp_path / "nope")
     assert res.returncode == 2, res.stderr
