@@ -1,6 +1,5 @@
 // The `sim` backend: collectives timed by the fabric model, alone or, with a fabric server,
 // joined across the ranks of a job.
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <limits>
@@ -264,8 +263,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   cmd.link_share = joined || desc.ranks.empty() ? 1.0 : 1.0 / static_cast<double>(desc.ranks.size());
   if (joined) {
     const model::TimePs free_at = sim_.queueFreeAt(model::DeviceId{static_cast<uint32_t>(s->device)}, s->queue);
-    // The collective is its stream's from the call's start (see the submission below).
-    const model::TimePs ready = sim_.hostNow() + 1;
+    const model::TimePs ready = sim_.hostNow() + model::secondsToPs(params_.host.launch_overhead_s);
     sim::FabricClient::Collective c;
     c.group = p2p ? pointToPointKey(desc) : groupKey(desc);
     c.ranks = desc.ranks;
@@ -302,14 +300,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   if (seconds) *seconds = took;
   if (algorithm) *algorithm = t.algorithm;
   if (capturing(s)) return record(s, name, nullptr, std::move(cmd));
-  // The command is its stream's from the call's start (1 ps in: a call's commands land
-  // strictly inside it) and the rest of the call's host cost, the launch overhead, comes
-  // after: the library's host work for a collective overlaps its first steps, so events
-  // around one collective on an idle stream read the model's time for it.
-  constexpr double kOnePs = 1e-12;
-  if (Status st = submitAndMaybeWait(s, std::move(cmd), name, kOnePs, false); !st.ok()) return st;
-  sim_.hostAdvance(std::max(0.0, params_.host.launch_overhead_s - kOnePs));
-  return Status::Ok();
+  return submitAndMaybeWait(s, std::move(cmd), name, params_.host.launch_overhead_s, false);
 }
 
 }  // namespace cardsim::shim::simbackend
