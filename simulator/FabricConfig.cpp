@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "device_models/fabric/Algorithms.h"
+#include "device_models/fabric/FabricPorts.h"
 #include "simulator/Units.h"
 #include "simulator/proto/config.pb.h"
 

@@ -47,10 +47,6 @@ struct FabricParams {
   std::string algorithm;
 };
 
-// What is wrong with how the shape's links take the devices' and switches' ports ("" when
-// they fit): e.g. a full mesh of 8 needs 7 x lanes ports per device.
-std::string portShortage(const FabricParams& p);
-
 // nodes x devices_per_node devices, node-major (device rank r is on node r / devices_per_node).
 Topology buildTopology(const FabricParams& p);
 // The nodes a job of `devices` devices runs on: the configured count, or as many as it needs.

@@ -11,25 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "device_models/fabric/Link.h"
+#include "device_models/fabric/Nic.h"
+
 namespace cardsim::fabric {
 
-enum class NodeId : uint32_t {};
-enum class LinkId : uint32_t {};
-inline uint32_t index(NodeId n) { return static_cast<uint32_t>(n); }
-inline uint32_t index(LinkId l) { return static_cast<uint32_t>(l); }
-
 enum class NodeKind : uint8_t { Device, Switch, Nic };
-
-struct LinkParams {
-  double bandwidth_bytes_per_s = 0;   // one direction
-  double latency_s = 0;               // wire and port latency of one traversal
-};
-
-struct Link {
-  NodeId from{}, to{};
-  LinkParams params;
-  std::string name;                   // "dev0->sw0"
-};
 
 struct Node {
   NodeKind kind = NodeKind::Device;
@@ -107,12 +94,6 @@ Topology cardGroup(uint32_t cards, uint32_t chips_per_card, const LinkParams& on
 // own NIC (a host hop, then the NIC's link to its node's leaf switch); the leaves meet at a
 // spine whose link from each leaf carries the leaf's NICs' summed bandwidth divided by
 // `oversubscription` (1: non-blocking, 2: half the bandwidth across nodes).
-struct NicParams {
-  LinkParams link;                          // NIC <-> leaf switch, one direction
-  double host_latency_s = 0;                // device <-> NIC (PCIe hop)
-  double host_bandwidth_bytes_per_s = 0;    // 0: the NIC's own
-  double message_rate_per_s = 0;            // 0: no limit; else each transfer spends 1/rate in each NIC
-};
 Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& nic,
                    double leaf_latency_s, double oversubscription);
 
