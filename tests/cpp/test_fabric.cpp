@@ -148,6 +148,33 @@ TEST(FabricAlgorithms, TreeAloneMatchesItsClosedForm) {
   EXPECT_LT(tree, ring / 5);
 }
 
+TEST(FabricAlgorithms, TreeChannelsWithinANodeTakeOtherLinks) {
+  // On a full mesh of 8, channels run their trees over other rank orders (strides 1, 3, 5,
+  // 7), each with its share: more links busy, the large all-reduce faster. Across nodes one
+  // pair of trees whatever the channel count.
+  const double S = 256e6;
+  Topology mesh = fullMesh(8, kLink);
+  auto one = request(CollectiveOp::AllReduce, S, mesh), four = one;
+  four.channels = 4;
+  const Schedule a = algorithm("tree").schedule(one, mesh), b = algorithm("tree").schedule(four, mesh);
+  EXPECT_EQ(b.phases.at(0).transfers.size(), 4 * a.phases.at(0).transfers.size());
+  EXPECT_DOUBLE_EQ(b.phases.at(0).transfers.at(0).bytes * 4, a.phases.at(0).transfers.at(0).bytes);
+  EXPECT_LT(timeOf("tree", four, mesh), 0.75 * timeOf("tree", one, mesh));
+  // A rooted broadcast still starts at its root in every channel's trees.
+  auto bc = request(CollectiveOp::Broadcast, S, mesh);
+  bc.channels = 4;
+  bc.root = 5;
+  const Schedule rooted = algorithm("tree").schedule(bc, mesh);
+  for (const Transfer& x : rooted.phases.at(0).transfers)
+    EXPECT_NE(x.dst, mesh.devices()[5]);   // nothing flows into the root
+  const NicParams nic{{25e9, 2e-6}, 1e-6, 50e9};
+  Topology two = multiNode(2, switchStar(4, kLink, kSw, false), nic, kSw, 1.0);
+  auto across = request(CollectiveOp::AllReduce, S, two), across4 = across;
+  across4.channels = 4;
+  EXPECT_EQ(algorithm("tree").schedule(across4, two).phases.at(0).transfers.size(),
+            algorithm("tree").schedule(across, two).phases.at(0).transfers.size());
+}
+
 TEST(FabricAlgorithms, DirectAndSwitchAloneMatchTheirClosedForms) {
   const double S = 64e6;
   Topology mesh = fullMesh(8, kLink);
