@@ -72,6 +72,7 @@ class FabricReader {
     return p;
   }
   void fail(const std::string& msg) { problems_.push_back(msg); }
+  bool clean() const { return problems_.empty(); }
   // Which --set (or overrides file) gave a bad value, as the device's errors say.
   static std::string provenance(const config::Quantity& q) {
     return q.confidence() == config::OVERRIDDEN ? " [" + q.source() + "]" : "";
@@ -156,7 +157,9 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
       x.fail(std::string("device.fabric.algorithm: ") + e.what());
     }
   }
-  if (const std::string why = fabric::portShortage(p); !why.empty()) x.fail("device.fabric: " + why);
+  // (only over values that all read well: a bad count already said what is wrong with it)
+  if (x.clean())
+    if (const std::string why = fabric::portShortage(p); !why.empty()) x.fail("device.fabric: " + why);
   x.raise();
   return p;
 }

@@ -67,8 +67,11 @@ std::vector<double> FlowSolver::run(
     std::size_t kept = 0;
     for (std::size_t k = 0; k < active.size(); ++k) {
       const std::size_t i = active[k];
-      // Relative tolerance: bytes left from rounding count as done.
-      if (remaining[i] <= flows[i].bytes * 1e-12 || (rate[k] != kInf && remaining[i] / rate[k] <= 1e-18)) {
+      // Relative tolerance: bytes left from rounding count as done, as do bytes whose time
+      // no longer moves the clock (late in a long run a few attoseconds vanish in `now`,
+      // and the flow would never finish).
+      if (remaining[i] <= flows[i].bytes * 1e-12 ||
+          (rate[k] != kInf && (remaining[i] / rate[k] <= 1e-18 || now + remaining[i] / rate[k] <= now))) {
         done[i] = now;
         finished.push_back(i);
       } else {

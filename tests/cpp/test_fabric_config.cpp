@@ -211,6 +211,9 @@ TEST(FabricConfig, LanesTakePortsAndPortsCapTheirLanes) {
   EXPECT_NE(cards.find("each card of a card_group of 8 devices needs 3 link(s)"), std::string::npos) << cards;
   EXPECT_NE(errorOf({"fabric.switch_ports=64"}).find("only a 'switch' shape"), std::string::npos);
   EXPECT_NE(errorOf({"fabric.link.lanes=0"}).find("device.fabric.link.lanes"), std::string::npos);
+  const std::string garbled = errorOf({"fabric.ports=abc"});   // said once, not checked as 1 port
+  EXPECT_NE(garbled.find("device.fabric.ports"), std::string::npos) << garbled;
+  EXPECT_EQ(garbled.find("(fabric.ports)"), std::string::npos) << garbled;
 }
 
 TEST(FabricConfig, NicMessageRateCostsEachNicCrossedAndOversubscriptionTakesRatios) {
@@ -237,6 +240,19 @@ TEST(FabricConfig, NicMessageRateCostsEachNicCrossedAndOversubscriptionTakesRati
       spine = t.link(fabric::LinkId{static_cast<uint32_t>(l)}).params.bandwidth_bytes_per_s;
   EXPECT_DOUBLE_EQ(spine, 8 * two.nic.link.bandwidth_bytes_per_s / 1.5);
   EXPECT_NE(errorOf({"fabric.oversubscription=0.5"}).find("must be at least 1"), std::string::npos);
+}
+
+TEST(FabricModel, FlowsLateInALongRunFinishWhenTheirTimeVanishesInTheClock) {
+  // h100-sxm's NICs at 100 messages/s: 10 ms per NIC crossed, so a 1 KiB hierarchical
+  // all-reduce over 2 nodes runs for tens of ms, and its last flows' attoseconds fall below
+  // the clock's resolution there (this once spun forever). Its 2 steps across nodes each
+  // cross 2 NICs: 40 ms and change.
+  sim::FabricModel model(paramsOf("h100-sxm", {"fabric.nic.message_rate=100/s", "fabric.nodes=2"}));
+  std::vector<int> ranks(16);
+  for (int r = 0; r < 16; ++r) ranks[r] = r;
+  const double t = model.time(fabric::CollectiveOp::AllReduce, 1024, ranks, 0, 0, "hierarchical").seconds;
+  EXPECT_GT(t, 0.04);
+  EXPECT_LT(t, 0.0401);
 }
 
 TEST(FabricModel, TimesGroupsByGlobalRankAndGrowsNodesAsNeeded) {
