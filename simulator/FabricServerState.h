@@ -110,6 +110,7 @@ struct Job {
   std::set<int> parked;                      // ranks waiting outside the server (Park)
   std::map<int, uint64_t> sealed;            // rank -> Arrive.sealed_ps of its waiting arrivals (the latest)
   std::set<int> connected;
+  std::set<int> joined;                      // every rank that has said Hello (connected or gone since)
   // Connected ranks neither waiting nor parked, and since when: what holds a settle. Kept
   // as ranks change state, so that a collective's cost does not grow with the job's size.
   std::map<int, std::chrono::steady_clock::time_point> active;

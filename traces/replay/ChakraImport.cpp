@@ -7,8 +7,10 @@
 #include <fstream>
 #include <iterator>
 #include <regex>
+#include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "traces/export/proto/chakra_et.pb.h"
@@ -175,6 +177,18 @@ constexpr int kMaxDevices = 4096;
 std::string text(const chakra::Node& n, const std::string& name) {
   const chakra::AttributeProto* a = attr(n, name);
   return a && a->value_case() == chakra::AttributeProto::kStringVal ? a->string_val() : std::string();
+}
+
+// A send's or receive's two ends, a side that leaves out its own rank taking the file's
+// (ASTRA-sim's custom collectives: a send names only comm_dst, a receive only comm_src).
+// False unless they are two different ranks.
+bool pointToPointEnds(const chakra::Node& n, int rank, int* src, int* dst) {
+  const bool send = n.type() == chakra::COMM_SEND_NODE;
+  const double s = numberOr(n, "comm_src", send ? rank : -1), d = numberOr(n, "comm_dst", send ? -1 : rank);
+  const bool valid = s >= 0 && s < (1 << 24) && d >= 0 && d < (1 << 24);
+  *src = valid ? static_cast<int>(s) : -1;
+  *dst = valid ? static_cast<int>(d) : -1;
+  return *src >= 0 && *dst >= 0 && *src != *dst;
 }
 
 const char* collectiveOp(int64_t type) {
@@ -512,14 +526,8 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         break;
       }
       case Op::kSendRecv: {
-        // A side may leave out its own rank (ASTRA-sim's custom collectives: a send names
-        // only comm_dst, a receive only comm_src): the file's rank is that end.
-        const bool send = n.type() == chakra::COMM_SEND_NODE;
-        const double s_rank = numberOr(n, "comm_src", send ? rank_ : -1),
-                     d_rank = numberOr(n, "comm_dst", send ? -1 : rank_);
-        const bool valid = s_rank >= 0 && s_rank < (1 << 24) && d_rank >= 0 && d_rank < (1 << 24);
-        const int src = valid ? static_cast<int>(s_rank) : -1, dst = valid ? static_cast<int>(d_rank) : -1;
-        if (src < 0 || dst < 0 || src == dst)
+        int src = -1, dst = -1;
+        if (!pointToPointEnds(n, rank_, &src, &dst))
           throw TraceError(where(n) + ": a send or recv needs comm_src and comm_dst, two different ranks");
         trace::Envelope e = call(p.device);
         trace::Collective* c = e.mutable_collective();
@@ -530,6 +538,10 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         c->set_root(0);
         c->set_peer(1);
         c->set_group("p2p " + std::to_string(src) + "->" + std::to_string(dst));
+        // Its side: joined with the other rank's on the fabric (a receive ends once its
+        // send has begun and the bytes have crossed), matched by tag.
+        c->set_p2p(n.type() == chakra::COMM_SEND_NODE ? trace::Collective::SEND : trace::Collective::RECV);
+        c->set_tag(static_cast<int32_t>(numberOr(n, "comm_tag", 0)));
         c->set_stream(p.stream);
         w.write(e);
         break;
@@ -594,6 +606,27 @@ ChakraImport importChakra(const std::string& path, const std::string& out_dir) {
     if (a.name() == "world_size" && a.value_case() == chakra::AttributeProto::kInt64Val && a.int64_val() > 0)
       out.world_size = static_cast<int>(a.int64_val());
     if (a.name() == "preset" && a.value_case() == chakra::AttributeProto::kStringVal) out.preset = a.string_val();
+  }
+  // A whole job's sends and receives pair up (source, destination, tag, size), else the
+  // replay would wait for a side that never comes.
+  if (static_cast<int>(files.size()) == out.world_size) {
+    std::map<std::tuple<int, int, int64_t, double>, std::pair<int, std::string>> open;   // +1 send, -1 recv
+    for (const auto& [rank, et] : files)
+      for (const chakra::Node& n : et.nodes) {
+        if (n.type() != chakra::COMM_SEND_NODE && n.type() != chakra::COMM_RECV_NODE) continue;
+        int src = -1, dst = -1;
+        if (!pointToPointEnds(n, rank, &src, &dst)) continue;   // refused with its node when converted
+        auto& [count, example] = open[{src, dst, static_cast<int64_t>(numberOr(n, "comm_tag", 0)),
+                                      numberOr(n, "comm_size", 0)}];
+        count += n.type() == chakra::COMM_SEND_NODE ? 1 : -1;
+        example = sources[rank] + ": node " + std::to_string(n.id()) + " ('" + n.name() + "')";
+      }
+    for (const auto& [key, v] : open)
+      if (v.first != 0)
+        throw TraceError(v.second + ": " + (v.first > 0 ? "a send from rank " : "a receive from rank ") +
+                         std::to_string(std::get<0>(key)) + " to rank " + std::to_string(std::get<1>(key)) + " (tag " +
+                         std::to_string(std::get<2>(key)) + ", " + std::to_string(static_cast<int64_t>(std::get<3>(key))) +
+                         " bytes) has no matching " + (v.first > 0 ? "receive" : "send") + " in the job's files");
   }
   for (auto& [rank, et] : files) {
     const std::string file = out_dir + "/rank" + std::to_string(rank) + trace::kFileExtension;

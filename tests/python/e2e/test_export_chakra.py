@@ -7,6 +7,8 @@ with its recorded time, collectives as COMM_COLL_NODEs with Chakra's comm_type, 
 and a pg_name the groups file resolves to the ranks, and data_deps that keep stream order,
 event waits and host synchronizations, with no cycle."""
 import json
+
+import pytest
 import struct
 import subprocess
 
@@ -462,3 +464,23 @@ def test_a_send_or_receive_may_leave_out_its_own_rank(tmp_path):
     full = replay_json(tmp_path / "full", "--preset", "h100-sxm", tmp=tmp_path)
     assert short["total_us"] == full["total_us"] > 0, (short["total_us"], full["total_us"])
     assert all(r["breakdown"]["communication_us"] > 0 for r in short["ranks"]), short["ranks"]
+
+
+def test_a_receive_waits_for_its_send_and_an_unmatched_one_is_refused(tmp_path):
+    # Rank 0 computes 5 ms, then sends 64 MiB (tag 7) to rank 1, whose receive is posted at
+    # once: it ends when the send has begun and the bytes have crossed, as on the fabric.
+    size = 64 << 20
+    p2p = [("comm_src", "int64", 0), ("comm_dst", "int64", 1), ("comm_size", "int64", size), ("comm_tag", "int64", 7)]
+    write_et(tmp_path / "j.0.et", [_enc_node(0, "c", COMP, duration=5000), _enc_node(1, "send", SEND, deps=[0], attrs=p2p)])
+    write_et(tmp_path / "j.1.et", [_enc_node(0, "recv", RECV, attrs=p2p), _enc_node(1, "c", COMP, deps=[0], duration=20)])
+    rep = replay_json(tmp_path / "j", "--preset", "h100-sxm", tmp=tmp_path)
+    r0, r1 = sorted(rep["ranks"], key=lambda r: r["rank"])
+    t0, t1 = (r["breakdown"]["total_us"] for r in (r0, r1))
+    assert t1 == pytest.approx(t0 + 20, abs=1e-3), (r0, r1)   # after the send, then 20 us
+    # a receive whose send is in no file is refused by name, not waited for
+    write_et(tmp_path / "u.0.et", [_enc_node(0, "c", COMP, duration=5)])
+    write_et(tmp_path / "u.1.et", [_enc_node(0, "recv", RECV, attrs=p2p)])
+    res = cardsim("replay", tmp_path / "u", "--preset", "h100-sxm")
+    assert res.returncode == 2, res.stderr
+    assert "u.1.et: node 0 ('recv'): a receive from rank 0 to rank 1 (tag 7, 67108864 bytes) has no matching send" \
+        in res.stderr, res.stderr
