@@ -139,6 +139,9 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
     p.nic.host_latency_s = x.get(n.host_latency(), n.has_host_latency(), "nic.host_latency", Dimension::Time, false);
     if (n.has_host_bandwidth())
       p.nic.host_bandwidth_bytes_per_s = x.get(n.host_bandwidth(), true, "nic.host_bandwidth", Dimension::Bandwidth, true);
+    p.nic.on_switch = n.on_switch();
+    if (p.nic.on_switch && f.shape() != "switch")
+      x.fail("device.fabric.nic.on_switch: only a 'switch' shape has a switch for its NICs to sit on");
     if (n.has_message_rate())
       p.nic.message_rate_per_s = x.get(n.message_rate(), true, "nic.message_rate", Dimension::Rate, true);
     p.leaf_latency_s = x.get(f.leaf_latency(), f.has_leaf_latency(), "leaf_latency", Dimension::Time, false);

@@ -82,6 +82,7 @@ std::string fabricSignature(const FabricParams& p) {
   put("nic.host_latency", p.nic.host_latency_s);
   put("nic.host_bandwidth", p.nic.host_bandwidth_bytes_per_s);
   put("nic.message_rate", p.nic.message_rate_per_s);
+  put("nic.on_switch", p.nic.on_switch ? 1 : 0);
   put("leaf_latency", p.leaf_latency_s);
   put("oversubscription", p.oversubscription);
   put("channels", p.channels);

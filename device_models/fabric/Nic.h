@@ -12,6 +12,10 @@ struct NicParams {
   double host_latency_s = 0;                // device <-> NIC (PCIe hop)
   double host_bandwidth_bytes_per_s = 0;    // 0: the NIC's own
   double message_rate_per_s = 0;            // 0: no limit; else each transfer spends 1/rate in each NIC
+  // The NIC sits on the node's (PCIe) switch: a device reaches it over its own link to the
+  // switch, shared with its peer traffic, then the host hop; else the host hop is the
+  // device's own path to its NIC (NVLink systems: their PCIe, apart from the fabric).
+  bool on_switch = false;
 };
 
 }  // namespace cardsim::fabric

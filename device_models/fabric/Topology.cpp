@@ -178,6 +178,7 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
   // node k's copy of each of per_node's nodes; devices first, so that device rank r is
   // devices()[r] (node-major).
   std::vector<std::vector<NodeId>> copy(nodes, std::vector<NodeId>(count));
+  std::vector<std::vector<NodeId>> ports;   // per node: each device's port (NICs on the switch)
   for (uint32_t k = 0; k < nodes; ++k)
     for (uint32_t i = 0; i < count; ++i)
       if (per_node.node(NodeId{i}).kind == NodeKind::Device)
@@ -190,10 +191,33 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
         copy[k][i] = t.addSwitch(name, src.forwarding_latency_s, src.reduces, k, src.reduction_efficiency);
       else if (src.kind == NodeKind::Nic) copy[k][i] = t.addNic(name, src.forwarding_latency_s, k);
     }
+    // A NIC on the node's switch (a PCIe switch) is reached over the device's own link to
+    // it: each device's link ends at a port of its own (no latency on the port's side), on
+    // which the NIC also sits, so the device's peer and network traffic share that link.
+    std::vector<NodeId> port(count);
+    if (nic.on_switch && nodes > 1)
+      for (uint32_t i = 0; i < count; ++i)
+        if (per_node.node(NodeId{i}).kind == NodeKind::Device)
+          port[i] = t.addSwitch("node" + std::to_string(k) + "." + per_node.node(NodeId{i}).name + ".port", 0, false, k);
     for (uint32_t l = 0; l < per_node.linkCount(); ++l) {
       const Link& src = per_node.link(LinkId{l});
+      const bool from_device = per_node.node(src.from).kind == NodeKind::Device;
+      const bool to_device = per_node.node(src.to).kind == NodeKind::Device;
+      if (nic.on_switch && nodes > 1 && (from_device != to_device)) {
+        const uint32_t d = from_device ? index(src.from) : index(src.to);
+        const LinkParams inner{src.params.bandwidth_bytes_per_s, 0};
+        if (from_device) {
+          t.addLink(copy[k][d], port[d], src.params);
+          t.addLink(port[d], copy[k][index(src.to)], inner);
+        } else {
+          t.addLink(copy[k][index(src.from)], port[d], inner);
+          t.addLink(port[d], copy[k][d], src.params);
+        }
+        continue;
+      }
       t.addLink(copy[k][index(src.from)], copy[k][index(src.to)], src.params);
     }
+    ports.push_back(std::move(port));
   }
   if (nodes > 1) {
     const NodeId spine = t.addSwitch("spine", leaf_latency_s, false);
@@ -208,7 +232,7 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
       for (uint32_t i = 0; i < count; ++i) {
         if (per_node.node(NodeId{i}).kind != NodeKind::Device) continue;
         const NodeId n = t.addNic("node" + std::to_string(k) + ".nic" + std::to_string(dev++), per_message_s, k);
-        t.connect(copy[k][i], n, host);
+        t.connect(nic.on_switch ? ports[k][i] : copy[k][i], n, host);
         t.connect(n, leaf, nic.link);
       }
       t.connect(leaf, spine, up);

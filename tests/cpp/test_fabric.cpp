@@ -9,6 +9,7 @@
 #include "device_models/fabric/Algorithms.h"
 #include "device_models/fabric/CollectiveEngine.h"
 #include "device_models/fabric/FabricParams.h"
+#include "device_models/fabric/FlowSolver.h"
 
 using namespace cardsim::fabric;
 
@@ -173,6 +174,23 @@ TEST(FabricAlgorithms, TreeChannelsWithinANodeTakeOtherLinks) {
   across4.channels = 4;
   EXPECT_EQ(algorithm("tree").schedule(across4, two).phases.at(0).transfers.size(),
             algorithm("tree").schedule(across, two).phases.at(0).transfers.size());
+}
+
+TEST(FabricTopology, ANicOnThePcieSwitchSharesTheDevicesLink) {
+  // 2 nodes of 4 cards on a PCIe switch (100 GB/s each way): a NIC of 25 GB/s on the switch
+  // is reached over the card's own link, so a copy to a peer beside a send to another node
+  // gets what the send leaves of it (75); a NIC with a path of its own leaves it all (100).
+  NicParams nic{{25e9, 2e-6}, 1e-6, 50e9};
+  for (bool on_switch : {false, true}) {
+    nic.on_switch = on_switch;
+    Topology t = multiNode(2, switchStar(4, kLink, kSw, false), nic, kSw, 1.0);
+    const auto& d = t.devices();
+    const std::vector<double> r = FlowSolver(t).rates({&t.route(d[0], d[1]), &t.route(d[0], d[4])});
+    EXPECT_DOUBLE_EQ(r[1], 25e9) << on_switch;
+    EXPECT_DOUBLE_EQ(r[0], on_switch ? 75e9 : 100e9) << on_switch;
+    // the same latencies either way: the port adds no hop time
+    EXPECT_DOUBLE_EQ(t.routeLatency(d[0], d[1]), 2 * kA + kSw) << on_switch;
+  }
 }
 
 TEST(FabricAlgorithms, DirectAndSwitchAloneMatchTheirClosedForms) {

@@ -227,6 +227,11 @@ TEST(FabricConfig, NicMessageRateCostsEachNicCrossedAndOversubscriptionTakesRati
   const double slow = latency({"fabric.nic.message_rate=1 M/s"}), fast = latency({"fabric.nic.message_rate=1 G/s"});
   EXPECT_NEAR(slow - fast, 2 * (1e-6 - 1e-9), 1e-15);
   EXPECT_DOUBLE_EQ(paramsOf("br100", {}).nic.message_rate_per_s, 215e6);
+  // The PCIe cards' NICs sit on their node's PCIe switch; a mesh has no switch for them.
+  EXPECT_TRUE(paramsOf("mlu370-x4", {}).nic.on_switch);
+  EXPECT_FALSE(paramsOf("h100-sxm", {}).nic.on_switch);
+  EXPECT_NE(errorOf({"fabric.nic.on_switch=true"}).find("only a 'switch' shape has a switch for its NICs"),
+            std::string::npos);
   EXPECT_NE(errorOf({"fabric.nic.message_rate=0 M/s"}).find("device.fabric.nic.message_rate"), std::string::npos);
   EXPECT_NE(errorOf({"fabric.nic.message_rate=215"}).find("device.fabric.nic.message_rate"), std::string::npos);
   // Oversubscription as a fraction or a ratio: the spine link carries 8 NICs' worth / 1.5.
