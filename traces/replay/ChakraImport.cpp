@@ -293,7 +293,13 @@ RankConverter::Op RankConverter::opOf(const chakra::Node& n) const {
       if (n.duration_micros() > 0 || numberOr(n, "cardsim_duration_ps", 0) > 0) return Op::kStep;
       return Op::kNone;   // a marker: only its dependencies matter
     }
-    default: return Op::kNone;   // metadata and node types the fabric has no meaning for
+    case chakra::INVALID_NODE:
+    case chakra::METADATA_NODE: return Op::kNone;   // only their dependencies matter
+    default:
+      // A type Chakra does not define (a newer schema's, or a corrupt file): not guessed at.
+      throw TraceError(where(n) + ": node type " + std::to_string(static_cast<int>(n.type())) +
+                       " is not one of Chakra's (0-7: INVALID, METADATA, MEM_LOAD, MEM_STORE, COMP, COMM_SEND, "
+                       "COMM_RECV, COMM_COLL)");
   }
 }
 

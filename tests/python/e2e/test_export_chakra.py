@@ -414,6 +414,9 @@ def test_bad_chakra_files_are_named(tmp_path):
     res = cardsim("replay", tmp_path / "p", "--preset", "h100-sxm")
     assert res.returncode == 2 and "process group '9' is not in the groups file" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and "terminate" not in res.stderr
+    write_et(tmp_path / "t.0.et", [_enc_node(0, "odd", 99, duration=5)])
+    res = cardsim("replay", tmp_path / "t", "--preset", "h100-sxm")
+    assert res.returncode == 2 and "t.0.et: node 0 ('odd'): node type 99 is not one of Chakra's" in res.stderr, res.stderr
     # values that would break the model are refused by name
     for i, (attrs, needle) in enumerate([
             ([("num_ops", "int64", (1 << 64) - 5)], "num_ops -5"),
