@@ -31,8 +31,14 @@ class Ring final : public ICollectiveAlgorithm {
       s.phases.push_back(Phase{{Transfer{r.ranks[r.root], r.ranks[r.peer], r.bytes}}, 1});
       return s;
     }
-    const std::vector<std::vector<uint32_t>> orders = multiNodeOrders(r, t);
-    if (orders.empty()) return singleNode(r);
+    std::vector<std::vector<uint32_t>> orders = multiNodeOrders(r, t);
+    if (orders.empty()) {
+      // Ranks within one node: channel c's ring is 0, s_c, 2 s_c, ... over the coprime strides.
+      for (uint32_t stride : ringStrides(n, r.channels)) {
+        orders.emplace_back(n);
+        for (uint32_t j = 0; j < n; ++j) orders.back()[j] = static_cast<uint32_t>(uint64_t{j} * stride % n);
+      }
+    }
     const double k = static_cast<double>(orders.size());
     Phase p;
     if (r.op == CollectiveOp::Broadcast || r.op == CollectiveOp::Reduce) {
@@ -40,7 +46,8 @@ class Ring final : public ICollectiveAlgorithm {
       for (const std::vector<uint32_t>& o : orders) {
         const uint32_t from = static_cast<uint32_t>(std::find(o.begin(), o.end(), r.root) - o.begin());
         for (uint32_t i = 0; i + 1 < n; ++i) {
-          const uint32_t a = o[(from + i) % n], b = o[(from + i + 1) % n];   // the chain from the root
+          // the chain from the root along the ring (reversed for reduce)
+          const uint32_t a = o[(from + i) % n], b = o[(from + i + 1) % n];
           if (r.op == CollectiveOp::Broadcast) p.transfers.push_back({r.ranks[a], r.ranks[b], r.bytes / (k * m)});
           else p.transfers.push_back({r.ranks[b], r.ranks[a], r.bytes / (k * m)});
         }
@@ -51,8 +58,11 @@ class Ring final : public ICollectiveAlgorithm {
       return s;
     }
     const double bytes = r.op == CollectiveOp::Barrier ? 4.0 : r.bytes;
-    for (const std::vector<uint32_t>& o : orders)
-      for (uint32_t i = 0; i < n; ++i) p.transfers.push_back({r.ranks[o[i]], r.ranks[o[(i + 1) % n]], bytes / (n * k)});
+    std::vector<uint32_t> next(n);
+    for (const std::vector<uint32_t>& o : orders) {
+      for (uint32_t j = 0; j < n; ++j) next[o[j]] = o[(j + 1) % n];
+      for (uint32_t i = 0; i < n; ++i) p.transfers.push_back({r.ranks[i], r.ranks[next[i]], bytes / (n * k)});
+    }
     const bool two_passes = r.op == CollectiveOp::AllReduce || r.op == CollectiveOp::Barrier;
     p.repeat = (two_passes ? 2 : 1) * (n - 1);
     s.phases.push_back(std::move(p));
@@ -60,37 +70,6 @@ class Ring final : public ICollectiveAlgorithm {
   }
 
  private:
-  // Ranks within one node: channel c's ring is 0, s_c, 2 s_c, ... over the coprime strides.
-  static Schedule singleNode(const CollectiveRequest& r) {
-    const uint32_t n = static_cast<uint32_t>(r.ranks.size());
-    Schedule s;
-    const std::vector<uint32_t> strides = ringStrides(n, r.channels);
-    const double k = static_cast<double>(strides.size());
-    Phase p;
-    if (r.op == CollectiveOp::Broadcast || r.op == CollectiveOp::Reduce) {
-      const uint32_t m = chunkCount(r.bytes / k, r.chunk_bytes);
-      for (uint32_t stride : strides)
-        for (uint32_t i = 0; i + 1 < n; ++i) {
-          // the chain root, root+stride, root+2*stride, ... (reversed for reduce)
-          const uint32_t a = (r.root + i * stride) % n, b = (r.root + (i + 1) * stride) % n;
-          if (r.op == CollectiveOp::Broadcast) p.transfers.push_back({r.ranks[a], r.ranks[b], r.bytes / (k * m)});
-          else p.transfers.push_back({r.ranks[b], r.ranks[a], r.bytes / (k * m)});
-        }
-      p.repeat = n - 2 + m;
-      p.pipeline_depth = n - 1;
-      s.phases.push_back(std::move(p));
-      return s;
-    }
-    const double bytes = r.op == CollectiveOp::Barrier ? 4.0 : r.bytes;
-    for (uint32_t stride : strides)
-      for (uint32_t i = 0; i < n; ++i)
-        p.transfers.push_back({r.ranks[i], r.ranks[(i + stride) % n], bytes / (n * k)});
-    const bool two_passes = r.op == CollectiveOp::AllReduce || r.op == CollectiveOp::Barrier;
-    p.repeat = (two_passes ? 2 : 1) * (n - 1);
-    s.phases.push_back(std::move(p));
-    return s;
-  }
-
   // Ranks over several nodes: each channel's ring order (rank indices), node after node in
   // the order the ranks first reach them. Channel c enters a node of L ranks at local index
   // c + s, walks stride s (coprime with L: other links on a full mesh; the strides of the
