@@ -198,9 +198,7 @@ class Extractor {
   }
 
  private:
-  static std::string provenance(const config::Quantity& q) {
-    return q.confidence() == config::OVERRIDDEN ? " [" + q.source() + "]" : "";
-  }
+  static std::string provenance(const config::Quantity& q) { return overrideNote(q); }
   size_t problemsFor(const std::string& path) const {
     return static_cast<size_t>(std::count_if(problems_.begin(), problems_.end(), [&](auto& p) {
       return p.rfind("device." + path + ":", 0) == 0;
@@ -348,6 +346,14 @@ config::Preset loadPreset(const std::string& name_or_path) {
   if (it == parsed->end())
     it = parsed->emplace(e->name, parsePresetText(e->text, std::string("preset ") + e->name)).first;
   return it->second;
+}
+
+std::string overrideKey(const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos) return "";
+  std::string key = trim(assignment.substr(0, eq));
+  if (key.rfind("device.", 0) == 0) key.erase(0, 7);
+  return key;
 }
 
 void applyOverride(config::Preset& preset, const std::string& assignment,
@@ -518,6 +524,10 @@ DeviceParams toDeviceParams(const config::Preset& preset, const std::string& ori
     throw ConfigError(msg);
   }
   return p;
+}
+
+std::string overrideNote(const config::Quantity& q) {
+  return q.confidence() == config::OVERRIDDEN ? " [" + q.source() + "]" : "";
 }
 
 DeviceParams loadDeviceParams(const SimOptions& options) {

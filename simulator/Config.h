@@ -10,6 +10,7 @@
 
 namespace cardsim::config {
 class Preset;
+class Quantity;
 }
 
 namespace cardsim::sim {
@@ -47,12 +48,20 @@ config::Preset parsePresetText(const std::string& text, const std::string& origi
 void applyOverride(config::Preset& preset, const std::string& assignment,
                    const std::string& origin);
 
+// The key an override sets, as applyOverride reads it: trimmed, without a leading
+// "device." ("device.fabric.nodes = 2" -> "fabric.nodes"); "" when it has no '='.
+std::string overrideKey(const std::string& assignment);
+
 // Applies a file of overrides: one "key.path = value" per line, '#' starts a comment.
 void applyOverridesFile(config::Preset& preset, const std::string& path);
 
 // Validates every quantity (present, confidence given, unit of the right kind, in range)
 // and converts to base units.
 DeviceParams toDeviceParams(const config::Preset& preset, const std::string& origin);
+
+// " [override from ...]" when a --set (or an overrides file) gave the quantity, else "":
+// error messages name where a bad value came from.
+std::string overrideNote(const config::Quantity& q);
 
 // All of the above from options.
 DeviceParams loadDeviceParams(const SimOptions& options);

@@ -74,9 +74,7 @@ class FabricReader {
   void fail(const std::string& msg) { problems_.push_back(msg); }
   bool clean() const { return problems_.empty(); }
   // Which --set (or overrides file) gave a bad value, as the device's errors say.
-  static std::string provenance(const config::Quantity& q) {
-    return q.confidence() == config::OVERRIDDEN ? " [" + q.source() + "]" : "";
-  }
+  static std::string provenance(const config::Quantity& q) { return overrideNote(q); }
   void raise() const {
     if (problems_.empty()) return;
     std::string msg = origin_ + ": invalid fabric:";

@@ -76,7 +76,6 @@ void FabricServer::Impl::onHello(Session& s, const rpc::Hello& h) {
   ++job.sessions;
   job.world = std::max(job.world, h.world_size());
   job.connected.insert(rank);
-  job.joined.insert(rank);
   job.refresh(rank);
   log(s.who() + " joined");
   rpc::ToClient w;
@@ -265,10 +264,9 @@ void FabricServer::Impl::onClosed(Session& s) {
       doomed.push_back(key);
   for (const std::string& key : doomed)
     failPending(job, key, "rank " + std::to_string(s.rank) + " " + job.gone[s.rank] + " before starting it");
-  // The job is over for the server once every rank of its world has come and gone: until
-  // then a rank not connected yet may still need what the others left (a send posted by a
-  // rank that has finished and exited before its receiver connected).
-  if (--job.sessions <= 0 && job.joined.size() >= job.world) {
+  // The job is over for the server once every rank of its world has come and gone (a send
+  // posted by a rank that exited before its receiver connected is still needed).
+  if (--job.sessions <= 0 && job.everyRankCame()) {
     // Drop what is left (answers to ranks no one listens for).
     pending_count.fetch_sub(job.pending.size());
     for (auto& [key, p] : job.pending)

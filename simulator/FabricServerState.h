@@ -110,13 +110,19 @@ struct Job {
   std::set<int> parked;                      // ranks waiting outside the server (Park)
   std::map<int, uint64_t> sealed;            // rank -> Arrive.sealed_ps of its waiting arrivals (the latest)
   std::set<int> connected;
-  std::set<int> joined;                      // every rank that has said Hello (connected or gone since)
   // Connected ranks neither waiting nor parked, and since when: what holds a settle. Kept
   // as ranks change state, so that a collective's cost does not grow with the job's size.
   std::map<int, std::chrono::steady_clock::time_point> active;
   std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
 
   // Recomputes whether `rank` is active after a change of its state.
+  // Every rank of the world has said Hello (it is connected, or has come and gone): until
+  // then a rank still to connect may need what the others left (a posted send).
+  bool everyRankCame() const {
+    std::size_t came = connected.size();
+    for (const auto& [rank, why] : gone) came += connected.count(rank) ? 0 : 1;
+    return came >= world;
+  }
   void refresh(int rank) {
     const bool busy = connected.count(rank) && !parked.count(rank) && !waiting.count(rank);
     if (!busy) active.erase(rank);

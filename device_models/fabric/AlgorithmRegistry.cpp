@@ -56,9 +56,12 @@ constexpr size_t kMaxTunedFlows = 65536;
 bool tunerWeighs(const ICollectiveAlgorithm& a, const CollectiveRequest& r, const Topology& t) {
   if (std::string(a.name()) != "direct" || r.op == CollectiveOp::AllToAll) return true;
   const size_t n = r.ranks.size();
-  if (n * (n - 1) > kMaxTunedFlows) return false;
-  for (NodeId d : r.ranks)
-    if (t.node(d).group != t.node(r.ranks.front()).group) return false;
+  return n * (n - 1) <= kMaxTunedFlows && withinOneNode(r.ranks, t);
+}
+
+bool withinOneNode(const std::vector<NodeId>& ranks, const Topology& t) {
+  for (NodeId d : ranks)
+    if (t.node(d).group != t.node(ranks.front()).group) return false;
   return true;
 }
 

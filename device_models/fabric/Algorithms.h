@@ -47,6 +47,9 @@ const ICollectiveAlgorithm& preferAlgorithm(const std::string& preferred, const 
 const ICollectiveAlgorithm* preferredIfRunnable(const std::string& preferred, const CollectiveRequest& r,
                                                 const Topology& t);
 
+// True when every rank's device is in one node (host) of the topology.
+bool withinOneNode(const std::vector<NodeId>& ranks, const Topology& t);
+
 // True when every pair of the ranks' devices is joined by one direct link.
 bool fullyConnected(const std::vector<NodeId>& ranks, const Topology& t);
 

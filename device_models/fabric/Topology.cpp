@@ -179,6 +179,7 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
   // devices()[r] (node-major).
   std::vector<std::vector<NodeId>> copy(nodes, std::vector<NodeId>(count));
   std::vector<std::vector<NodeId>> ports;   // per node: each device's port (NICs on the switch)
+  const bool nic_on_ports = nic.on_switch && nodes > 1;
   for (uint32_t k = 0; k < nodes; ++k)
     for (uint32_t i = 0; i < count; ++i)
       if (per_node.node(NodeId{i}).kind == NodeKind::Device)
@@ -195,7 +196,7 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
     // it: each device's link ends at a port of its own (no latency on the port's side), on
     // which the NIC also sits, so the device's peer and network traffic share that link.
     std::vector<NodeId> port(count);
-    if (nic.on_switch && nodes > 1)
+    if (nic_on_ports)
       for (uint32_t i = 0; i < count; ++i)
         if (per_node.node(NodeId{i}).kind == NodeKind::Device)
           port[i] = t.addSwitch("node" + std::to_string(k) + "." + per_node.node(NodeId{i}).name + ".port", 0, false, k);
@@ -203,7 +204,7 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
       const Link& src = per_node.link(LinkId{l});
       const bool from_device = per_node.node(src.from).kind == NodeKind::Device;
       const bool to_device = per_node.node(src.to).kind == NodeKind::Device;
-      if (nic.on_switch && nodes > 1 && (from_device != to_device)) {
+      if (nic_on_ports && from_device != to_device) {
         const uint32_t d = from_device ? index(src.from) : index(src.to);
         const LinkParams inner{src.params.bandwidth_bytes_per_s, 0};
         if (from_device) {
@@ -232,7 +233,7 @@ Topology multiNode(uint32_t nodes, const Topology& per_node, const NicParams& ni
       for (uint32_t i = 0; i < count; ++i) {
         if (per_node.node(NodeId{i}).kind != NodeKind::Device) continue;
         const NodeId n = t.addNic("node" + std::to_string(k) + ".nic" + std::to_string(dev++), per_message_s, k);
-        t.connect(nic.on_switch ? ports[k][i] : copy[k][i], n, host);
+        t.connect(nic_on_ports ? ports[k][i] : copy[k][i], n, host);
         t.connect(n, leaf, nic.link);
       }
       t.connect(leaf, spine, up);

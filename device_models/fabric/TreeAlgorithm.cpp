@@ -47,9 +47,7 @@ class Tree final : public ICollectiveAlgorithm {
     if (n < 2) return s;
     std::vector<std::pair<int, int>> edges;
     build(0, n - 1, &edges);
-    bool one_node = true;
-    for (NodeId d : r.ranks) one_node = one_node && t.node(d).group == t.node(r.ranks.front()).group;
-    const std::vector<uint32_t> strides = one_node ? ringStrides(static_cast<uint32_t>(n), r.channels)
+    const std::vector<uint32_t> strides = withinOneNode(r.ranks, t) ? ringStrides(static_cast<uint32_t>(n), r.channels)
                                                    : std::vector<uint32_t>{1};
     const double k = static_cast<double>(strides.size());
     const double bytes = r.op == CollectiveOp::Barrier ? 4.0 : r.bytes;

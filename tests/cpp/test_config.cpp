@@ -1104,3 +1104,10 @@ TEST(SimOptionsEnv, ConfigFileFromEnvironmentIsApplied) {
 }
 
 }  // namespace
+
+TEST(OverrideKey, IsTheKeyApplyOverrideReads) {
+  EXPECT_EQ(cardsim::sim::overrideKey("fabric.nodes=2"), "fabric.nodes");
+  EXPECT_EQ(cardsim::sim::overrideKey("  device.fabric.nodes = 2"), "fabric.nodes");
+  EXPECT_EQ(cardsim::sim::overrideKey("memory.bandwidth=1TB/s"), "memory.bandwidth");
+  EXPECT_EQ(cardsim::sim::overrideKey("no equals sign"), "");
+}

@@ -446,10 +446,7 @@ int runReplay(const std::vector<std::string>& argv) {
   }
   // The recording's own preference stands unless the what-if names another algorithm.
   bool algorithm_set = false;
-  for (const std::string& o : job.overrides) {
-    const std::string key = o.substr(0, o.find('='));
-    algorithm_set = algorithm_set || key.find("fabric.algorithm") != std::string::npos;
-  }
+  for (const std::string& o : job.overrides) algorithm_set = algorithm_set || sim::overrideKey(o) == "fabric.algorithm";
   for (const char* k : {"CARDSIM_COLL_ALGO", "CARDSIM_NODES", "CARDSIM_FABRIC_REVISE"}) {
     auto it = h0.environment().find(k);
     if (it != h0.environment().end() && !(algorithm_set && std::string(k) == "CARDSIM_COLL_ALGO"))
@@ -500,7 +497,7 @@ int runReplay(const std::vector<std::string>& argv) {
     // what-if, refused rather than silently changed (as collbench does).
     std::string nodes_set;
     for (const std::string& o : job.overrides)
-      if (o.rfind("fabric.nodes=", 0) == 0 || o.rfind("device.fabric.nodes=", 0) == 0) nodes_set = o;
+      if (sim::overrideKey(o) == "fabric.nodes") nodes_set = o;
     if (need > fp.nodes && !nodes_set.empty())
       throw UsageError("cardsim replay: --set " + nodes_set + ": " + std::to_string(fp.nodes) + " node(s) of " +
                        std::to_string(fp.devices_per_node) + " devices cannot hold --ranks " +
