@@ -105,6 +105,7 @@ void Card::execute(StreamQueue&, const Command& cmd, Waiter& waiter) {
         const TimePs end_at = cmd.end->end_ps.load();
         d = end_at > now ? end_at - now : 0;
       }
+      else if (cmd.end_not_before_ps > now + d) d = cmd.end_not_before_ps - now;
       if (d == 0) break;
       // Its memory traffic, spread evenly over its time, contends with kernels and copies;
       // what memory cannot give it by its end is dropped rather than making it later.

@@ -87,6 +87,7 @@ struct Command {
   TimePs duration_ps = 0;            // Collective
   std::shared_ptr<CollectiveEnd> end;  // Collective: the fabric server's end across ranks, which may
                                        // move; none: start + duration_ps
+  TimePs end_not_before_ps = 0;      // Collective without `end`: when its host is done issuing it
   double memory_bytes = 0;           // Collective: bytes it reads and writes in this card's memory
   // Collective: the bytes its schedule moves over each fabric link (by the link's name), of
   // which this command carries `link_share` (1/members when one process issues every member's

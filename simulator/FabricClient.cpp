@@ -383,6 +383,7 @@ std::string arriveFrame(const FabricClient::Collective& c, uint64_t id, bool eag
   a->set_timeout_ms(c.timeout_s > 0 ? static_cast<uint32_t>(std::min(c.timeout_s * 1000.0, 4.0e9)) : 0);
   a->set_eager(eager);
   a->set_sealed_ps(c.sealed_ps);
+  a->set_launched_ps(c.launched_ps);
   return wire::frame(m.SerializeAsString());
 }
 }  // namespace

@@ -48,6 +48,8 @@ class FabricClient {
     // How far this rank's simulation may have run (events up to it may have happened): an
     // answered collective ending later can still be revised (protocol 5's Revise).
     uint64_t sealed_ps = 0;
+    // When this rank's host is done issuing it: no member's end comes before the latest.
+    uint64_t launched_ps = 0;
   };
   // An earlier answer's new end (the server's Revise).
   struct Revision {

@@ -161,6 +161,7 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
   if (p.arrived.count(s.rank)) return error(what + ": rank " + std::to_string(s.rank) + " reported it twice");
   p.bytes = std::max(p.bytes, a.bytes());   // uneven all_to_all: the largest send bounds it
   p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps(), !a.eager()};
+  p.launched_ps = std::max(p.launched_ps, a.launched_ps());
   if (a.eager()) {
     p.p2p = true;
   } else {

@@ -84,6 +84,7 @@ struct Pending {
   std::unique_ptr<asio::steady_timer> timer;
   bool ready = false;               // every member has arrived; answered at the next settle
   uint64_t start_ps = 0;            // the latest arrival, once ready
+  uint64_t launched_ps = 0;         // the latest member's issue: no end before it
 
   std::string what() const {
     return op + " #" + std::to_string(seq) + " of process group " + rankList(ranks) + groupInstanceNote(group);
@@ -94,6 +95,7 @@ struct Pending {
 struct InFlight {
   FabricModel::Request request;
   uint64_t start_ps = 0, end_ps = 0;
+  uint64_t launched_ps = 0;   // its members' latest issue: a revised end stays after it
   // A collective's group key, sequence number and members (for a Revise); none for traffic
   // and point-to-point transfers, whose ends are not the server's to move.
   std::string group;

@@ -60,6 +60,7 @@ void FabricServer::Impl::settle(Job& job) {
     FabricModel::Timed alone;
     FabricModel::Request request;
     uint64_t start_ps = 0;
+    uint64_t launched_ps = 0;
   };
   std::vector<Ready> ready;
   std::vector<std::string> keys;   // in key order: the same on every rerun
@@ -70,6 +71,7 @@ void FabricServer::Impl::settle(Job& job) {
     Ready r;
     r.key = key;
     r.start_ps = p.start_ps;
+    r.launched_ps = p.launched_ps;
     FabricModel::LinkLoads used;
     try {
       r.request.op = fabric::parseOp(p.op);
@@ -128,7 +130,9 @@ void FabricServer::Impl::settle(Job& job) {
         InFlight& f = job.in_flight[i];
         const double was = static_cast<double>(f.end_ps - f.start_ps) * 1e-12;
         if (!(secs[i] > was * (1 + 1e-9)) || !revisable(job, f)) continue;
-        f.end_ps = f.start_ps + model::secondsToPs(secs[i]);
+        const uint64_t moved = std::max(f.launched_ps, f.start_ps + model::secondsToPs(secs[i]));
+        if (moved <= f.end_ps) continue;   // still bound by its members' issue
+        f.end_ps = moved;
         rpc::ToClient m;
         rpc::Revise* rv = m.mutable_revise();
         rv->set_group(f.group);
@@ -143,9 +147,14 @@ void FabricServer::Impl::settle(Job& job) {
     }
   }
   for (size_t i = 0; i < ready.size(); ++i) {
+    // No member's end comes before the last member is done issuing it (its host's launch
+    // overhead, which overlaps the first steps): a collective shorter than that is
+    // launch-bound, and ends on every member together.
+    ends[i] = std::max(ends[i], ready[i].launched_ps);
     InFlight f;
     f.request = ready[i].request;
     f.start_ps = ready[i].start_ps;
+    f.launched_ps = ready[i].launched_ps;
     f.end_ps = ends[i];
     const Pending& p = job.pending.at(ready[i].key);
     f.group = p.group;
@@ -187,7 +196,7 @@ void FabricServer::Impl::answerPointToPoint(Job& job, const std::string& key) {
     return failPending(job, key, e.what());
   }
   addLoads(used);
-  answer(job, key, p.start_ps + model::secondsToPs(alone.seconds), alone);
+  answer(job, key, std::max(p.launched_ps, p.start_ps + model::secondsToPs(alone.seconds)), alone);
 }
 
 void FabricServer::Impl::answer(Job& job, const std::string& key, uint64_t end_ps, const FabricModel::Timed& alone) {

@@ -280,6 +280,7 @@ class SimBackend final : public IBackend {
   // the collectives it times after it share the links with it (SimCollectives.cpp).
   void reportPeerCopy(StreamObject* s, int src_device, int dst_device, std::size_t bytes);
   bool fabric_revise_ = true;   // CARDSIM_FABRIC_REVISE (read at fabricConnect)
+  static Status collectiveStartsAtCall(bool* from_call);   // CARDSIM_COLL_START
   static DeviceId dev(int d) { return DeviceId{static_cast<uint32_t>(d)}; }
   static std::string hex(unsigned v) {
     char b[16];

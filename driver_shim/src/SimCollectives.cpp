@@ -1,8 +1,10 @@
 // The `sim` backend: collectives timed by the fabric model, alone or, with a fabric server,
 // joined across the ranks of a job.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <string_view>
 #include <mutex>
 #include <thread>
 
@@ -261,9 +263,18 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   // Joined, this process issues its own member's command alone; else (one process driving
   // every member) each member's command carries its share of the collective's traffic.
   cmd.link_share = joined || desc.ranks.empty() ? 1.0 : 1.0 / static_cast<double>(desc.ranks.size());
+  // The collective is its stream's from the call's start: the library's host work for it
+  // (the launch overhead) overlaps its first steps, so events around one collective on an
+  // idle stream read the model's time for it. It ends no earlier than that work does (on
+  // every member: the last member's). CARDSIM_COLL_START=launched: from the launch's end,
+  // as recordings before trace format 1.3 were made.
+  bool from_call = true;
+  if (Status st = collectiveStartsAtCall(&from_call); !st.ok()) return st;
+  const model::TimePs call_ps = sim_.hostNow();
+  const model::TimePs launched_ps = call_ps + model::secondsToPs(params_.host.launch_overhead_s);
   if (joined) {
     const model::TimePs free_at = sim_.queueFreeAt(model::DeviceId{static_cast<uint32_t>(s->device)}, s->queue);
-    const model::TimePs ready = sim_.hostNow() + model::secondsToPs(params_.host.launch_overhead_s);
+    const model::TimePs ready = from_call ? call_ps + 1 : launched_ps;
     sim::FabricClient::Collective c;
     c.group = p2p ? pointToPointKey(desc) : groupKey(desc);
     c.ranks = desc.ranks;
@@ -278,6 +289,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     c.timeout_s = desc.timeout_s;
     // Never revisable with revisions off: as if the simulation had run past every end.
     c.sealed_ps = fabric_revise_ ? sim_.sealedPs() : std::numeric_limits<uint64_t>::max();
+    c.launched_ps = from_call ? launched_ps : 0;
     try {
       if (desc.p2p == P2P::Send) {
         client->post(c);   // buffered: the send takes its own time from its own arrival
@@ -300,7 +312,37 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   if (seconds) *seconds = took;
   if (algorithm) *algorithm = t.algorithm;
   if (capturing(s)) return record(s, name, nullptr, std::move(cmd));
-  return submitAndMaybeWait(s, std::move(cmd), name, params_.host.launch_overhead_s, false);
+  if (!from_call) return submitAndMaybeWait(s, std::move(cmd), name, params_.host.launch_overhead_s, false);
+  // In at the call's start (1 ps in: a call's commands land strictly inside it), the rest of
+  // the launch overhead after; timed here alone, it too ends no earlier than its issue.
+  if (!cmd.end) cmd.end_not_before_ps = launched_ps;
+  constexpr double kOnePs = 1e-12;
+  model::QueuePoint point;
+  if (Status st = submit(s, std::move(cmd), name, kOnePs, &point); !st.ok()) return st;
+  sim_.hostAdvance(std::max(0.0, params_.host.launch_overhead_s - kOnePs));
+  if (op != fabric::CollectiveOp::Barrier) return Status::Ok();
+  // A barrier holds its caller until it completes, as the libraries' and torch's do: every
+  // member's host then stands at its end, the launch overhead of the last covered by it.
+  return guard([&] {
+    sim_.waitFor({point}, 0);
+    return Status::Ok();
+  });
+}
+
+// CARDSIM_COLL_START: where a collective may start on its stream, at its call ("call", the
+// default) or after its launch overhead ("launched": as recordings before trace format 1.3
+// were made, a barrier then not holding its caller either).
+Status SimBackend::collectiveStartsAtCall(bool* from_call) {
+  const char* env = std::getenv("CARDSIM_COLL_START");
+  if (!env || !*env || std::string_view(env) == "call") {
+    *from_call = true;
+  } else if (std::string_view(env) == "launched") {
+    *from_call = false;
+  } else {
+    return Status(Code::InvalidValue,
+                  std::string("launchFabricCollective: CARDSIM_COLL_START must be call or launched, got '") + env + "'");
+  }
+  return Status::Ok();
 }
 
 }  // namespace cardsim::shim::simbackend

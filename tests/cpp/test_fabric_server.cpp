@@ -107,6 +107,34 @@ TEST(FabricServer, CompletesAtLatestArrivalPlusModelTimeWhateverTheArrivalOrder)
   EXPECT_EQ(fx.server.stats().collectives_pending, 0u);
 }
 
+TEST(FabricServer, NoMemberEndsBeforeTheLastMemberHasIssuedIt) {
+  // A collective starts at its members' calls and ends no earlier than the latest member's
+  // issue (its launch overhead) ends: a short one is launch-bound on every member; a long
+  // one keeps the latest arrival plus the model's time.
+  Fixture fx;
+  const std::vector<int> ranks = {0, 1};
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 2; ++r) clients.push_back(fx.client(r, 2));
+  const uint64_t launch = 4'000'000;   // 4 us
+  uint64_t t0 = 0;
+  for (const double bytes : {4.0, double(64 << 20)}) {
+    const uint64_t alone = model::secondsToPs(aloneSeconds(bytes, ranks));
+    t0 += 1'000'000'000;   // 1 ms apart: nothing overlaps
+    const uint64_t calls[2] = {t0 + 10'000'000, t0 + 12'000'000};
+    std::vector<std::future<FabricClient::Completion>> done(2);
+    for (int r = 0; r < 2; ++r) {
+      auto c = allReduce(ranks, calls[r] + 1, bytes);
+      c.launched_ps = calls[r] + launch;
+      c.seq = clients[r]->nextSeq(c.group);
+      done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
+    }
+    const uint64_t want = std::max(calls[1] + 1 + alone, calls[1] + launch);
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(done[r].get().end_ps, want) << bytes << " B, rank " << r;
+    if (bytes < 1024) EXPECT_LT(alone, launch - 1);   // the short one was launch-bound
+    else EXPECT_GT(alone, launch);
+  }
+}
+
 TEST(FabricServer, RanksOverItsUnixSocketAndOverTcpShareOneJobWithTheSameAnswers) {
   // A server with Options::local also listens on a Unix-domain socket (an abstract name):
   // the ranks of its host connect there, others over TCP, and all take part in one job.

@@ -447,7 +447,7 @@ int runReplay(const std::vector<std::string>& argv) {
   // The recording's own preference stands unless the what-if names another algorithm.
   bool algorithm_set = false;
   for (const std::string& o : job.overrides) algorithm_set = algorithm_set || sim::overrideKey(o) == "fabric.algorithm";
-  for (const char* k : {"CARDSIM_COLL_ALGO", "CARDSIM_NODES", "CARDSIM_FABRIC_REVISE"}) {
+  for (const char* k : {"CARDSIM_COLL_ALGO", "CARDSIM_NODES", "CARDSIM_FABRIC_REVISE", "CARDSIM_COLL_START"}) {
     auto it = h0.environment().find(k);
     if (it != h0.environment().end() && !(algorithm_set && std::string(k) == "CARDSIM_COLL_ALGO"))
       job.env[k] = it->second;
@@ -455,6 +455,9 @@ int runReplay(const std::vector<std::string>& argv) {
   // Recorded before the fabric server moved answered collectives' ends (format 1.2): the
   // replay keeps every answer where it falls, as the recording did.
   if (!chakra && h0.format_major() == 1 && h0.format_minor() < 2) job.env["CARDSIM_FABRIC_REVISE"] = "0";
+  // Recorded when a collective started on its stream after its call's launch overhead
+  // (before format 1.3): the replay starts it there too.
+  if (!chakra && h0.format_major() == 1 && h0.format_minor() < 3) job.env["CARDSIM_COLL_START"] = "launched";
   sim::SimOptions so;
   so.preset = job.preset;
   so.overrides = job.overrides;

@@ -10,8 +10,9 @@ namespace cardsim::trace {
 constexpr uint32_t kFormatMajor = 1;
 // 1: Collective.p2p, tag, posted_event; 2: recorded with fabric protocol 5, whose server may
 // move an answered collective's end later (a replay of an older recording does not: it
-// reproduces the recorded times).
-constexpr uint32_t kFormatMinor = 2;
+// reproduces the recorded times); 3: a collective starts on its stream at its call, its
+// launch overhead overlapping it (a replay of an older recording starts it after).
+constexpr uint32_t kFormatMinor = 3;
 
 // The first bytes of every trace file.
 constexpr char kMagic[] = "CSTRACE\n";

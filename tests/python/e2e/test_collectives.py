@@ -287,8 +287,10 @@ def worker(rank, world, q):
         mod.synchronize()   # every rank now starts from the same simulated time
         _C._set_activity_recording(True); _C._drain_activities()
         dist.barrier()
+        issued = None
         if rank == 0:
             dist.send(t + 1, 1)
+            issued = _C._host_time_ns()   # the send's issue ends as its call returns
         elif rank == 1:
             dist.recv(t, 0)
             eq(t[:2], torch.ones(2))
@@ -297,7 +299,7 @@ def worker(rank, world, q):
         acts = [(a[3].split(":")[0], round((a[5] - a[4]) * 1000)) for a in drained]
         spans = [(a[3].split(":")[0], a[4], a[5]) for a in drained]
         _C._set_activity_recording(False)
-        res["charges_data"] = {"acts": acts, "spans": spans, "link": mod.get_device_properties(d).host_link_bandwidth,
+        res["charges_data"] = {"acts": acts, "spans": spans, "issued": issued, "link": mod.get_device_properties(d).host_link_bandwidth,
                                "preset": mod.get_device_properties(d).preset}
 
     tests = {k[2:]: v for k, v in sorted(locals().items()) if k.startswith("t_")}
@@ -388,6 +390,16 @@ def _model_us(preset: str, op: str, ranks: int, nbytes: int) -> tuple[float, str
     return float(row[4]), row[1]
 
 
+# host.launch_overhead of mlu370-x8 and br100 (the presets of WORLDS).
+LAUNCH_US = 4.0
+
+
+def _on_card_us(model_us: float) -> float:
+    """A collective's time on its stream: the model's, or, shorter than the host's cost of
+    issuing it, until that issue ends (it starts 1 ps into its call)."""
+    return max(model_us, LAUNCH_US - 1e-6)
+
+
 @pytest.mark.parametrize("card,world", WORLDS, ids=[f"{c}-{w}ranks" for c, w in WORLDS])
 def test_all_reduce_time_is_the_fabric_models(world_results, card, world):
     """Live c10d all_reduce takes what `cardsim collbench --model-only` says for the same
@@ -401,10 +413,13 @@ def test_all_reduce_time_is_the_fabric_models(world_results, card, world):
     for nbytes, (ps, algo) in t["ps"].items():
         want_us, want_algo = _model_us(t["preset"], "all_reduce", world, int(nbytes))
         assert algo == want_algo, (nbytes, algo, want_algo)
-        assert ps * 1e-6 == pytest.approx(want_us, abs=2e-3), (nbytes, ps, want_us)
-        # event to event: the collective plus up to a few microseconds of dispatch and events
+        assert ps * 1e-6 == pytest.approx(_on_card_us(want_us), abs=2e-3), (nbytes, ps, want_us)
+        # event to event on an idle stream: the model's time from the call's start (the launch
+        # overhead overlaps it), or, launch-bound, the issue and the end event's record
         ms = t["ms"][nbytes]
-        assert want_us * 1e-3 * (1 - 1e-6) <= ms <= want_us * 1e-3 + 0.010, (nbytes, ms, want_us)
+        if want_us > LAUNCH_US + 1.0:
+            assert ms == pytest.approx(want_us * 1e-3, abs=2e-6), (nbytes, ms, want_us)
+        assert want_us * 1e-3 * (1 - 1e-6) <= ms <= max(want_us, LAUNCH_US + 1.0) * 1e-3 + 2e-6, (nbytes, ms, want_us)
     # a large message takes longer than a small one by its bytes over the fabric
     assert t["ps"][str(1 << 24)][0] > 10 * t["ps"]["4"][0]
 
@@ -419,12 +434,14 @@ def test_barrier_send_recv_take_the_fabric_models_time(world_results, card, worl
     p2p_us, _ = _model_us(preset, "send_recv", 2, 1024 * 4)   # rank 0 -> rank 1: devices 0 and 1
     for r in range(world):
         acts = dict(res[r]["charges_data"]["acts"])
-        assert acts.get("barrier", 0) * 1e-6 == pytest.approx(barrier_us, abs=2e-3), (r, acts)
-        if r == 0:   # the send goes on alone
-            assert acts.get("send_recv", 0) * 1e-6 == pytest.approx(p2p_us, abs=2e-3), (r, acts)
-        elif r != 1:
+        assert acts.get("barrier", 0) * 1e-6 == pytest.approx(_on_card_us(barrier_us), abs=2e-3), (r, acts)
+        if r != 0 and r != 1:
             assert "send_recv" not in acts, (r, acts)
-    # the receive (posted earlier: rank 0 computes t + 1 first) ends when the data has arrived
+    # the send goes on alone: from its start (behind t + 1, or at its call) for the model's
+    # time, but not ending before its call has issued it (the launch overhead overlaps it)
     (send,) = [sp for sp in res[0]["charges_data"]["spans"] if sp[0] == "send_recv"]
+    issued = res[0]["charges_data"]["issued"]
+    assert send[2] == pytest.approx(max(send[1] + p2p_us * 1e3, issued), abs=2e-3), (send, issued, p2p_us)
+    # the receive (posted earlier: rank 0 computes t + 1 first) ends when the data has arrived
     (recv,) = [sp for sp in res[1]["charges_data"]["spans"] if sp[0] == "send_recv"]
-    assert recv[2] * 1e-3 == pytest.approx(send[1] * 1e-3 + p2p_us, abs=2e-3), (send, recv)
+    assert recv[2] == pytest.approx(max(send[1] + p2p_us * 1e3, issued), abs=2e-3), (send, recv, issued)

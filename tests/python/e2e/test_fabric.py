@@ -84,6 +84,26 @@ if scenario == "timing":
     out["sum"] = t[0].item()
     out["acts"] = coll_acts()
     out["host_ns"] = _C._host_time_ns()
+elif scenario == "events_around_one_call":
+    # The plain way to time a collective: events on the current stream, idle, around one
+    # call, after a barrier and a synchronize (the ranks then stand together).
+    times, hosts = {}, []
+    if rank == 1:
+        y = torch.randn(256, 256, device=d) @ torch.randn(256, 256, device=d)   # misaligned first
+    for n in (4, 1 << 12, 1 << 18, 1 << 20, 1 << 24):
+        t = torch.ones(max(1, n // 4), device=d)
+        mod.synchronize()
+        dist.barrier()
+        mod.synchronize()
+        hosts.append(_C._host_time_ns())
+        b, e = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
+        b.record()
+        dist.all_reduce(t)
+        e.record()
+        e.synchronize()
+        times[n] = b.elapsed_time(e) * 1e3
+    out["us"] = times
+    out["hosts"] = hosts
 elif scenario == "preferred_algo":
     # Under CARDSIM_COLL_ALGO every kind of call still runs; each is timed by the preferred
     # algorithm where it does that kind, else by the tuner's choice.
@@ -424,6 +444,23 @@ def test_ranks_complete_together_at_the_latest_arrival_plus_the_models_time(tmp_
     assert any(e - s > big_ns + 1 for s, e in big), took   # a large one slowed by the small one beside it
     # the ranks did reach some of them at different times (rank 2 computes more first)
     assert any(len({acts[r][i][1] for r in range(world)}) > 1 for i in range(6))
+
+
+def test_events_around_one_collective_on_an_idle_stream_read_the_models_time(tmp_path):
+    # The collective is its stream's from the call's start; the call's host cost (the launch
+    # overhead) comes after, overlapping its first steps, so no launch gap sits between the
+    # start event and it. One shorter than that cost ends with it, on every member together
+    # (launch-bound, as on real cards), so a barrier leaves the ranks' hosts together.
+    res, errs = run_ranks(tmp_path, 2, "events_around_one_call")
+    assert res[0] and res[1], _shown(errs)
+    assert res[0]["hosts"] == res[1]["hosts"], (res[0]["hosts"], res[1]["hosts"])
+    # mlu370-x8's host.launch_overhead and host.event_overhead: a launch-bound collective ends
+    # with its issue, and the end event is recorded after that.
+    launch_us, event_us = 4.0, 1.0
+    for n in (4, 1 << 12, 1 << 18, 1 << 20, 1 << 24):
+        want = max(model_us("all_reduce", 2, n), launch_us + event_us)
+        for r in (0, 1):
+            assert res[r]["us"][str(n)] == pytest.approx(want, abs=0.002), (n, r, res[r]["us"], want)
 
 
 def test_a_preferred_algorithm_times_what_it_does_and_leaves_the_rest_to_the_tuner(tmp_path):

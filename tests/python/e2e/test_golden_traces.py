@@ -58,6 +58,16 @@ def test_replay_on_the_recorded_configuration_reproduces_the_golden_times(tmp_pa
     assert got["total_us"] == pytest.approx(recorded, abs=1e-6), REGENERATE
 
 
+def test_a_recording_of_an_older_format_replays_to_its_own_times(tmp_path):
+    # Recorded with trace format 1.1 (before fabric protocol 5's moved ends and before a
+    # collective started at its call): the replay follows the rules it was recorded under.
+    legacy = ROOT / "tests" / "data" / "golden" / "legacy" / "dp_step_format_1_1"
+    i = info(legacy)
+    assert i["format"] == "1.1", i["format"]
+    got = replay(tmp_path, legacy)
+    assert got["total_us"] == pytest.approx(i["recorded_total_us"], abs=1e-6)
+
+
 def test_golden_what_if_memory_bandwidth(tmp_path):
     preset = info(GOLDEN / "memory_bound")["preset"]
     doubled = f"memory.bandwidth={2 * preset_memory_bandwidth_gbps(preset):.3f} GB/s"

@@ -308,23 +308,31 @@ def test_replay_of_collectives_on_two_streams_moves_the_first_ones_end_as_record
     fast = replay(tmp_path, trace, "--set", "fabric.on_card.bandwidth=2000 GB/s")
     assert fast["total_us"] < rep["total_us"]
     # CARDSIM_FABRIC_REVISE=0 keeps every answer where it falls (the first one alone): a
-    # shorter run, which its replay reproduces (the variable travels in the header), as
-    # does the replay of a recording made before answers moved (trace format 1.1).
+    # shorter run, which its replay reproduces (the variable travels in the header).
     kept = record(tmp_path, "two_stream_job_kept", TWO_STREAM_COLLECTIVES, world=2,
                   extra={"CARDSIM_FABRIC_REVISE": "0"})
     assert recorded_total_us(kept) < recorded_total_us(trace)
     assert replay(tmp_path, kept)["total_us"] == pytest.approx(recorded_total_us(kept), abs=1e-6)
-    older = tmp_path / "two_stream_job_1.1"
-    older.mkdir()
-    for f in sorted(trace.glob("rank*.cstrace")):
-        (older / f.name).write_bytes(as_format_1_1(f.read_bytes()))
-    assert "trace format 1.1" in cardsim("info", older).stdout
-    assert replay(tmp_path, older)["total_us"] == pytest.approx(recorded_total_us(kept), abs=1e-6)
+    # The replay of a recording made by an older cardsim follows the rules it was made
+    # under: before format 1.3 a collective started after its call's launch overhead
+    # (CARDSIM_COLL_START=launched); before 1.2 answers did not move either.
+    launched = record(tmp_path, "two_stream_job_launched", TWO_STREAM_COLLECTIVES, world=2,
+                      extra={"CARDSIM_COLL_START": "launched"})
+    both = record(tmp_path, "two_stream_job_launched_kept", TWO_STREAM_COLLECTIVES, world=2,
+                  extra={"CARDSIM_COLL_START": "launched", "CARDSIM_FABRIC_REVISE": "0"})
+    assert recorded_total_us(launched) > recorded_total_us(trace)   # each starts later
+    for minor, want in ((2, launched), (1, both)):
+        older = tmp_path / f"two_stream_job_1.{minor}"
+        older.mkdir()
+        for f in sorted(trace.glob("rank*.cstrace")):
+            (older / f.name).write_bytes(as_older_format(f.read_bytes(), minor))
+        assert f"trace format 1.{minor}" in cardsim("info", older).stdout
+        assert replay(tmp_path, older)["total_us"] == pytest.approx(recorded_total_us(want), abs=1e-6), minor
 
 
-def as_format_1_1(data: bytes) -> bytes:
-    """A trace file of format 1.2 as the same bytes marked 1.1 (its header's format_minor
-    and its End record's CRC-32 changed, nothing else)."""
+def as_older_format(data: bytes, minor: int) -> bytes:
+    """A trace file of format 1.3 as the same bytes marked 1.`minor` (its header's
+    format_minor and its End record's CRC-32 changed, nothing else)."""
     def varint(at):
         v = shift = 0
         while True:
@@ -347,8 +355,8 @@ def as_format_1_1(data: bytes) -> bytes:
     out = bytearray(data)
     _, body = varint(starts[0])
     _, inner = varint(body + 1)                     # Envelope.header: tag 0x0A, length
-    assert out[inner:inner + 4] == bytes([0x08, 1, 0x10, 2]), out[inner:inner + 4]   # format 1.2
-    out[inner + 3] = 1
+    assert out[inner:inner + 4] == bytes([0x08, 1, 0x10, 3]), out[inner:inner + 4]   # format 1.3
+    out[inner + 3] = minor
     out[crc_at:crc_at + 4] = zlib.crc32(bytes(out[:starts[-1]])).to_bytes(4, "little")
     return bytes(out)
 
