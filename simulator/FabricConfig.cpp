@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
+#include <stdexcept>
 
 #include "device_models/fabric/Algorithms.h"
 #include "device_models/fabric/FabricPorts.h"
@@ -156,6 +158,27 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
       p.algorithm = fabric::algorithm(f.algorithm()).name();
     } catch (const std::invalid_argument& e) {
       x.fail(std::string("device.fabric.algorithm: ") + e.what());
+    }
+  }
+  if (!f.library_algorithms().empty()) {
+    std::string item;
+    std::stringstream in(f.library_algorithms());
+    while (std::getline(in, item, ',')) {
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      // "name" or "name:across_nodes" (weighed for groups spanning nodes only)
+      const std::size_t colon = item.find(':');
+      const std::string scope = colon == std::string::npos ? std::string() : item.substr(colon + 1);
+      try {
+        if (!scope.empty() && scope != "across_nodes")
+          throw std::invalid_argument("unknown scope '" + scope + "' of '" + item + "' (valid: across_nodes)");
+        std::string name = fabric::algorithm(item.substr(0, colon)).name();
+        if (!scope.empty()) name += ":" + scope;
+        if (std::find(p.library_algorithms.begin(), p.library_algorithms.end(), name) == p.library_algorithms.end())
+          p.library_algorithms.push_back(name);
+      } catch (const std::invalid_argument& e) {
+        x.fail("device.fabric.library_algorithms: \"" + f.library_algorithms() + "\": " + e.what());
+      }
     }
   }
   // (only over values that all read well: a bad count already said what is wrong with it)

@@ -47,14 +47,12 @@ FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const
     out.algorithm = "none";
     return out;   // a group of one moves nothing
   }
-  fabric::CollectiveRequest r;
+  fabric::CollectiveRequest r = fabric::requestFor(params_);
   r.op = op;
   r.bytes = bytes;
   for (int rank : ranks) r.ranks.push_back(t.devices().at(static_cast<size_t>(rank)));
   r.root = root;
   r.peer = p2p ? peer : (ranks.size() > 1 ? 1 : 0);
-  r.channels = params_.channels;
-  r.chunk_bytes = params_.chunk_bytes;
   const fabric::ICollectiveAlgorithm* a = nullptr;
   if (preferred)
     a = fabric::preferredIfRunnable(algorithm, r, t);   // null: left to the tuner
@@ -93,7 +91,7 @@ FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, cons
         for (fabric::LinkId l : t.route(x.src, x.dst)) {
           const fabric::Link& link = t.link(l);
           LinkUse& u = (*loads)[link.name];
-          u.bytes += x.bytes * ph.repeat;
+          u.bytes += x.bytes * (ph.repeat - std::min(ph.fill, ph.repeat));
           u.bandwidth_bytes_per_s = link.params.bandwidth_bytes_per_s;
         }
   }

@@ -72,12 +72,30 @@ bool fullyConnected(const std::vector<NodeId>& ranks, const Topology& t) {
   return true;
 }
 
+// Whether the library has `a` for `r`: listed by name, or as "name:across_nodes" for groups
+// spanning nodes only (NCCL's trees join nodes; inside a node it runs chains and rings).
+static bool inLibrary(const ICollectiveAlgorithm& a, const CollectiveRequest& r, const Topology& t) {
+  if (r.library.empty()) return true;
+  for (const std::string& entry : r.library) {
+    const std::size_t colon = entry.find(':');
+    if (entry.compare(0, colon, a.name()) != 0) continue;
+    if (colon == std::string::npos || !withinOneNode(r.ranks, t)) return true;
+  }
+  return false;
+}
+
 const ICollectiveAlgorithm& chooseAlgorithm(const CollectiveRequest& r, const Topology& t) {
   const CollectiveEngine engine(t);
   const ICollectiveAlgorithm* best = nullptr;
   double best_s = 0;
+  // The library's own algorithms; one it has none of for this collective (all_to_all,
+  // send/recv: point to point in every library) is timed by whichever does it.
+  bool library_runs = false;
+  for (const auto& a : instances())
+    library_runs = library_runs || (inLibrary(*a, r, t) && a->unsupported(r, t).empty() && tunerWeighs(*a, r, t));
   for (const auto& a : instances()) {
     if (!a->unsupported(r, t).empty() || !tunerWeighs(*a, r, t)) continue;
+    if (library_runs && !inLibrary(*a, r, t)) continue;
     const Schedule sched = a->schedule(r, t);
     size_t flows = 0;
     for (const Phase& p : sched.phases) flows = std::max(flows, p.transfers.size());

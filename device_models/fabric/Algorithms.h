@@ -30,7 +30,9 @@ std::vector<std::string> algorithmNames();
 // reduction), and jobs across nodes to the ring over every NIC at large sizes, hierarchical
 // or tree at mid sizes, whichever is faster. All-pairs schedules
 // (direct) are weighed only for ranks within one node (all_to_all excepted: only direct
-// does it), as vendor libraries use them.
+// does it), as vendor libraries use them. Only the library's algorithms are weighed
+// (r.library, fabric.library_algorithms: NCCL has no all-pairs all_reduce, and builds its
+// trees between nodes only), unless none of them does the collective.
 const ICollectiveAlgorithm& chooseAlgorithm(const CollectiveRequest& r, const Topology& t);
 // `forced` empty: chooseAlgorithm; otherwise that algorithm, or an error naming why it
 // cannot run this collective.

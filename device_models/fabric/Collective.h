@@ -30,6 +30,8 @@ struct CollectiveRequest {
   uint32_t peer = 1;             // send/recv destination (rank index)
   uint32_t channels = 1;         // parallel rings/trees over different links where there are
   double chunk_bytes = 0;        // pipeline chunk per transfer; 0: one chunk per step
+  // The algorithms the tuner chooses among (the vendor library's); empty: every one.
+  std::vector<std::string> library;
 };
 
 // One transfer between two fabric nodes (devices, or a reducing switch).
@@ -43,10 +45,17 @@ struct Transfer {
 // its chunks: only the first `pipeline_depth` of them (its hops) wait out the route's
 // latency, filling it; the chunks behind them stream on without it, as a library keeps
 // several chunks in flight. 0: every repeat waits (a ring's steps depend on each other).
+// `fill` of the repeats are the pipeline filling (its hops less one): they take their time,
+// but the chunks they move are the others' (a link carries repeat - fill of them). A ring's
+// pipeline, whose hops differ in speed (NICs and NVLinks in one ring), fills after its
+// repeats instead, in `fill_repeats` times its last repeat's time: each chunk's way through
+// its hops, each at its own speed (a repeat's time is its slowest hop's).
 struct Phase {
   std::vector<Transfer> transfers;
   uint32_t repeat = 1;
   uint32_t pipeline_depth = 0;
+  uint32_t fill = 0;
+  double fill_repeats = 0;
 };
 
 struct Schedule {
@@ -75,5 +84,18 @@ double memoryBytesPerMember(CollectiveOp op, double bytes, uint32_t ranks);
 
 // Pipeline chunks for `bytes` moved per step at `chunk_bytes` (at least one).
 uint32_t chunkCount(double bytes, double chunk_bytes);
+
+// A ring's `steps` as a pipeline of chunks, its transfers each one step's piece, in rings of
+// `cycle` transfers each (consecutive in `p`, each sending to the next one's source): the
+// piece goes in chunks of at most `chunk_bytes`, and each chunk is forwarded once it has
+// arrived whole, so a chunk's steps follow one another as a chain's hops do. The phase
+// repeats steps x chunks per piece times (the first `steps` waiting out the route's
+// latency), and the pipeline fills in fill_repeats repeats' time: the slowest way of a chunk
+// through `steps` consecutive hops of a ring, each hop's chunk at its link's share (the
+// links' bandwidth over the transfers crossing them), less the one repeat of it the phase
+// already counts, over the slowest hop's time: steps - 1 where every hop is alike. It is how a library's ring behaves
+// (NCCL's measured mid-size times: README, Fidelity); the textbook ring, every rank sending
+// at once, has no fill.
+void pipelineRing(Phase& p, uint32_t steps, double chunk_bytes, const Topology& t, uint32_t cycle);
 
 }  // namespace cardsim::fabric

@@ -39,6 +39,7 @@ double CollectiveEngine::timeAlone(const Schedule& s) const {
     const uint32_t waiting = p.pipeline_depth > 0 ? std::min(p.pipeline_depth, p.repeat) : p.repeat;
     total += waiting * phaseTime(p);
     if (waiting < p.repeat) total += (p.repeat - waiting) * phaseTime(p, false);
+    if (p.fill_repeats > 0) total += p.fill_repeats * phaseTime(p, false);
   }
   return total;
 }
@@ -49,15 +50,22 @@ std::vector<double> CollectiveEngine::timeTogether(const std::vector<Job>& jobs)
     uint32_t rep = 0;
     size_t outstanding = 0;
     double done = 0;
+    double rep_start = 0;      // the current repeat's release
+    double rep_latency = 0;    // the route latency its transfers wait out (0: streaming)
   };
   std::vector<State> st(jobs.size());
   std::vector<size_t> owner;          // flow index -> job
   std::vector<FlowSpec> initial;
-  // Skips empty phases; returns false when the job has no phase left.
-  auto settle = [&](size_t j) {
+  // Skips empty phases, a finished one's pipeline fill moving `at` on; returns false when
+  // the job has no phase left.
+  auto settle = [&](size_t j, double& at) {
     State& s = st[j];
     const auto& phases = jobs[j].schedule.phases;
     while (s.phase < phases.size() && (phases[s.phase].transfers.empty() || s.rep >= phases[s.phase].repeat)) {
+      // A ring's pipeline fills after its repeats, in repeats of the time its last one took
+      // (slowed with it where other collectives share its links).
+      if (phases[s.phase].fill_repeats > 0 && s.rep > 0)
+        at += phases[s.phase].fill_repeats * std::max(0.0, at - s.rep_start - s.rep_latency);
       ++s.phase;
       s.rep = 0;
     }
@@ -65,16 +73,20 @@ std::vector<double> CollectiveEngine::timeTogether(const std::vector<Job>& jobs)
   };
   auto release = [&](size_t j, double at, const std::function<void(FlowSpec)>& add) {
     State& s = st[j];
-    if (!settle(j)) {
+    if (!settle(j, at)) {
       s.done = at;
       return;
     }
     const Phase& p = jobs[j].schedule.phases[s.phase];
     s.outstanding = p.transfers.size();
     const bool latency = p.pipeline_depth == 0 || s.rep < p.pipeline_depth;   // (see Phase)
+    s.rep_start = at;
+    s.rep_latency = 0;
     for (const Transfer& t : p.transfers) {
       owner.push_back(j);
-      add(flowOf(t, at, latency));
+      FlowSpec f = flowOf(t, at, latency);
+      s.rep_latency = std::max(s.rep_latency, f.latency_s);
+      add(std::move(f));
     }
   };
   const std::function<void(FlowSpec)> add_initial = [&](FlowSpec f) { initial.push_back(std::move(f)); };

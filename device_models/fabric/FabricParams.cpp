@@ -54,6 +54,14 @@ Topology buildTopology(const FabricParams& p) {
   return multiNode(p.nodes, node, p.nic, p.leaf_latency_s, p.oversubscription);
 }
 
+CollectiveRequest requestFor(const FabricParams& p) {
+  CollectiveRequest r;
+  r.channels = p.channels;
+  r.chunk_bytes = p.chunk_bytes;
+  r.library = p.library_algorithms;
+  return r;
+}
+
 uint32_t nodesFor(const FabricParams& p, uint64_t devices) {
   const uint64_t per = std::max<uint32_t>(1, p.devices_per_node);
   return static_cast<uint32_t>(std::max<uint64_t>(p.nodes, (devices + per - 1) / per));
@@ -91,6 +99,8 @@ std::string fabricSignature(const FabricParams& p) {
   put("ports", p.ports);
   put("switch_ports", p.switch_ports);
   put("port_bandwidth", p.port_bandwidth_bytes_per_s);
+  out += "; library_algorithms=";
+  for (std::size_t i = 0; i < p.library_algorithms.size(); ++i) out += (i ? "," : "") + p.library_algorithms[i];
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "device_models/fabric/Algorithms.h"
 #include "device_models/fabric/Topology.h"
@@ -45,7 +46,12 @@ struct FabricParams {
   // The preferred collective algorithm ("": the tuner's): each rank resolves it before a
   // collective reaches the fabric server, so it is no part of the signature.
   std::string algorithm;
+  // The algorithms the vendor library has, which its tuner chooses among (empty: every one).
+  std::vector<std::string> library_algorithms;
 };
+
+// A request on these parameters: their channels, chunk and library; op, bytes and ranks unset.
+CollectiveRequest requestFor(const FabricParams& p);
 
 // nodes x devices_per_node devices, node-major (device rank r is on node r / devices_per_node).
 Topology buildTopology(const FabricParams& p);

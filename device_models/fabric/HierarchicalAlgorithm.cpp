@@ -1,8 +1,9 @@
 // Hierarchical all_reduce for ranks spread over nodes: a ring reduce-scatter inside every
 // node (L-1 steps of S/L, split over the channels' rings as the flat ring splits its data),
 // a ring all-reduce across nodes among the ranks with the same local index (2(N-1) steps of
-// S/(L N)), and a ring all-gather inside every node (L-1 steps of S/L). The slow links
-// between nodes then carry 1/L of what a flat ring sends over them.
+// S/(L N)), and a ring all-gather inside every node (L-1 steps of S/L), each ring's pieces
+// in chunks through its pipeline as the flat ring's (pipelineRing). The slow links between
+// nodes then carry 1/L of what a flat ring sends over them.
 #include <map>
 
 #include "device_models/fabric/Algorithms.h"
@@ -40,14 +41,19 @@ class Hierarchical final : public ICollectiveAlgorithm {
       for (uint32_t stride : strides)
         for (uint32_t i = 0; i < local && local > 1; ++i)
           intra.transfers.push_back({ranks[i], ranks[(i + stride) % local], bytes / (local * k)});
-    intra.repeat = local - 1;
+    if (nodes == 1) {   // one node: its ring, both passes through one pipeline
+      pipelineRing(intra, 2 * (local - 1), r.chunk_bytes, t, local);
+      s.phases.push_back(std::move(intra));
+      return s;
+    }
+    pipelineRing(intra, local - 1, r.chunk_bytes, t, local);
     Phase inter;
     std::vector<const std::vector<NodeId>*> order;
     for (const auto& [node, ranks] : groups) order.push_back(&ranks);
     for (uint32_t i = 0; i < local && nodes > 1; ++i)
       for (uint32_t k = 0; k < nodes; ++k)
         inter.transfers.push_back({(*order[k])[i], (*order[(k + 1) % nodes])[i], bytes / (local * nodes)});
-    inter.repeat = 2 * (nodes - 1);
+    pipelineRing(inter, 2 * (nodes - 1), r.chunk_bytes, t, nodes);
     if (local > 1) s.phases.push_back(intra);
     if (nodes > 1) s.phases.push_back(inter);
     if (local > 1) s.phases.push_back(intra);

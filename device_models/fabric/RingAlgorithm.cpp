@@ -1,5 +1,7 @@
 // Ring: each rank sends to its successor. all_reduce takes 2(n-1) steps of S/n (reduce-
-// scatter then all-gather), all_gather and reduce_scatter n-1 steps of S/n; broadcast and
+// scatter then all-gather), all_gather and reduce_scatter n-1 steps of S/n, each step's
+// piece in chunks through the ring's pipeline (pipelineRing: s steps of q chunks take
+// s q + s - 1 chunk phases, the route's latency paid on the first s); broadcast and
 // reduce run a pipelined chain from the root (n-2+m phases of S/m for m chunks, the route's
 // latency paid on the chain's n-1 hops only). With
 // several channels, each ring takes its share of the data over a different stride, so a
@@ -54,6 +56,7 @@ class Ring final : public ICollectiveAlgorithm {
       }
       p.repeat = n - 2 + m;
       p.pipeline_depth = n - 1;
+      p.fill = n - 2;
       s.phases.push_back(std::move(p));
       return s;
     }
@@ -64,7 +67,7 @@ class Ring final : public ICollectiveAlgorithm {
       for (uint32_t i = 0; i < n; ++i) p.transfers.push_back({r.ranks[i], r.ranks[next[i]], bytes / (n * k)});
     }
     const bool two_passes = r.op == CollectiveOp::AllReduce || r.op == CollectiveOp::Barrier;
-    p.repeat = (two_passes ? 2 : 1) * (n - 1);
+    pipelineRing(p, (two_passes ? 2 : 1) * (n - 1), r.chunk_bytes, t, n);
     s.phases.push_back(std::move(p));
     return s;
   }

@@ -79,6 +79,7 @@ class Tree final : public ICollectiveAlgorithm {
     const int hops = up && down ? 2 * d : d;
     p.repeat = static_cast<uint32_t>(hops + static_cast<int>(m) - 1);
     p.pipeline_depth = static_cast<uint32_t>(hops);
+    p.fill = static_cast<uint32_t>(hops - 1);
     s.phases.push_back(std::move(p));
     return s;
   }

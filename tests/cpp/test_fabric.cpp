@@ -79,19 +79,32 @@ TEST(FabricFlowSolver, MaxMinSharesTheBottleneckAndGivesTheRestAway) {
 }
 
 TEST(FabricAlgorithms, RingAloneMatchesItsClosedForm) {
+  // s steps of a piece P = S/n in q chunks (q = 1 without a chunk size): a pipeline of
+  // s q + s - 1 chunk phases, the first s waiting out the route's latency.
   const double S = 64e6;
   for (uint32_t n : {2u, 4u, 8u}) {
     Topology star = switchStar(n, kLink, kSw, false);
-    const double step = 2 * kA + kSw + S / n / kB;
-    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, star), star), 2 * (n - 1) * step, 1e-12) << n;
-    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllGather, S, star), star), (n - 1) * step, 1e-12) << n;
-    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::ReduceScatter, S, star), star), (n - 1) * step, 1e-12) << n;
+    const double lat = 2 * kA + kSw, piece = S / n / kB;
+    const uint32_t s2 = 2 * (n - 1), s1 = n - 1;
+    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, star), star), s2 * lat + (2 * s2 - 1) * piece, 1e-12) << n;
+    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllGather, S, star), star), s1 * lat + (2 * s1 - 1) * piece, 1e-12) << n;
+    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::ReduceScatter, S, star), star), s1 * lat + (2 * s1 - 1) * piece, 1e-12) << n;
+    // In 1 MB chunks: q = P / 1 MB of them per step; the fill is s - 1 chunks, not pieces.
+    auto r = request(CollectiveOp::AllReduce, S, star);
+    r.chunk_bytes = 1e6;
+    const uint32_t q = static_cast<uint32_t>(std::ceil(S / n / 1e6));
+    EXPECT_NEAR(timeOf("ring", r, star), s2 * lat + (s2 * q + s2 - 1) * (S / n / q / kB), 1e-12) << n;
   }
   // On a full mesh, channels take rings of other strides over other links.
   Topology mesh = fullMesh(8, kLink);
   auto r = request(CollectiveOp::AllReduce, S, mesh);
   r.channels = 4;   // strides 1, 3, 5, 7 of 8
-  EXPECT_NEAR(timeOf("ring", r, mesh), 2 * 7 * (kA + S / 8 / 4 / kB), 1e-12);
+  EXPECT_NEAR(timeOf("ring", r, mesh), 2 * 7 * kA + (4 * 7 - 1) * (S / 8 / 4 / kB), 1e-12);
+  // Each link carries the steps' chunks, not the fill: 2(n-1) pieces (the link loads).
+  const Schedule sched = algorithm("ring").schedule(r, mesh);
+  const Phase& p = sched.phases.at(0);
+  EXPECT_EQ(p.repeat - p.fill, 2u * 7);
+  EXPECT_EQ(p.pipeline_depth, 2u * 7);
 }
 
 TEST(FabricAlgorithms, RingAcrossNodesLeavesEachNodeByEveryNic) {
@@ -103,9 +116,15 @@ TEST(FabricAlgorithms, RingAcrossNodesLeavesEachNodeByEveryNic) {
   const NicParams nic{{25e9, 2e-6}, 1e-6, 50e9};
   Topology t = multiNode(N, switchStar(L, kLink, kSw, false), nic, kSw, 1.0);
   const double lat = 1e-6 + 2e-6 + kSw + 2e-6 + kSw + 2e-6 + kSw + 2e-6 + 1e-6;
-  const double step = lat + S / (n * L) / 25e9;
-  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, t), t), 2 * (n - 1) * step, 1e-12);
-  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllGather, S, t), t), (n - 1) * step, 1e-12);
+  // Each step moves a piece of S/(nL) per channel: 80 us over a NIC, the slowest hop (a
+  // device's switch link carries its 3 transfers inside the node: 60 us). The pipeline fills
+  // over each chunk's own hops: the slowest window of s consecutive hops of a ring (8 hops,
+  // 2 of them across nodes), less the one repeat the steps already count.
+  const double hop_nic = S / (n * L) / 25e9, intra = S / (n * L) / (100e9 / 3);
+  const double fill14 = (6 * intra + 2 * hop_nic) + (4 * intra + 2 * hop_nic) - hop_nic;   // a lap and 6 hops
+  const double fill7 = (5 * intra + 2 * hop_nic) - hop_nic;
+  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, t), t), 2 * (n - 1) * (lat + hop_nic) + fill14, 1e-12);
+  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllGather, S, t), t), (n - 1) * (lat + hop_nic) + fill7, 1e-12);
   // Each channel's ring visits a node's ranks in one run: it crosses between nodes twice.
   const Schedule sched = algorithm("ring").schedule(request(CollectiveOp::AllReduce, S, t), t);
   std::set<uint32_t> exits;
@@ -212,15 +231,16 @@ TEST(FabricAlgorithms, HierarchicalAloneMatchesItsClosedForm) {
   const uint32_t N = 2, L = 4;
   const NicParams nic{{25e9, 2e-6}, 1e-6, 50e9};
   Topology t = multiNode(N, switchStar(L, kLink, kSw, false), nic, kSw, 1.0);
-  const double intra = (L - 1) * (2 * kA + kSw + S / L / kB);
+  // each ring a pipeline of its steps' pieces (one chunk each) and its fill
+  const double intra = (L - 1) * (2 * kA + kSw) + (2 * (L - 1) - 1) * (S / L / kB);
   // across nodes: dev-nic (1 us) nic-leaf (2 us) leaf (0.5) leaf-spine (2 us) spine (0.5)
   // spine-leaf (2 us) leaf (0.5) leaf-nic (2 us) nic-dev (1 us); the NIC link (25 GB/s) bounds
   const double lat = 1e-6 + 2e-6 + kSw + 2e-6 + kSw + 2e-6 + kSw + 2e-6 + 1e-6;
-  const double inter = 2 * (N - 1) * (lat + S / (L * N) / 25e9);
+  const double inter = 2 * (N - 1) * lat + (4 * (N - 1) - 1) * (S / (L * N) / 25e9);
   EXPECT_NEAR(timeOf("hierarchical", request(CollectiveOp::AllReduce, S, t), t), 2 * intra + inter, 1e-12);
   // Oversubscribed 4:1, the four rings across nodes share a quarter of the NICs' bandwidth.
   Topology over = multiNode(N, switchStar(L, kLink, kSw, false), nic, kSw, 4.0);
-  const double inter4 = 2 * (N - 1) * (lat + S / (L * N) / (25e9 / 4));
+  const double inter4 = 2 * (N - 1) * lat + (4 * (N - 1) - 1) * (S / (L * N) / (25e9 / 4));
   EXPECT_NEAR(timeOf("hierarchical", request(CollectiveOp::AllReduce, S, over), over), 2 * intra + inter4, 1e-12);
 }
 
@@ -232,7 +252,7 @@ TEST(FabricEngine, ConcurrentCollectivesShareLinksAsTheModelPredicts) {
   const double alone = engine.timeAlone(ring);
   // The same collective twice at once: every link carries two flows, each at half the rate.
   const auto both = engine.timeTogether({{ring, 0}, {ring, 0}});
-  const double shared = 2 * 3 * (2 * kA + kSw + 2 * S / 4 / kB);
+  const double shared = 2 * 3 * (2 * kA + kSw) + (4 * 3 - 1) * (2 * S / 4 / kB);
   EXPECT_NEAR(both[0], shared, 1e-9);
   EXPECT_NEAR(both[1], shared, 1e-9);
   EXPECT_GT(both[0], 1.9 * alone - 2 * 2 * 3 * (2 * kA + kSw));
@@ -266,9 +286,9 @@ TEST(FabricEngine, PipelineChunksBehindTheHopsStreamWithoutTheLatencyOnBothPaths
   const double expected = 3 * (2 * kA + kSw + chunk) + 7 * chunk;
   EXPECT_NEAR(engine.timeAlone(chain), expected, 1e-12);
   EXPECT_NEAR(engine.timeTogether({{chain, 0}})[0], expected, 1e-12);
-  // A ring's steps depend on each other: every one waits (no pipeline depth).
+  // A ring's chunks go through its steps as a pipeline too: its steps wait, the rest stream.
   const Schedule ring = algorithm("ring").schedule(request(CollectiveOp::AllReduce, S, star), star);
-  EXPECT_EQ(ring.phases[0].pipeline_depth, 0u);
+  EXPECT_EQ(ring.phases[0].pipeline_depth, 6u);
   EXPECT_NEAR(engine.timeTogether({{ring, 0}})[0], engine.timeAlone(ring), 1e-12);
 }
 
@@ -279,7 +299,7 @@ TEST(FabricEngine, AThousandRanksAloneTakeOneSolve) {
   const auto t0 = std::chrono::steady_clock::now();
   const double t = timeOf("ring", request(CollectiveOp::AllReduce, S, star), star);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NEAR(t, 2 * (n - 1) * (2 * kA + kSw + S / n / kB), 1e-9);
+  EXPECT_NEAR(t, 2 * (n - 1) * (2 * kA + kSw) + (4 * (n - 1) - 1) * (S / n / kB), 1e-9);
   EXPECT_LT(wall, 30.0);   // a guard against an accidental per-step simulation, not a benchmark
 }
 

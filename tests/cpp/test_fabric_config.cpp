@@ -1,6 +1,8 @@
 // The presets' `fabric` blocks: loaded by shape, sourced, overridable, errors by key path.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/reflection.h>
 
@@ -101,7 +103,9 @@ TEST(FabricConfig, ReferencePresetsCarryTheirCalibration) {
   EXPECT_EQ(f.shape, fabric::NodeShape::SwitchStar);
   EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 300e9 * 0.783);
   EXPECT_FALSE(f.in_switch_reduction);
-  EXPECT_DOUBLE_EQ(f.collective_latency_s, 40.8e-6);
+  EXPECT_DOUBLE_EQ(f.collective_latency_s, 33.14e-6);
+  EXPECT_DOUBLE_EQ(f.chunk_bytes, 2.0 * 1024 * 1024);   // NCCL's all-reduce chunk
+  EXPECT_EQ(f.library_algorithms, (std::vector<std::string>{"ring", "tree:across_nodes", "switch"}));
   o.preset = "h200-sxm";
   f = sim::loadFabricParams(o);
   EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.8124);
@@ -265,7 +269,8 @@ TEST(FabricModel, TimesGroupsByGlobalRankAndGrowsNodesAsNeeded) {
   o.preset = "h100-sxm";
   o.overrides = {"fabric.link.bandwidth=400 GB/s", "fabric.link.latency=1 us", "fabric.switch_latency=0.5 us",
                  "fabric.link.efficiency=1", "fabric.collective_latency=0 us", "fabric.reduction_efficiency=1"};
-  sim::FabricModel m(sim::loadFabricParams(o));
+  const fabric::FabricParams fp = sim::loadFabricParams(o);
+  sim::FabricModel m(fp);
   using fabric::CollectiveOp;
   // A group of one moves nothing; a point-to-point to itself neither.
   EXPECT_EQ(m.time(CollectiveOp::Broadcast, 1e6, {3}, 0, 0, "").seconds, 0.0);
@@ -273,10 +278,14 @@ TEST(FabricModel, TimesGroupsByGlobalRankAndGrowsNodesAsNeeded) {
   // Ranks 0 and 5 of one node: one transfer through the switch.
   const auto p2p = m.time(CollectiveOp::SendRecv, 8e6, {0, 5}, 0, 1, "");
   EXPECT_NEAR(p2p.seconds, 2e-6 + 0.5e-6 + 8e6 / 400e9, 1e-12);
-  // Forced ring over a subgroup: 2(n-1) steps of S/n.
+  // Forced ring over a subgroup: 2(n-1) steps of S/n, each in q chunks of the preset's
+  // size through the ring's pipeline (6 q + 5 chunk phases, the first 6 paying the latency).
   const auto ring = m.time(CollectiveOp::AllReduce, 64e6, {1, 3, 5, 7}, 0, 0, "ring");
   EXPECT_EQ(ring.algorithm, "ring");
-  EXPECT_NEAR(ring.seconds, 6 * (2.5e-6 + 16e6 / 400e9), 1e-12);
+  ASSERT_EQ(fp.channels, 1u);
+  const double q = std::ceil(16e6 / fp.chunk_bytes);
+  EXPECT_EQ(q, 8.0);   // 2 MiB chunks
+  EXPECT_NEAR(ring.seconds, 6 * 2.5e-6 + (6 * q + 5) * (16e6 / q / 400e9), 1e-12);
   // Rank 12 lives on a second node: the topology grows, the transfer crosses the NICs.
   const auto far = m.time(CollectiveOp::SendRecv, 8e6, {0, 12}, 0, 1, "");
   EXPECT_GT(far.seconds, p2p.seconds * 5);

@@ -2,10 +2,12 @@
 A100 and H200 machines (benchmarks/data/collectives-published-subset.csv).
 
 Guards against regressions of the model's fidelity. The bounds are what the model reaches
-now plus a small margin; H200 ring all-reduce reaches the 5 % target, the other groups do not,
-for the reasons the README's "Fidelity" section gives (NCCL's protocol changes at 2-128 MiB,
+now plus a small margin; A100 all-reduce (the tuner's choice: NCCL's ring, each chunk going
+through the ring's pipeline) and H200 ring all-reduce reach the 5 % target, the other groups
+do not, for the reasons the README's "Fidelity" section gives (the NVLS knee at 2-128 MiB,
 the torch harness's overhead, copy engines and send/recv reaching other fractions of the link
-than collectives). The size regimes the model does capture are held to 5 %.
+than collectives). The size regimes the model does capture are held to 5 %, A100's
+2-128 MiB to 7 %.
 """
 import json
 import math
@@ -21,10 +23,10 @@ CARDSIM = ROOT / "build" / "traces" / "cardsim"
 
 # Geometric-mean error bound per system x collective x algorithm, in percent (achieved today).
 BOUNDS = {
-    "a100-sxm all_reduce auto": 13.5,     # 12.8: NCCL's 2-128 MiB knee
-    "a100-sxm sendrecv auto": 37.0,       # 35.7: NCCL p2p reaches 195 of 235 GB/s; 128 MiB warm-up point
-    "a100-sxm memcpy_p2p auto": 20.0,     # 18.8: copy engines reach 274 GB/s, the model's link 235
-    "h200-sxm all_reduce ring": 2.5,      # 2.0: within the 5 % target
+    "a100-sxm all_reduce auto": 4.5,      # 3.8: within the 5 % target
+    "a100-sxm sendrecv auto": 37.5,       # 36.5: NCCL p2p reaches 195 of 235 GB/s; 128 MiB warm-up point
+    "a100-sxm memcpy_p2p auto": 20.0,     # 18.4: copy engines reach 274 GB/s, the model's link 235
+    "h200-sxm all_reduce ring": 3.0,      # 2.5: within the 5 % target
     "h200-sxm all_reduce switch": 11.0,   # 10.3: knee at 2-128 MiB, torch harness overhead
 }
 
@@ -72,6 +74,10 @@ def test_small_and_large_all_reduce_within_5_pct(report):
                (p["bytes"] <= 1 << 20 if regime == "small" else p["bytes"] >= 256 << 20)]
         assert len(pts) >= 5, (group, regime)
         assert geomean_pct(pts) < 5.0, (group, regime, geomean_pct(pts))
+    # A100's 2-128 MiB: the ring's pipeline filling over its 14 steps (6 % today; 30 % before
+    # the pipeline was modelled)
+    mid = [p for p in doc["points"] if p["group"] == "a100-sxm all_reduce auto" and 2 << 20 <= p["bytes"] <= 128 << 20]
+    assert len(mid) == 7 and geomean_pct(mid) < 7.0, geomean_pct(mid)
 
 
 def test_mapping_calibration_and_skipped_rows(report):

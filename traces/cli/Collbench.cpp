@@ -93,11 +93,9 @@ int runCollbench(const std::vector<std::string>& argv) {
   const fabric::Topology topo = fabric::buildTopology(fp);
   fabric::CollectiveEngine engine(topo);
 
-  fabric::CollectiveRequest r;
+  fabric::CollectiveRequest r = fabric::requestFor(fp);
   r.op = op;
   r.ranks.assign(topo.devices().begin(), topo.devices().begin() + ranks);
-  r.channels = fp.channels;
-  r.chunk_bytes = fp.chunk_bytes;
   r.peer = ranks > 1 ? 1 : 0;
   // nccl-tests' buffer for the op, rounded down so that every rank's share is whole float32
   // elements (as the live run's buffers are).
