@@ -572,6 +572,13 @@ def test_a_bad_fabric_revise_setting_is_refused_naming_it(tmp_path):
         assert "CARDSIM_FABRIC_REVISE must be 0 or 1, got 'yes'" in errs[r], errs[r][-2000:]
 
 
+def test_a_bad_collective_start_setting_is_refused_naming_it(tmp_path):
+    res, errs = run_ranks(tmp_path, 2, "simple", CARDSIM_COLL_START="later", timeout=120)
+    for r in range(2):
+        assert res[r] is None, res[r]
+        assert "CARDSIM_COLL_START must be call or launched, got 'later'" in errs[r], errs[r][-2000:]
+
+
 def test_a_rank_that_dies_fails_the_others_naming_it(tmp_path):
     world = 3
     res, errs = run_ranks(tmp_path, world, "kill", timeout=120)
