@@ -130,9 +130,8 @@ void FabricServer::Impl::settle(Job& job) {
         InFlight& f = job.in_flight[i];
         const double was = static_cast<double>(f.end_ps - f.start_ps) * 1e-12;
         if (!(secs[i] > was * (1 + 1e-9)) || !revisable(job, f)) continue;
-        const uint64_t moved = std::max(f.launched_ps, f.start_ps + model::secondsToPs(secs[i]));
-        if (moved <= f.end_ps) continue;   // still bound by its members' issue
-        f.end_ps = moved;
+        // (past the old end, itself at least the members' issue: the floor holds)
+        f.end_ps = f.start_ps + model::secondsToPs(secs[i]);
         rpc::ToClient m;
         rpc::Revise* rv = m.mutable_revise();
         rv->set_group(f.group);

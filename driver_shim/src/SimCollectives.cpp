@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <limits>
-#include <string_view>
 #include <mutex>
 #include <thread>
 
@@ -332,15 +331,19 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
 // CARDSIM_COLL_START: where a collective may start on its stream, at its call ("call", the
 // default) or after its launch overhead ("launched": as recordings before trace format 1.3
 // were made, a barrier then not holding its caller either).
+// Read once per process (a job sets it before the first collective), not on every call.
 Status SimBackend::collectiveStartsAtCall(bool* from_call) {
-  const char* env = std::getenv("CARDSIM_COLL_START");
-  if (!env || !*env || std::string_view(env) == "call") {
+  static const std::string setting = [] {
+    const char* env = std::getenv("CARDSIM_COLL_START");
+    return std::string(env ? env : "");
+  }();
+  if (setting.empty() || setting == "call") {
     *from_call = true;
-  } else if (std::string_view(env) == "launched") {
+  } else if (setting == "launched") {
     *from_call = false;
   } else {
     return Status(Code::InvalidValue,
-                  std::string("launchFabricCollective: CARDSIM_COLL_START must be call or launched, got '") + env + "'");
+                  "launchFabricCollective: CARDSIM_COLL_START must be call or launched, got '" + setting + "'");
   }
   return Status::Ok();
 }
