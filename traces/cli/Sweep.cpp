@@ -30,7 +30,7 @@ namespace cardsim::cli {
 namespace {
 
 const std::vector<FlagSpec> kFlags = {
-    {"set", true, true, "key.path=v1,v2,... (swept) or key.path=value (fixed)"},
+    {"set", true, true, "key.path=v1,v2,... (swept; [a,b] is one value holding commas) or key.path=value (fixed)"},
     {"preset", true, false, "replay on this preset instead of the recording's configuration"},
     {"ranks", true, false, "replicate the recorded data-parallel rank 0 to N ranks"},
     {"out", true, false, "output prefix: PREFIX.csv and PREFIX.png (default: sweep)"},
@@ -47,16 +47,40 @@ struct Dimension {
   std::vector<std::string> values;
 };
 
+// The comma list of a --set. A value in square brackets keeps its commas, so that a key
+// whose own value is a list can be swept: fabric.library_algorithms=[ring,tree],[ring].
 std::vector<std::string> splitValues(const std::string& list) {
   std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(list);
-  while (std::getline(in, cur, ',')) {
+  auto add = [&](std::string cur) {
     const auto a = cur.find_first_not_of(" \t"), z = cur.find_last_not_of(" \t");
     if (a == std::string::npos) throw UsageError("cardsim sweep: an empty value in '" + list + "'");
-    out.push_back(cur.substr(a, z - a + 1));
+    cur = cur.substr(a, z - a + 1);
+    if (cur.front() == '[') {
+      if (cur.size() < 2 || cur.back() != ']')
+        throw UsageError("cardsim sweep: '" + cur + "' in '" + list + "' opens a [ it does not close with ]");
+      cur = cur.substr(1, cur.size() - 2);
+      if (cur.find_first_not_of(" \t") == std::string::npos)
+        throw UsageError("cardsim sweep: an empty value [] in '" + list + "'");
+    } else if (cur.find_first_of("[]") != std::string::npos) {
+      throw UsageError("cardsim sweep: '" + cur + "' in '" + list +
+                       "': a bracketed value is the whole value between commas ([a,b],[c])");
+    }
+    out.push_back(cur);
+  };
+  std::string cur;
+  int depth = 0;
+  for (char c : list) {
+    if (c == '[') ++depth;
+    if (c == ']' && --depth < 0) throw UsageError("cardsim sweep: a ] without its [ in '" + list + "'");
+    if (c == ',' && depth == 0) {
+      add(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
   }
-  if (out.empty()) throw UsageError("cardsim sweep: no values in '" + list + "'");
+  if (depth != 0) throw UsageError("cardsim sweep: a [ without its ] in '" + list + "'");
+  add(cur);
   return out;
 }
 

@@ -432,3 +432,27 @@ def test_sweep_bad_input(tmp_path):
     assert not (tmp_path / "x.csv").exists()
     res = cardsim("sweep", tmp_path / "nothing", "--set", "memory.bandwidth=1 TB/s,2 TB/s")
     assert res.returncode == 2 and "nothing" in res.stderr, res.stderr
+
+
+GOLDEN_DP_STEP = ROOT / "tests" / "data" / "golden" / "traces" / "dp_step"
+
+
+def test_sweep_of_a_list_valued_key_keeps_bracketed_commas(tmp_path):
+    """fabric.library_algorithms is itself a comma list: [a,b] sweeps it as one value."""
+    import csv
+    values = ["ring,direct", "ring", "tree"]
+    res = cardsim("sweep", GOLDEN_DP_STEP, "--ranks", "8", "--set",
+                  "fabric.library_algorithms=[ring,direct], ring ,[tree]", "--out", tmp_path / "libs", "--no-plot")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = list(csv.DictReader((tmp_path / "libs.csv").read_text().splitlines()))
+    assert [r["fabric.library_algorithms"] for r in rows] == values
+    for r, v in zip(rows, values):
+        single = replay(tmp_path, GOLDEN_DP_STEP, "--ranks", "8", "--set", f"fabric.library_algorithms={v}")
+        assert float(r["total_us"]) == pytest.approx(single["total_us"], abs=1e-6)
+    # the tuner's choice among more algorithms is never slower than among fewer
+    assert float(rows[0]["total_us"]) <= float(rows[1]["total_us"])
+    for bad, what in (("[ring,tree", "without its ]"), ("ring],tree", "without its ["),
+                      ("a[b],c", "whole value"), ("[],ring", "empty value")):
+        res = cardsim("sweep", GOLDEN_DP_STEP, "--set", f"fabric.library_algorithms={bad}", "--out", tmp_path / "bad")
+        assert res.returncode == 2 and what in res.stderr, (bad, res.stderr)
+        assert not (tmp_path / "bad.csv").exists()
