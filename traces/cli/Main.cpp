@@ -29,7 +29,7 @@ constexpr Command kCommands[] = {
      &cardsim::cli::runCollbench},
     {"devices", "the devices a process would see and the backend serving them (emulator or vendor runtime)",
      &cardsim::cli::runDevices},
-    {"export", "a recorded run as a timeline: --perfetto OUT.json for ui.perfetto.dev", &cardsim::cli::runExport},
+    {"export", "a recorded run as a timeline (--perfetto OUT.json) or as Chakra execution traces (--chakra PREFIX)", &cardsim::cli::runExport},
     {"fabricd", "serve one collective fabric to the ranks of jobs (CARDSIM_FABRIC=host:port)",
      &cardsim::cli::runFabricd},
     {"info", "what a trace holds: preset, ranks, record counts, recorded_total_us", &cardsim::cli::runInfo},
