@@ -153,6 +153,8 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
   }
   if (f.has_channels()) p.channels = x.count(f.channels(), true, "channels", 1);
   if (f.has_chunk()) p.chunk_bytes = x.get(f.chunk(), true, "chunk", Dimension::Bytes, false);
+  if (f.has_switch_chunk()) p.switch_chunk_bytes = x.get(f.switch_chunk(), true, "switch_chunk", Dimension::Bytes, false);
+  if (f.has_switch_channels()) p.switch_channels = x.count(f.switch_channels(), true, "switch_channels", 1);
   if (!f.algorithm().empty()) {
     try {
       p.algorithm = fabric::algorithm(f.algorithm()).name();

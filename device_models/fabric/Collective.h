@@ -30,6 +30,10 @@ struct CollectiveRequest {
   uint32_t peer = 1;             // send/recv destination (rank index)
   uint32_t channels = 1;         // parallel rings/trees over different links where there are
   double chunk_bytes = 0;        // pipeline chunk per transfer; 0: one chunk per step
+  // In-switch reduction's pipeline: rounds of switch_channels x ranks x switch_chunk_bytes
+  // of the buffer (0: one round, streaming without a fill).
+  double switch_chunk_bytes = 0;
+  uint32_t switch_channels = 1;
   // The algorithms the tuner chooses among (the vendor library's); empty: every one.
   std::vector<std::string> library;
 };

@@ -58,6 +58,8 @@ CollectiveRequest requestFor(const FabricParams& p) {
   CollectiveRequest r;
   r.channels = p.channels;
   r.chunk_bytes = p.chunk_bytes;
+  r.switch_chunk_bytes = p.switch_chunk_bytes;
+  r.switch_channels = p.switch_channels;
   r.library = p.library_algorithms;
   return r;
 }
@@ -95,6 +97,8 @@ std::string fabricSignature(const FabricParams& p) {
   put("oversubscription", p.oversubscription);
   put("channels", p.channels);
   put("chunk", p.chunk_bytes);
+  put("switch_chunk", p.switch_chunk_bytes);
+  put("switch_channels", p.switch_channels);
   put("link.lanes", p.link_lanes);
   put("ports", p.ports);
   put("switch_ports", p.switch_ports);

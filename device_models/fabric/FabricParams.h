@@ -43,6 +43,8 @@ struct FabricParams {
   double oversubscription = 1;
   uint32_t channels = 1;              // rings/trees in parallel
   double chunk_bytes = 0;             // pipeline chunk; 0: none
+  double switch_chunk_bytes = 0;      // in-switch reduction's chunk per channel and rank; 0: no pipeline
+  uint32_t switch_channels = 1;       // in-switch reduction's channels
   // The preferred collective algorithm ("": the tuner's): each rank resolves it before a
   // collective reaches the fabric server, so it is no part of the signature.
   std::string algorithm;

@@ -221,9 +221,40 @@ TEST(FabricAlgorithms, DirectAndSwitchAloneMatchTheirClosedForms) {
   auto p2p = request(CollectiveOp::SendRecv, S, mesh);
   p2p.root = 3, p2p.peer = 5;
   EXPECT_NEAR(timeOf("direct", p2p, mesh), kA + S / kB, 1e-12);
-  // In-switch reduction: S up and S down at once, one switch traversal.
+  // In-switch reduction without rounds (the textbook in-network reduction): S up and S down
+  // at once, one switch traversal.
   Topology nvs = switchStar(8, kLink, kSw, true);
   EXPECT_NEAR(timeOf("switch", request(CollectiveOp::AllReduce, S, nvs), nvs), kA + kSw + S / kB, 1e-12);
+}
+
+// NVLS's rounds (channels x ranks x chunk of the buffer): each rank's slices pulled for the
+// switch's reductions and the sums multicast back, S (1 + 1/n) each way; the multicast of
+// one round overlaps the next round's reduction, so q rounds of r take q r (1 + 1/n) / B
+// plus the first reduction's and the last multicast's unpaired halves, (n-1)/(n+1) of a round.
+TEST(FabricAlgorithms, InSwitchReductionPipelinesItsRounds) {
+  Topology nvs = switchStar(8, kLink, kSw, true);
+  auto req = [&](double bytes, uint32_t ranks = 0) {
+    CollectiveRequest r = request(CollectiveOp::AllReduce, bytes, nvs, ranks);
+    r.switch_chunk_bytes = 128 * 1024;
+    r.switch_channels = 16;
+    return r;
+  };
+  const double round8 = 16.0 * 8 * 128 * 1024;   // 16 MiB on 8 ranks
+  // One round or less: the reduction (S up), then the multicast (S down): 2 S / B.
+  for (double s : {64e3, 1e6, round8})
+    EXPECT_NEAR(timeOf("switch", req(s), nvs), kA + kSw + 2 * s / kB, 1e-12) << s;
+  // Four rounds.
+  const double s4 = 4 * round8, rho = round8 * 9 / 8 / kB;
+  EXPECT_NEAR(timeOf("switch", req(s4), nvs), kA + kSw + (4 + 7.0 / 9) * rho, 1e-12);
+  // A round and a bit: two rounds of half the buffer each.
+  const double s2 = 1.5 * round8;
+  EXPECT_NEAR(timeOf("switch", req(s2), nvs), kA + kSw + (2 + 7.0 / 9) * (s2 / 2) * 9 / 8 / kB, 1e-12);
+  // On 4 of the ranks the round is 8 MiB and the unpaired share 3/5.
+  const double s4r = 3 * 8.0 * 1024 * 1024;
+  EXPECT_NEAR(timeOf("switch", req(s4r, 4), nvs), kA + kSw + (3 + 3.0 / 5) * (s4r / 3) * 5 / 4 / kB, 1e-12);
+  // Far past the fill, the bus bandwidth tends to B n / (n + 1) (busbw = algbw 2(n-1)/n).
+  const double big = 1024 * round8;
+  EXPECT_NEAR(big / timeOf("switch", req(big), nvs), kB * 8 / 9, kB * 1e-3);
 }
 
 TEST(FabricAlgorithms, HierarchicalAloneMatchesItsClosedForm) {

@@ -110,20 +110,24 @@ TEST(FabricConfig, ReferencePresetsCarryTheirCalibration) {
   f = sim::loadFabricParams(o);
   EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.8124);
   EXPECT_TRUE(f.in_switch_reduction);
-  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.7395);
-  EXPECT_DOUBLE_EQ(f.collective_latency_s, 30.2e-6);
-  EXPECT_DOUBLE_EQ(fabric::buildTopology(f).collectiveLatency(), 30.2e-6);
+  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.8319);
+  EXPECT_DOUBLE_EQ(f.switch_chunk_bytes, 128.0 * 1024);   // NCCL's NVLS chunk and channels
+  EXPECT_EQ(f.switch_channels, 16u);
+  EXPECT_DOUBLE_EQ(f.collective_latency_s, 30.0e-6);
+  EXPECT_DOUBLE_EQ(fabric::buildTopology(f).collectiveLatency(), 30.0e-6);
   // The H100 shares the H200's links, switch and GPU die: the same figures.
   o.preset = "h100-sxm";
   f = sim::loadFabricParams(o);
   EXPECT_DOUBLE_EQ(f.link.bandwidth_bytes_per_s, 450e9 * 0.8124);
-  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.7395);
-  EXPECT_DOUBLE_EQ(f.collective_latency_s, 30.2e-6);
+  EXPECT_DOUBLE_EQ(f.reduction_efficiency, 0.8319);
+  EXPECT_DOUBLE_EQ(f.collective_latency_s, 30.0e-6);
   // Presets without them: no fixed cost, full-rate reductions.
   o.preset = "br100";
   f = sim::loadFabricParams(o);
   EXPECT_EQ(f.collective_latency_s, 0.0);
   EXPECT_EQ(f.reduction_efficiency, 1.0);
+  EXPECT_EQ(f.switch_chunk_bytes, 0.0);
+  EXPECT_EQ(f.switch_channels, 1u);
   // Overridable by key path, checked at load.
   o.preset = "h200-sxm";
   o.overrides = {"fabric.reduction_efficiency=0.5", "fabric.collective_latency=1 us"};
@@ -135,6 +139,8 @@ TEST(FabricConfig, ReferencePresetsCarryTheirCalibration) {
   EXPECT_NO_THROW(sim::loadFabricParams(o));
   EXPECT_NE(errorOf({"fabric.reduction_efficiency=1.5"}, "h200-sxm").find("device.fabric.reduction_efficiency"),
             std::string::npos);
+  EXPECT_NE(errorOf({"fabric.switch_channels=0"}, "h200-sxm").find("device.fabric.switch_channels"), std::string::npos);
+  EXPECT_NE(errorOf({"fabric.switch_chunk=-1 KiB"}, "h200-sxm").find("device.fabric.switch_chunk"), std::string::npos);
   EXPECT_NE(errorOf({"fabric.collective_latency=-1 us"}, "h200-sxm").find("device.fabric.collective_latency"),
             std::string::npos);
   EXPECT_NE(errorOf({"fabric.collective_latency=2 s"}, "h200-sxm").find("not below 1 s"), std::string::npos);

@@ -27,7 +27,7 @@ BOUNDS = {
     "a100-sxm sendrecv auto": 37.5,       # 36.5: NCCL p2p reaches 195 of 235 GB/s; 128 MiB warm-up point
     "a100-sxm memcpy_p2p auto": 20.0,     # 18.4: copy engines reach 274 GB/s, the model's link 235
     "h200-sxm all_reduce ring": 3.0,      # 2.5: within the 5 % target
-    "h200-sxm all_reduce switch": 11.0,   # 10.3: knee at 2-128 MiB, torch harness overhead
+    "h200-sxm all_reduce switch": 4.5,    # 4.0: within the 5 % target (10.3 before NVLS's rounds)
 }
 
 # Regimes the model captures: small (<= 1 MiB) and large (>= 256 MiB) all-reduce, per group.
@@ -78,6 +78,16 @@ def test_small_and_large_all_reduce_within_5_pct(report):
     # the pipeline was modelled)
     mid = [p for p in doc["points"] if p["group"] == "a100-sxm all_reduce auto" and 2 << 20 <= p["bytes"] <= 128 << 20]
     assert len(mid) == 7 and geomean_pct(mid) < 7.0, geomean_pct(mid)
+    # NVLS's 2-128 MiB on Azure's table: its rounds of 16 MiB, the multicast of one overlapping
+    # the reduction of the next (6.5 % today; 16 % when it was one streaming phase)
+    mid = [p for p in doc["points"] if p["group"] == "h200-sxm all_reduce switch" and p["source_id"] == "AZ-NDV5-H200"
+           and 2 << 20 <= p["bytes"] <= 128 << 20]
+    assert len(mid) == 7 and geomean_pct(mid) < 7.5, geomean_pct(mid)
+    # NVLS over 5 to 8 GPUs (8 GiB): each rank moves S (1 + 1/n) each way, so fewer GPUs are
+    # slower, as measured (-4 to -1 % when the model moved S whatever the count)
+    few = [p for p in doc["points"] if p["source_id"] == "MLE-H200-SHARP" and p["group"] == "h200-sxm all_reduce switch"
+           and not p["calibration"]]
+    assert len(few) == 3 and all(abs(p["error_pct"]) < 3.0 for p in few), few
 
 
 def test_mapping_calibration_and_skipped_rows(report):
