@@ -257,3 +257,32 @@ def test_hierarchical_runs_its_rings_inside_a_node_on_every_channel():
     two = [float(rows(run(*one, "--ranks", "16", "--algo", "hierarchical", "--set", f"fabric.channels={c}").stdout)[0]
                  ["time_us"]) for c in (1, 4)]
     assert two[1] < two[0], two
+
+
+def test_in_switch_reduction_goes_in_nccl_nvls_rounds_and_the_keys_are_what_ifs():
+    """h100-sxm's NVLS: rounds of 16 channels x 8 ranks x 128 KiB (16 MiB), S(1+1/n) each way per
+    rank, one round's multicast overlapping the next round's reduction; fabric.switch_chunk=0 B
+    is the textbook streaming reduction (S up, S down)."""
+    args = ["collbench", "--model-only", *STAR, "--ranks", "8", "--algo", "switch", "--min-bytes", "1M",
+            "--max-bytes", "64M", "--factor", "64", "--csv"]
+    res = run(*args)
+    assert res.returncode == 0, res.stderr
+    got = {int(r["bytes"]): float(r["time_us"]) for r in rows(res.stdout)}
+    route = 1e-6 + 0.5e-6
+    # one round or less: the reduction, then the multicast: 2 S / B
+    assert got[1 << 20] == pytest.approx((route + 2 * (1 << 20) / 400e9) * 1e6, abs=1e-3)
+    # four rounds of 16 MiB and the unpaired halves, 7/9 of a round
+    rnd = (16 << 20) * 9 / 8 / 400e9
+    assert got[64 << 20] == pytest.approx((route + (4 + 7 / 9) * rnd) * 1e6, abs=1e-3)
+    res = run(*args, "--set", "fabric.switch_chunk=0 B")
+    assert res.returncode == 0, res.stderr
+    stream = {int(r["bytes"]): float(r["time_us"]) for r in rows(res.stdout)}
+    for s in (1 << 20, 64 << 20):
+        assert stream[s] == pytest.approx((route + s / 400e9) * 1e6, abs=1e-3)
+    # 32 channels: rounds of 32 MiB, two of them
+    res = run(*args, "--set", "fabric.switch_channels=32")
+    assert res.returncode == 0, res.stderr
+    wide = {int(r["bytes"]): float(r["time_us"]) for r in rows(res.stdout)}
+    assert wide[64 << 20] == pytest.approx((route + (2 + 7 / 9) * 2 * rnd) * 1e6, abs=1e-3)
+    res = run(*args, "--set", "fabric.switch_channels=0")
+    assert res.returncode == 2 and "switch_channels" in res.stderr, res.stderr
