@@ -72,6 +72,11 @@ const char* dimensionName(Dimension d) {
   return "?";
 }
 
+std::string expectation(const std::string& why, Dimension d) {
+  if (why.find(" like ") != std::string::npos) return {};
+  return std::string(" (expected a ") + dimensionName(d) + " like " + dimensionExample(d) + ")";
+}
+
 const char* dimensionExample(Dimension d) {
   switch (d) {
     case Dimension::Count: return "8";

@@ -286,3 +286,14 @@ def test_in_switch_reduction_goes_in_nccl_nvls_rounds_and_the_keys_are_what_ifs(
     assert wide[64 << 20] == pytest.approx((route + (2 + 7 / 9) * 2 * rnd) * 1e6, abs=1e-3)
     res = run(*args, "--set", "fabric.switch_channels=0")
     assert res.returncode == 2 and "switch_channels" in res.stderr, res.stderr
+
+
+def test_a_bad_value_outside_the_fabric_is_refused_too():
+    res = run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", "8", "--max-bytes", "1K",
+              "--set", "memory.bandwidth=-3 TB/s")
+    assert res.returncode == 2, res.stdout
+    assert "device.memory.bandwidth" in res.stderr and "negative" in res.stderr, res.stderr
+    assert "size" not in res.stdout
+    res = run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", "8", "--max-bytes", "1K",
+              "--set", "memory.bandwidth=3 GiB")
+    assert res.returncode == 2 and "not a bandwidth unit" in res.stderr, res.stderr

@@ -11,6 +11,7 @@
 
 #include "device_models/fabric/Algorithms.h"
 #include "device_models/fabric/CollectiveEngine.h"
+#include "simulator/Config.h"
 #include "simulator/FabricConfig.h"
 #include "simulator/FabricModel.h"
 #include "traces/cli/Args.h"
@@ -78,6 +79,9 @@ int runCollbench(const std::vector<std::string>& argv) {
   o.preset = a.get("preset", "mlu370-x8");
   o.overrides = a.all("set");
   if (const char* file = std::getenv("CARDSIM_CONFIG"); file && *file) o.overrides_file = file;
+  // The whole configuration is checked, not only the fabric's part: a bad --set of another
+  // block is refused here as it would be in a job (the model-only sweep does not use it).
+  (void)sim::loadDeviceParams(o);
   fabric::FabricParams fp = sim::loadFabricParams(o);
   if (algo.empty()) algo = fp.algorithm;
   // Default: the preset's (or CARDSIM_NODES') node count, or as many as the ranks need.
