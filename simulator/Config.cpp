@@ -150,7 +150,8 @@ class Extractor {
     std::string why;
     auto v = parseQuantity(q->value(), dim, &why);
     if (!v) {
-      problems_.push_back("device." + path + ": " + why + expectation(why, dim) + provenance(*q));
+      problems_.push_back("device." + path + ": " + why + " (expected a " + dimensionName(dim) +
+                          " like " + dimensionExample(dim) + ")" + provenance(*q));
       return 0;
     }
     return *v;

@@ -33,7 +33,8 @@ class FabricReader {
     std::string why;
     auto v = parseQuantity(q.value(), dim, &why);
     if (!v) {
-      problems_.push_back(path + ": " + why + expectation(why, dim) + provenance(q));
+      problems_.push_back(path + ": " + why + " (expected a " + dimensionName(dim) + " like " +
+                          dimensionExample(dim) + ")" + provenance(q));
       return 0;
     }
     if (positive && !(*v > 0))

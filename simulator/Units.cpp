@@ -72,11 +72,6 @@ const char* dimensionName(Dimension d) {
   return "?";
 }
 
-std::string expectation(const std::string& why, Dimension d) {
-  if (why.find(" like ") != std::string::npos) return {};
-  return std::string(" (expected a ") + dimensionName(d) + " like " + dimensionExample(d) + ")";
-}
-
 const char* dimensionExample(Dimension d) {
   switch (d) {
     case Dimension::Count: return "8";
@@ -116,7 +111,7 @@ std::optional<double> parseQuantity(const std::string& raw, Dimension d, std::st
     return number;
   }
   if (d == Dimension::Fraction) {
-    if (!unit.empty()) return fail("\"" + text + "\" takes no unit (a fraction like 0.8)");
+    if (!unit.empty()) return fail("\"" + text + "\" takes no unit");
     if (!(number > 0.0 && number <= 1.0))
       return fail("\"" + text + "\" is outside (0, 1]");
     return number;
@@ -131,12 +126,11 @@ std::optional<double> parseQuantity(const std::string& raw, Dimension d, std::st
       if (!rest.empty() && trim(den_end).empty() && std::isfinite(den) && den > 0) return number / den;
       return fail("\"" + text + "\" is not a ratio like 3:2");
     }
-    return fail("\"" + text + "\" takes no unit (a number like 1.5, or a ratio like 3:2)");
+    return fail("\"" + text + "\" takes no unit (a ratio like 3:2 is also read)");
   }
   if (number < 0) return fail("\"" + text + "\" is negative");
   if (unit.empty())
-    return fail("\"" + text + "\" has no unit (a " + dimensionName(d) + " like " +
-                dimensionExample(d) + ")");
+    return fail("\"" + text + "\" has no unit of " + std::string(dimensionName(d)));
   for (const UnitDef& u : unitsFor(d)) {
     if (unit == u.symbol) return number * u.scale;
   }

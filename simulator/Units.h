@@ -23,9 +23,6 @@ enum class Dimension {
 const char* dimensionName(Dimension d);
 // An example of a well-formed value, for error messages.
 const char* dimensionExample(Dimension d);
-// " (expected a size like 24 GiB)" after a parse error, unless the error already gives an
-// example of the expected form.
-std::string expectation(const std::string& why, Dimension d);
 
 // Parses `text` as a value of dimension `d` in base units (bytes, bytes/s, seconds, Hz,
 // ops/s, cycles, or the plain number). On failure returns nullopt and sets `why`.
