@@ -1,5 +1,7 @@
 #include "simulator/Config.h"
 
+#include <sys/stat.h>
+
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -7,8 +9,10 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -82,10 +86,14 @@ std::string keyPathAt(const std::string& text, int line, int column) {
 }
 
 std::string readFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw ConfigError(path + ": is a directory, not a configuration file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open file");
+  if (!in) throw ConfigError(path + ": cannot open file: " + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) throw ConfigError(path + ": cannot read file: " + std::strerror(errno));
   return ss.str();
 }
 

@@ -15,6 +15,15 @@ Args::Args(const std::string& command, const std::vector<FlagSpec>& specs, const
   };
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
+    if (a == "-h" && find("help")) {   // the usual short form
+      values_["help"].push_back("");
+      continue;
+    }
+    if (a.size() > 1 && a[0] == '-' && a[1] != '-' && std::isalpha(static_cast<unsigned char>(a[1]))) {
+      std::string valid;
+      for (const FlagSpec& s : specs) valid += (valid.empty() ? "--" : ", --") + s.name;
+      throw UsageError("cardsim " + command + ": unknown option " + a + " (valid: " + valid + ")");
+    }
     if (a.rfind("--", 0) != 0 || a == "--") {
       positional_.push_back(a);
       continue;

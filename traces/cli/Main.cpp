@@ -11,6 +11,8 @@
 #include <malloc.h>
 #endif
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "simulator/Config.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
@@ -46,6 +48,12 @@ void printHelp(FILE* out) {
 
 }  // namespace
 
+// Only a fatal error of the library itself (it aborts after) is worth its own words.
+static void protobufLog(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+  if (level == google::protobuf::LOGLEVEL_FATAL)
+    std::fprintf(stderr, "cardsim: the protobuf library failed (%s:%d): %s\n", file, line, message.c_str());
+}
+
 int main(int argc, char** argv) {
 #ifdef __GLIBC__
   // A short-lived tool: memory it frees stays for its next allocations instead of going
@@ -55,6 +63,9 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   mallopt(M_TOP_PAD, 16 << 20);
 #endif
+  // The protobuf library logs what it finds wrong in a message it parses (invalid UTF-8 in a
+  // corrupt trace, say) to stderr; the tool says it itself, naming the file and the record.
+  google::protobuf::SetLogHandler(&protobufLog);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     printHelp(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

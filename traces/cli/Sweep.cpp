@@ -262,8 +262,24 @@ int runSweep(const std::vector<std::string>& argv) {
   std::printf("wrote %s\n", csv_path.c_str());
   if (a.has("no-plot")) return 0;
   const std::string png = prefix + ".png";
-  const std::string cmd = "'" + cardsimPython() + "' -m cardsim_tools.sweep_plot '" + csv_path + "' '" + png + "'";
-  if (std::system(cmd.c_str()) != 0) {
+  // The plotter gets its paths as arguments, not through a shell (a quote in a path is then
+  // just a character); it says itself what it could not write.
+  const std::string python = cardsimPython();
+  std::vector<std::string> plot_args = {python, "-m", "cardsim_tools.sweep_plot", csv_path, png};
+  std::vector<char*> plot_argv;
+  for (std::string& s : plot_args) plot_argv.push_back(s.data());
+  plot_argv.push_back(nullptr);
+  std::fflush(nullptr);
+  int plot_status = -1;
+  if (const pid_t pid = ::fork(); pid == 0) {
+    ::execvp(python.c_str(), plot_argv.data());
+    std::fprintf(stderr, "cardsim sweep: cannot run %s: %s\n", python.c_str(), std::strerror(errno));
+    std::_Exit(127);
+  } else if (pid > 0) {
+    while (::waitpid(pid, &plot_status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (!WIFEXITED(plot_status) || WEXITSTATUS(plot_status) != 0) {
     std::fprintf(stderr, "cardsim sweep: plotting %s failed (the CSV is complete; --no-plot skips the plot)\n", png.c_str());
     return 1;
   }

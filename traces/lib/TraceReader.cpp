@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "traces/lib/TraceError.h"
@@ -21,28 +22,35 @@ constexpr std::size_t kChunk = 64 << 10;
 // alone: present, absent, or past what can be walked (the full parse judges that).
 enum class FieldScan { Present, Absent, Unwalkable };
 
+bool readVarint(const uint8_t*& p, const uint8_t* end, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (p == end) return false;
+    const uint8_t b = *p++;
+    *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) return true;
+  }
+  return false;
+}
+
+// Steps `p` over one field's value of wire type `wire`; false if it runs past `end`.
+bool skipValue(const uint8_t*& p, const uint8_t* end, uint64_t wire) {
+  uint64_t v = 0;
+  switch (wire) {
+    case 0: return readVarint(p, end, &v);
+    case 1: if (end - p < 8) return false; p += 8; return true;
+    case 2: if (!readVarint(p, end, &v) || v > static_cast<uint64_t>(end - p)) return false; p += v; return true;
+    case 5: if (end - p < 4) return false; p += 4; return true;
+    default: return false;
+  }
+}
+
 FieldScan scanForField(const uint8_t* p, const uint8_t* end, uint32_t field) {
-  auto varint = [&](uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (p == end) return false;
-      const uint8_t b = *p++;
-      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (!(b & 0x80)) return true;
-    }
-    return false;
-  };
   while (p < end) {
-    uint64_t tag = 0, v = 0;
-    if (!varint(&tag)) return FieldScan::Unwalkable;
+    uint64_t tag = 0;
+    if (!readVarint(p, end, &tag)) return FieldScan::Unwalkable;
     if ((tag >> 3) == field) return FieldScan::Present;
-    switch (tag & 7) {
-      case 0: if (!varint(&v)) return FieldScan::Unwalkable; break;
-      case 1: if (end - p < 8) return FieldScan::Unwalkable; p += 8; break;
-      case 2: if (!varint(&v) || v > static_cast<uint64_t>(end - p)) return FieldScan::Unwalkable; p += v; break;
-      case 5: if (end - p < 4) return FieldScan::Unwalkable; p += 4; break;
-      default: return FieldScan::Unwalkable;
-    }
+    if (!skipValue(p, end, tag & 7)) return FieldScan::Unwalkable;
   }
   return FieldScan::Absent;
 }
@@ -68,6 +76,33 @@ bool isCommandRecord(const uint8_t* p, const uint8_t* end) {
   return leadingKind(p, end) == Envelope::kCommandFieldNumber &&
          scanForField(p, end, Envelope::kEndFieldNumber) == FieldScan::Absent;
 }
+
+// A device command record's times (DeviceCommand start_ps and end_ps, 0 when absent) from
+// its wire form, for the check a skipped command still gets; false if it cannot be walked
+// (the record leads with its command: isCommandRecord).
+bool commandTimes(const uint8_t* p, const uint8_t* end, uint64_t* start_ps, uint64_t* end_ps) {
+  *start_ps = *end_ps = 0;
+  uint64_t len = 0;
+  ++p;   // the command's one-byte tag
+  if (!readVarint(p, end, &len) || len > static_cast<uint64_t>(end - p)) return false;
+  const uint8_t* q = p;
+  const uint8_t* stop = p + len;
+  while (q < stop) {
+    uint64_t tag = 0, v = 0;
+    if (!readVarint(q, stop, &tag)) return false;
+    const uint64_t field = tag >> 3;
+    if ((tag & 7) == 0 && (field == DeviceCommand::kStartPsFieldNumber || field == DeviceCommand::kEndPsFieldNumber)) {
+      if (!readVarint(q, stop, &v)) return false;
+      *(field == DeviceCommand::kStartPsFieldNumber ? start_ps : end_ps) = v;
+    } else if (!skipValue(q, stop, tag & 7)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Simulated times are picoseconds under 2^63 (106 days): one past that is no recording's.
+constexpr uint64_t kMaxTimePs = (uint64_t{1} << 63) - 1;
 
 }  // namespace
 
@@ -221,6 +256,18 @@ bool TraceReader::readRecord(Envelope* record, bool only_end) {
     record->clear_record();
   } else if (skip_commands_ && isCommandRecord(body, body + len)) {
     record->Clear();   // a device command: its bytes are under the CRC all the same
+    uint64_t start_ps = 0, end_ps = 0;
+    if (!commandTimes(body, body + len, &start_ps, &end_ps)) {
+      if (!record->ParseFromArray(body, static_cast<int>(len)))   // the full parse judges it
+        throw TraceError(where() + ": corrupt: the record's " + std::to_string(len) + " bytes do not parse");
+      start_ps = record->command().start_ps();
+      end_ps = record->command().end_ps();
+      record->Clear();
+    }
+    // As checkValues checks a command that is read (this one is not: its index is the next).
+    if (end_ps < start_ps || end_ps > kMaxTimePs)
+      throw TraceError(path_ + ": record #" + std::to_string(index_) + " at offset " + std::to_string(offset_) +
+                       ": corrupt: " + commandTimesProblem(start_ps, end_ps));
   } else if (!record->ParseFromArray(body, static_cast<int>(len)))
     throw TraceError(where() + ": corrupt: the record's " + std::to_string(len) + " bytes do not parse");
   pos_ += prefix + len;
@@ -250,6 +297,13 @@ const Envelope* TraceReader::next() {
   return nextRecord(arena_record_, false) ? arena_record_ : nullptr;
 }
 
+std::string TraceReader::commandTimesProblem(uint64_t start_ps, uint64_t end_ps) {
+  if (end_ps < start_ps)
+    return "the device command ends (" + std::to_string(end_ps) + " ps) before it starts (" + std::to_string(start_ps) +
+           " ps)";
+  return "the device command ends at " + std::to_string(end_ps) + " ps, past the simulated clock's range (2^63 ps)";
+}
+
 void TraceReader::checkValues(const Envelope& e, uint64_t at) const {
   // Values no recorder writes and every consumer would mistime: a record whose bytes parse
   // (its CRC may even be right, if it was written so) but that says something impossible.
@@ -258,16 +312,21 @@ void TraceReader::checkValues(const Envelope& e, uint64_t at) const {
                      ": corrupt: " + what);
   };
   const auto amount = [&](double v, const char* field) {
-    if (!(v >= 0) || v > 1e30) bad(std::string(field) + " is " + std::to_string(v) + " (not a non-negative amount)");
+    if (!(v >= 0) || v > 1e30) {
+      char shown[32];
+      std::snprintf(shown, sizeof shown, "%g", v);
+      bad(std::string(field) + " is " + shown + (v > 1e30 ? " (beyond any recorded amount, 1e30)" : " (not a non-negative amount)"));
+    }
   };
   if (e.call() != 0 && e.host_end_ps() < e.host_begin_ps())
     bad("the call returns (host " + std::to_string(e.host_end_ps()) + " ps) before it begins (" +
         std::to_string(e.host_begin_ps()) + " ps)");
+  if (e.host_end_ps() > kMaxTimePs)
+    bad("the call returns at host " + std::to_string(e.host_end_ps()) + " ps, past the simulated clock's range (2^63 ps)");
   switch (e.record_case()) {
     case Envelope::kCommand:
-      if (e.command().end_ps() < e.command().start_ps())
-        bad("the device command ends (" + std::to_string(e.command().end_ps()) + " ps) before it starts (" +
-            std::to_string(e.command().start_ps()) + " ps)");
+      if (e.command().end_ps() < e.command().start_ps() || e.command().end_ps() > kMaxTimePs)
+        bad(commandTimesProblem(e.command().start_ps(), e.command().end_ps()));
       break;
     case Envelope::kKernel:
       amount(e.kernel().flops(), "the kernel's flops");

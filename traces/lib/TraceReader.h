@@ -49,8 +49,8 @@ class TraceReader {
   // record (a replay reads tens of thousands per rank). Null once the End record is read.
   const Envelope* next();
   // Device command records (what the recorded run's commands did: a replay re-times them
-  // rather than reads them) come back empty, without being parsed or checked beyond the
-  // file's CRC-32 and record count.
+  // rather than reads them) come back empty, without being parsed: only their times are
+  // checked (as next() checks them), besides the file's CRC-32 and record count.
   void skipCommands(bool skip) { skip_commands_ = skip; }
   // Leaves out the CRC-32 (about a twentieth of reading): for a file verify() has checked
   // just before, in this process or the one that handed it over. Records are still checked
@@ -75,6 +75,7 @@ class TraceReader {
   std::size_t readSome(uint8_t* dst, std::size_t n);
   void open();    // the constructor's checks, after the file is open
   void checkValues(const Envelope& e, uint64_t at) const;   // throws on impossible values
+  static std::string commandTimesProblem(uint64_t start_ps, uint64_t end_ps);
   void close();
   std::string where() const;
 

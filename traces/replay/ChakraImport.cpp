@@ -588,7 +588,8 @@ ChakraImport importChakra(const std::string& path, const std::string& out_dir) {
   std::string prefix;
   static const std::regex kRankFile(R"((.*)\.(\d+)\.et$)");
   std::smatch m;
-  if (endsWith(path, ".et") && isFile(path)) {
+  const bool one_file = endsWith(path, ".et") && isFile(path);
+  if (one_file) {
     const bool numbered = std::regex_match(path, m, kRankFile);
     prefix = numbered ? m[1].str() : path.substr(0, path.size() - 3);
     sources[numbered ? std::stoi(m[2].str()) : 0] = path;
@@ -608,11 +609,22 @@ ChakraImport importChakra(const std::string& path, const std::string& out_dir) {
   int siblings = 0;
   while (isFile(prefix + "." + std::to_string(siblings) + ".et")) ++siblings;
   out.world_size = std::max(static_cast<int>(sources.size()), siblings);
+  std::string world_from = "its files";
   for (const auto& a : files.begin()->second.meta.attr()) {
-    if (a.name() == "world_size" && a.value_case() == chakra::AttributeProto::kInt64Val && a.int64_val() > 0)
+    if (a.name() == "world_size" && a.value_case() == chakra::AttributeProto::kInt64Val && a.int64_val() > 0) {
       out.world_size = static_cast<int>(a.int64_val());
+      world_from = "the metadata's world_size";
+    }
     if (a.name() == "preset" && a.value_case() == chakra::AttributeProto::kStringVal) out.preset = a.string_val();
   }
+  // A PREFIX stands for the whole job, as a trace directory does: every rank's file is there
+  // (one .et file given alone is one rank standing for the job).
+  if (!one_file && static_cast<int>(files.size()) < out.world_size)
+    throw TraceError(prefix + "." + std::to_string(files.size()) + ".et: missing (the job has " +
+                     std::to_string(out.world_size) + " ranks by " + world_from + "; " +
+                     (files.size() == 1 ? "only " + prefix + ".0.et is"
+                                        : prefix + ".0.et to ." + std::to_string(files.size() - 1) + ".et are") +
+                     " here); replay one .et file alone to let that rank stand for the job");
   // A whole job's sends and receives pair up (source, destination, tag, size), else the
   // replay would wait for a side that never comes.
   if (static_cast<int>(files.size()) == out.world_size) {

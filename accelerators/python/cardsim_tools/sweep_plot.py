@@ -3,6 +3,7 @@ against the swept values. Usage: python -m cardsim_tools.sweep_plot SWEEP.csv OU
 from __future__ import annotations
 
 import csv
+import os
 import sys
 
 PARTS = [("compute_us", "compute"), ("memory_bound_us", "memory-bound"), ("copies_us", "host<->device copies"),
@@ -39,7 +40,19 @@ def main(argv=None) -> int:
     ax.set_title("cardsim sweep: time and breakdown (mean over ranks)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))   # beside the bars, not on them
     fig.tight_layout()
-    fig.savefig(argv[1], dpi=120)
+    # Through a temporary file renamed into place: a write that fails (a full disk) leaves no
+    # partial image behind, and an earlier one whole.
+    tmp = argv[1] + ".tmp"
+    try:
+        fig.savefig(tmp, dpi=120, format="png")
+        os.replace(tmp, argv[1])
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        print(f"{argv[1]}: cannot write: {e.strerror or e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -424,3 +424,147 @@ def test_output_that_does_not_get_out_is_a_failure():
                               "br100", "--ranks", "8", "--op", "all_reduce", "--min-bytes", "1K", "--max-bytes", "1K",
                               "--csv"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
     assert res.returncode == 1 and "cannot write its output" in res.stderr, (res.returncode, res.stderr)
+
+
+def _encode_varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def _with_command_end(data, which, end_ps):
+    """The trace file `data` with device command record number `which` (of the command
+    records) ending at `end_ps`, re-encoded (record and command lengths) and the End
+    record's CRC-32 recomputed: well formed, only that value impossible."""
+    import struct
+    import zlib
+    recs = _records(data)
+    commands = [i for i, r in enumerate(recs) if r[2][:1] == b"\x6a"]   # Envelope field 13 (command)
+    i = commands[which]
+    body = recs[i][2]
+    clen, cstart = _varint(body, 1)
+    cmd = body[cstart:cstart + clen]
+    pos, fields = 0, []
+    while pos < len(cmd):                       # DeviceCommand: varints, and a double (flops)
+        tag, after = _varint(cmd, pos)
+        if tag & 7 == 0:
+            _, end = _varint(cmd, after)
+        else:
+            assert tag & 7 == 1, tag
+            end = after + 8
+        fields.append((tag, cmd[pos:end]))
+        pos = end
+    assert any(tag == (8 << 3) for tag, _ in fields)              # end_ps is there
+    new_cmd = b"".join(_encode_varint(8 << 3) + _encode_varint(end_ps) if tag == (8 << 3) else raw
+                       for tag, raw in fields)
+    new_body = b"\x6a" + _encode_varint(len(new_cmd)) + new_cmd + body[cstart + clen:]
+    parts = [bytes(data[:8])]
+    for j, (off, pre, b) in enumerate(recs):
+        b = new_body if j == i else b
+        parts.append(_encode_varint(len(b)) + b)
+    out = bytearray(b"".join(parts))
+    end_off = len(out) - len(parts[-1])
+    end_pre = len(_encode_varint(len(recs[-1][2])))
+    end_body = recs[-1][2]
+    assert end_body[:1] == b"\x72"                                 # Envelope field 14 (End)
+    inner_len, inner_start = _varint(end_body, 1)
+    crc_at = end_off + end_pre + inner_start + bytes(end_body[inner_start:inner_start + inner_len]).index(b"\x2d") + 1
+    out[crc_at:crc_at + 4] = struct.pack("<I", zlib.crc32(bytes(out[:end_off])))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("end_ps, why", [(1, "ends (1 ps) before it starts"),
+                                         (2**63 + 5, "past the simulated clock's range")])
+def test_a_device_command_with_impossible_times_is_bad_input_to_every_command(tmp_path, end_ps, why):
+    # A replay re-times the recorded commands instead of reading them, yet a file that says
+    # something impossible about one is refused there too, as info and export refuse it
+    # (and a sweep, made of replays): exit status 2 naming the record, nothing written.
+    bad = tmp_path / "bad"
+    shutil.copytree(GOLDEN / "dp_step", bad)
+    f = bad / "rank0.cstrace"
+    f.write_bytes(_with_command_end(f.read_bytes(), 3, end_ps))
+    runs = {"info": ("info", bad), "export": ("export", bad, "--perfetto", tmp_path / "t.json"),
+            "replay": ("replay", bad, "--json", tmp_path / "r.json"),
+            "sweep": ("sweep", bad, "--set", "memory.bandwidth=1TB/s,2TB/s", "--out", tmp_path / "s", "--no-plot")}
+    for name, args in runs.items():
+        res = cardsim(*args)
+        assert res.returncode == 2, (name, res.returncode, res.stdout[-500:], res.stderr[-2000:])
+        assert why in res.stderr and "rank0.cstrace: record #" in res.stderr, (name, res.stderr[-2000:])
+    assert not any(tmp_path.glob("t.json*")) and not any(tmp_path.glob("r.json*")) and not any(tmp_path.glob("s.*"))
+
+
+def test_outputs_that_are_not_plain_files_are_written_in_place_and_failures_reported(tmp_path):
+    import os
+    import threading
+    # A pipe (a terminal, /dev/stdout alike) is written into, not replaced by a file.
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    res = cardsim("export", GOLDEN / "dp_step", "--perfetto", fifo)
+    reader.join(timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert fifo.is_fifo() and json.loads(got[0])["traceEvents"]
+    # A full device: the write fails, said so, and the device stays a device.
+    for args in (("export", GOLDEN / "dp_step", "--perfetto", "/dev/full"),
+                 ("replay", GOLDEN / "dp_step", "--json", "/dev/full")):
+        res = cardsim(*args)
+        assert res.returncode != 0 and "/dev/full: cannot write: No space left on device" in res.stderr, \
+            (args, res.returncode, res.stderr)
+        assert pathlib.Path("/dev/full").is_char_device()
+
+
+def test_a_sweep_whose_plot_cannot_be_written_says_so_in_one_line(tmp_path):
+    import resource
+    import signal
+    from test_replay import CARDSIM, _env
+
+    def small_files():   # the CSV and the replays' files fit in 24 KiB, the plot does not (EFBIG)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (24576, 24576))
+    res = subprocess.run([CARDSIM, "sweep", str(GOLDEN / "compute_bound"), "--set", "memory.bandwidth=1TB/s,2TB/s",
+                          "--out", str(tmp_path / "s")], capture_output=True, text=True, env=_env(), timeout=600,
+                         preexec_fn=small_files)
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr and "s.png: cannot write" in res.stderr, res.stderr
+    assert "the CSV is complete" in res.stderr and (tmp_path / "s.csv").is_file()
+    assert not (tmp_path / "s.png").exists() and not list(tmp_path.glob("*.tmp"))
+
+
+def test_short_help_and_unknown_short_options_and_a_directory_for_a_preset(tmp_path):
+    res = cardsim("replay", "-h")
+    assert res.returncode == 0 and "usage: cardsim replay" in res.stdout, res.stderr
+    res = cardsim("replay", GOLDEN / "dp_step", "-x")
+    assert res.returncode == 2 and "unknown option -x" in res.stderr, res.stderr
+    res = cardsim("replay", GOLDEN / "dp_step", "--preset", tmp_path)
+    assert res.returncode == 2 and f"{tmp_path}: is a directory, not a configuration file" in res.stderr, res.stderr
+
+
+def test_a_chakra_prefix_missing_a_rank_file_is_refused_and_one_file_stands_for_its_job(tmp_path):
+    prefix = tmp_path / "dp"
+    res = cardsim("export", GOLDEN / "dp_step", "--chakra", prefix)
+    assert res.returncode == 0, res.stderr
+    pathlib.Path(f"{prefix}.1.et").unlink()
+    res = cardsim("replay", prefix)
+    assert res.returncode == 2, res.stderr
+    assert f"{prefix}.1.et: missing (the job has 2 ranks" in res.stderr and "only" in res.stderr, res.stderr
+    res = cardsim("replay", f"{prefix}.0.et")
+    assert res.returncode == 0 and "rank 0 replicated to 2 ranks" in res.stdout, res.stderr
+
+
+def test_protobuf_library_messages_stay_off_stderr(tmp_path):
+    # A corrupt trace whose header's configuration text holds invalid UTF-8: the tool names
+    # the file; the protobuf library's own log line does not precede it.
+    data = bytearray((GOLDEN / "compute_bound" / "rank0.cstrace").read_bytes())
+    data[100] ^= 0xFF
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "rank0.cstrace").write_bytes(bytes(data))
+    res = cardsim("info", bad)
+    assert res.returncode == 2 and "rank0.cstrace" in res.stderr, res.stderr
+    assert "libprotobuf" not in res.stderr, res.stderr
