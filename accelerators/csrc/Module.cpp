@@ -425,6 +425,14 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("device"), py::arg("op"), py::arg("bytes"), py::arg("ranks"), py::arg("root") = 0,
      py::arg("peer") = 1, py::arg("group") = "", py::arg("timeout_s") = 0.0, py::arg("dtype") = "",
      py::arg("p2p") = 0, py::arg("tag") = 0, py::arg("posted") = 0);
+  // Holds the device's current stream for `seconds` of device time (no compute or memory
+  // used): `cardsim collbench` queues its timed calls behind one, so that they run back to
+  // back as the device gets to them, not as the host issues them.
+  m.def("_stream_delay", [](int64_t d, double seconds) {
+    const c10::DeviceIndex dev = resolve(d);
+    c10::DeviceGuard guard(c10::Device(kDev, dev));
+    throwIfFailed(shim::launchCollective(kernels::currentStream(dev), "stream_delay", seconds), "stream_delay");
+  });
   // The job's fabric server: start one in this process (returns its port), join one.
   // (port, Unix-domain address for the ranks on its host, "" where there is none)
   m.def("_fabric_serve", [](const std::string& bind, int port) {

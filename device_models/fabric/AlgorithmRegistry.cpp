@@ -103,7 +103,13 @@ const ICollectiveAlgorithm& chooseAlgorithm(const CollectiveRequest& r, const To
     const double s = engine.timeAlone(sched);
     if (!best || s < best_s * (1 - 1e-12)) best = a.get(), best_s = s;
   }
-  return best ? *best : algorithm("direct");
+  if (best) return *best;
+  // None the tuner weighs runs it (too many flows to time): direct, unless it cannot either.
+  const ICollectiveAlgorithm& direct = algorithm("direct");
+  if (std::string why = direct.unsupported(r, t); !why.empty())
+    throw std::invalid_argument(std::string("no collective algorithm can run ") + opName(r.op) + " on these " +
+                                std::to_string(r.ranks.size()) + " ranks: " + why);
+  return direct;
 }
 
 const ICollectiveAlgorithm& pickAlgorithm(const std::string& forced, const CollectiveRequest& r,

@@ -20,10 +20,11 @@ constexpr OpName kOps[] = {
     {CollectiveOp::Reduce, "reduce"},                {CollectiveOp::AllToAll, "all_to_all"},
     {CollectiveOp::SendRecv, "send_recv"},           {CollectiveOp::Barrier, "barrier"},
 };
+// Names compare without case, '_', '-' or '/' ("send/recv" as the libraries write it).
 std::string squash(const std::string& s) {
   std::string out;
   for (char c : s)
-    if (c != '_' && c != '-') out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    if (c != '_' && c != '-' && c != '/') out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
   return out;
 }
 }  // namespace

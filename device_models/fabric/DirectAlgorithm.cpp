@@ -5,13 +5,26 @@
 // its own link, so one phase costs one latency plus S/n over one link.
 #include "device_models/fabric/Algorithms.h"
 
+#include <string>
+
 namespace cardsim::fabric {
 namespace {
 
 class Direct final : public ICollectiveAlgorithm {
  public:
   const char* name() const override { return "direct"; }
-  std::string unsupported(const CollectiveRequest&, const Topology&) const override { return {}; }
+  // Its phases hold a transfer per ordered pair of ranks, timed together: past 4096 ranks
+  // (16.8 million transfers, several GB to solve) a clear refusal rather than running out of
+  // memory.
+  static constexpr size_t kMaxRanks = 4096;
+  std::string unsupported(const CollectiveRequest& r, const Topology&) const override {
+    const bool pairs = r.op != CollectiveOp::SendRecv && r.op != CollectiveOp::Broadcast && r.op != CollectiveOp::Reduce;
+    if (pairs && r.ranks.size() > kMaxRanks)
+      return "direct times every pair of ranks at once: " + std::string(opName(r.op)) + " over " +
+             std::to_string(r.ranks.size()) + " ranks is over its limit of " + std::to_string(kMaxRanks) +
+             " ranks (16.8 million transfers)";
+    return {};
+  }
   Schedule schedule(const CollectiveRequest& r, const Topology&) const override {
     const uint32_t n = static_cast<uint32_t>(r.ranks.size());
     Schedule s;

@@ -16,7 +16,7 @@ class Hierarchical final : public ICollectiveAlgorithm {
   const char* name() const override { return "hierarchical"; }
   std::string unsupported(const CollectiveRequest& r, const Topology& t) const override {
     if (r.op != CollectiveOp::AllReduce && r.op != CollectiveOp::Barrier)
-      return std::string("hierarchical does only all_reduce, not ") + opName(r.op);
+      return std::string("hierarchical does only all_reduce (and barrier), not ") + opName(r.op);
     const auto groups = byNode(r, t);
     size_t per = 0;
     for (const auto& [node, ranks] : groups) {

@@ -24,7 +24,7 @@ class InSwitch final : public ICollectiveAlgorithm {
   const char* name() const override { return "switch"; }
   std::string unsupported(const CollectiveRequest& r, const Topology& t) const override {
     if (r.op != CollectiveOp::AllReduce && r.op != CollectiveOp::Barrier)
-      return std::string("switch does only all_reduce, not ") + opName(r.op);
+      return std::string("switch does only all_reduce (and barrier), not ") + opName(r.op);
     NodeId sw{}, first{};
     for (size_t i = 0; i < r.ranks.size(); ++i) {
       if (!t.singleSwitchOf(r.ranks[i], &sw) || !t.node(sw).reduces)

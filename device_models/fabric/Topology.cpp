@@ -124,14 +124,19 @@ double Topology::routeBandwidth(NodeId src, NodeId dst) const {
 }
 
 bool Topology::singleSwitchOf(NodeId device, NodeId* sw) const {
-  const auto& out = out_.at(index(device));
-  if (out.empty()) return false;
-  const NodeId first = links_[index(out.front())].to;
-  if (node(first).kind != NodeKind::Switch) return false;
-  for (LinkId l : out)
-    if (links_[index(l)].to != first) return false;
-  *sw = first;
-  return true;
+  // Its links to its NIC (the way out of its node) aside: on a fabric of several nodes each
+  // device also reaches the leaf switch through one.
+  bool found = false;
+  NodeId first{};
+  for (LinkId l : out_.at(index(device))) {
+    const NodeId to = links_[index(l)].to;
+    if (node(to).kind == NodeKind::Nic) continue;
+    if (node(to).kind != NodeKind::Switch || (found && to != first)) return false;
+    first = to;
+    found = true;
+  }
+  if (found) *sw = first;
+  return found;
 }
 
 Topology fullMesh(uint32_t devices, const LinkParams& link) {

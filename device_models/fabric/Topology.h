@@ -54,7 +54,8 @@ class Topology {
   double routeLatency(NodeId src, NodeId dst) const;
   // The slowest link of a route (its bandwidth bounds a lone transfer).
   double routeBandwidth(NodeId src, NodeId dst) const;
-  // The switch a device's links lead to, if every one of its links goes to one switch.
+  // The switch a device's links lead to, if every one of them (those to its NIC aside) goes
+  // to one switch.
   bool singleSwitchOf(NodeId device, NodeId* sw) const;
 
   // Fixed cost of one collective call on these devices, whatever the algorithm: kernel

@@ -297,3 +297,37 @@ def test_a_bad_value_outside_the_fabric_is_refused_too():
     res = run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", "8", "--max-bytes", "1K",
               "--set", "memory.bandwidth=3 GiB")
     assert res.returncode == 2 and "not a bandwidth unit" in res.stderr, res.stderr
+
+
+def test_in_switch_reduction_runs_on_a_node_of_a_larger_fabric():
+    # 8 ranks on node 0 of 4: each GPU also has a NIC to the leaf switch, but all its NVLinks
+    # go to the node's reducing NVSwitch, so NVLS runs there as on a lone node (and is chosen).
+    one = rows(run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", "8", "--algo", "switch",
+                   "--min-bytes", "1M", "--max-bytes", "1M", "--csv").stdout)
+    for extra in (["--algo", "switch"], []):
+        res = run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", "8", "--set", "fabric.nodes=4",
+                  *extra, "--min-bytes", "1M", "--max-bytes", "1M", "--csv")
+        assert res.returncode == 0, res.stderr
+        got = rows(res.stdout)
+        assert got[0]["algo"] == "switch" and got[0]["time_us"] == one[0]["time_us"], (got, one)
+
+
+def test_count_is_per_rank_for_shared_buffers_and_send_recv_is_spelled_either_way():
+    # nccl-tests' count column: elements of one rank's part for all_gather, reduce_scatter
+    # and all_to_all (1 MiB of float32 over 8 ranks: 32768), of the whole buffer otherwise.
+    def count(op):
+        res = run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", "8", "--op", op,
+                  "--min-bytes", "1M", "--max-bytes", "1M")
+        assert res.returncode == 0, res.stderr
+        return int(res.stdout.strip().splitlines()[-1].split()[1])
+    assert [count(op) for op in ("all_gather", "reduce_scatter", "all_to_all")] == [32768] * 3
+    assert count("all_reduce") == count("send/recv") == 262144
+
+
+def test_an_all_to_all_past_the_direct_algorithms_limit_is_refused_at_once():
+    # Every pair of 8192 ranks at once is 67 million transfers: refused naming the limit
+    # (it used to take minutes and tens of GB), while 4096 ranks (the limit) still run.
+    res = run("collbench", "--model-only", "--preset", "h100-sxm", "--ranks", "8192", "--op", "all_to_all",
+              "--min-bytes", "1M", "--max-bytes", "1M", "--csv")
+    assert res.returncode == 2, res.stderr
+    assert "all_to_all over 8192 ranks is over its limit of 4096 ranks" in res.stderr, res.stderr

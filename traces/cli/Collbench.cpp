@@ -171,6 +171,13 @@ int runCollbench(const std::vector<std::string>& argv) {
                 "algbw(GB/s)", "busbw(GB/s)");
   }
   const double bus = fabric::busBandwidthFactor(op, static_cast<uint32_t>(ranks));
+  // nccl-tests' count column: elements per rank's buffer (all_gather's input, reduce_scatter's
+  // output, all_to_all's share per peer being a rank's part of the size).
+  const bool per_rank = op == fabric::CollectiveOp::AllGather || op == fabric::CollectiveOp::ReduceScatter ||
+                        op == fabric::CollectiveOp::AllToAll;
+  const auto count = [&](double bytes) {
+    return std::floor(bytes / 4) / (per_rank ? static_cast<double>(ranks) : 1.0);
+  };
   for (size_t i = 0; i < sizes.size(); ++i) {
     const double bytes = live ? measured[i].bytes : moved(sizes[i]);
     r.bytes = bytes;
@@ -182,8 +189,8 @@ int runCollbench(const std::vector<std::string>& argv) {
       std::printf("%s,%s,%lld,%.0f,%.3f,%.3f,%.3f\n", fabric::opName(op), alg.name(), ranks, bytes, t * 1e6,
                   algbw, algbw * bus);
     else
-      std::printf("  %12.0f %12.0f %8s %13s %12.2f %12.2f %12.2f\n", bytes, std::floor(bytes / 4), "float",
-                  alg.name(), t * 1e6, algbw, algbw * bus);
+      std::printf("  %12.0f %12.0f %8s %13s %12.2f %12.2f %12.2f\n", bytes, count(bytes), "float", alg.name(),
+                  t * 1e6, algbw, algbw * bus);
   }
   return 0;
 }

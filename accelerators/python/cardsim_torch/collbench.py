@@ -24,6 +24,10 @@ import subprocess
 import sys
 import time
 
+# Device time the stream is held per timed call while the host issues them (see _worker):
+# well above any preset's host cost per call (a launch is a few microseconds).
+HOLD_PER_CALL_S = 100e-6
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv",
        "barrier")
 
@@ -50,6 +54,7 @@ def _worker(args) -> int:
 
     package, devtype = _personality(args.preset)
     importlib.import_module(package)
+    from . import _C
     mod = getattr(torch, devtype)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     mod.set_device(0)
@@ -120,20 +125,24 @@ def _worker(args) -> int:
             raise SystemExit(f"cardsim collbench: rank {rank}: {op} of {n * 4} bytes gave a wrong result at "
                              f"element {bad}: {got[bad].item()} (expected {want_t[bad].item()})")
 
-    for nbytes in args.sizes:
+    for i, nbytes in enumerate(args.sizes):
         n = _elements(args.op, nbytes, world)
         if n == 0:   # an empty collective: NCCL returns at once, as nccl-tests' 0-byte rows show
-            print("T 0 0.0", flush=True)
+            print(f"T {i} 0 0.0", flush=True)
             continue
         src, dst = make(args.op, n)
         for _ in range(args.warmup):
             run(args.op, src, dst)
-        # Line the ranks up, then queue one untimed call ahead of the start event: the timed
-        # calls then start when the stream gets to them, not when the host does (the host's
-        # cost per call stays hidden unless it exceeds the collective's own time, as for tiny
-        # messages on real cards).
+        # Line the ranks up, then hold the stream while the host issues the timed calls
+        # (ahead of them one untimed call, then the start event): they run back to back as
+        # the stream gets to them, never waiting for the host, so a row is the collective's
+        # own time as the model gives it (--model-only), tiny messages included (whose calls
+        # would otherwise be paced by the host's launch cost), as nccl-tests' timing of a
+        # captured graph (-G) shows it on real cards. Every rank's hold ends at once.
         dist.barrier()
         mod.synchronize()
+        if args.op != "barrier":   # (a barrier holds its caller until it completes: no queue to build)
+            _C._stream_delay(mod.current_device(), HOLD_PER_CALL_S * (args.iters + 2))
         run(args.op, src, dst)
         start, end = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
         start.record()
@@ -144,7 +153,7 @@ def _worker(args) -> int:
         us = start.elapsed_time(end) * 1e3 / args.iters
         if full:
             check(args.op, n, src, dst)
-        print(f"T {n * 4} {us:.6f}", flush=True)
+        print(f"T {i} {n * 4} {us:.6f}", flush=True)
         del src, dst
     dist.barrier()
     dist.destroy_process_group()
@@ -200,24 +209,24 @@ def _launch(args) -> int:
         print(f"cardsim collbench: rank {failed} of {args.ranks} failed (exit {procs[failed].returncode}):\n{tail}",
               file=sys.stderr)
         return 1
+    # Rows by the size's place in the sweep (sizes too small for one element per rank are all
+    # 0 bytes, a row each).
     times: dict[int, list[float]] = {}
-    order: list[int] = []
+    moved: dict[int, int] = {}
     for r in range(args.ranks):
         for line in outs[r].splitlines():
             if line.startswith("T "):
-                _, b, us = line.split()
-                b = int(b)
-                if b not in times:
-                    order.append(b)
-                times.setdefault(b, []).append(float(us))
-    for b in order:
-        if len(times[b]) != args.ranks:
-            print(f"cardsim collbench: {len(times[b])} of {args.ranks} ranks reported {b} bytes",
-                  file=sys.stderr)
+                _, i, b, us = line.split()
+                moved[int(i)] = int(b)
+                times.setdefault(int(i), []).append(float(us))
+    for i, nbytes in enumerate(args.sizes):
+        if len(times.get(i, [])) != args.ranks:
+            print(f"cardsim collbench: {len(times.get(i, []))} of {args.ranks} ranks reported the row for "
+                  f"{nbytes} bytes", file=sys.stderr)
             return 1
         # send_recv: the slowest rank's (its pair bounds the exchange); otherwise the mean
-        t = max(times[b]) if args.op == "send_recv" else sum(times[b]) / len(times[b])
-        print(f"{b} {t:.6f}")
+        t = max(times[i]) if args.op == "send_recv" else sum(times[i]) / len(times[i])
+        print(f"{moved[i]} {t:.6f}")
     return 0
 
 
