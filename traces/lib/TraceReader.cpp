@@ -264,7 +264,8 @@ bool TraceReader::readRecord(Envelope* record, bool only_end) {
       end_ps = record->command().end_ps();
       record->Clear();
     }
-    // As checkValues checks a command that is read (this one is not: its index is the next).
+    // The check checkValues makes of a command that is read (this record is numbered index_:
+    // it is counted below).
     if (end_ps < start_ps || end_ps > kMaxTimePs)
       throw TraceError(path_ + ": record #" + std::to_string(index_) + " at offset " + std::to_string(offset_) +
                        ": corrupt: " + commandTimesProblem(start_ps, end_ps));
