@@ -22,7 +22,7 @@ class Direct final : public ICollectiveAlgorithm {
     if (pairs && r.ranks.size() > kMaxRanks)
       return "direct times every pair of ranks at once: " + std::string(opName(r.op)) + " over " +
              std::to_string(r.ranks.size()) + " ranks is over its limit of " + std::to_string(kMaxRanks) +
-             " ranks (16.8 million transfers)";
+             " ranks (" + std::to_string(kMaxRanks * (kMaxRanks - 1)) + " transfers)";
     return {};
   }
   Schedule schedule(const CollectiveRequest& r, const Topology&) const override {

@@ -46,13 +46,13 @@ void printHelp(FILE* out) {
   for (const Command& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
 }
 
-}  // namespace
-
 // Only a fatal error of the library itself (it aborts after) is worth its own words.
-static void protobufLog(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+void protobufLog(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
   if (level == google::protobuf::LOGLEVEL_FATAL)
     std::fprintf(stderr, "cardsim: the protobuf library failed (%s:%d): %s\n", file, line, message.c_str());
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
 #ifdef __GLIBC__

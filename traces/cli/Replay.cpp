@@ -441,16 +441,9 @@ int runReplay(const std::vector<std::string>& argv) {
     job.preset = imported.preset;   // cardsim's own export names the recording's preset
   } else {
     job.preset = tmp + "/recorded.textproto";
-    {
-      // The replay's own working file: a write that fails (a full disk, a file size limit)
-      // must not pass for a recording whose configuration does not parse.
-      std::ofstream f(job.preset);
-      f << h0.config_text();
-      f.close();
-      if (!f)
-        throw std::runtime_error("cannot write its working copy of the recorded configuration to " +
-                                 job.preset + ": " + std::strerror(errno ? errno : EIO));
-    }
+    // Checked like any output: a write that fails (a full disk, a file size limit) must not
+    // pass for a recording whose configuration does not parse.
+    timeline::writeOutputFile(job.preset, [&](std::ostream& out) { out << h0.config_text(); });
     job.env["CARDSIM_REPLAY_PRESET"] = h0.preset();   // what a kept trace's header names
   }
   // The recording's own preference stands unless the what-if names another algorithm.

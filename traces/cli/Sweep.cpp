@@ -105,6 +105,24 @@ std::string selfExe() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
+// Starts `args` (args[0] found on PATH unless it holds a '/') with no shell between, its
+// output into `log` when one is named; returns its pid.
+pid_t spawn(std::vector<std::string> args, const std::string& log = {}) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    if (!log.empty() && (!std::freopen(log.c_str(), "w", stdout) || !std::freopen(log.c_str(), "a", stderr)))
+      std::_Exit(127);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "cardsim sweep: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    std::_Exit(127);
+  }
+  return pid;
+}
+
 std::string csvField(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string q = "\"";
@@ -198,18 +216,8 @@ int runSweep(const std::vector<std::string>& argv) {
       if (a.has("ranks")) args.insert(args.end(), {"--ranks", a.get("ranks")});
       for (const auto& f : fixed) args.insert(args.end(), {"--set", f});
       for (std::size_t d = 0; d < dims.size(); ++d) args.insert(args.end(), {"--set", dims[d].key + "=" + dims[d].values[combos[next][d]]});
-      const std::string log = tmp + "/" + std::to_string(next) + ".log";
-      const pid_t pid = ::fork();
-      if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-      if (pid == 0) {
-        if (!std::freopen(log.c_str(), "w", stdout) || !std::freopen(log.c_str(), "a", stderr)) std::_Exit(127);
-        std::vector<char*> cargs;
-        for (auto& s : args) cargs.push_back(s.data());
-        cargs.push_back(nullptr);
-        ::execv(exe.c_str(), cargs.data());
-        std::_Exit(127);
-      }
-      running[pid] = next++;
+      running[spawn(args, tmp + "/" + std::to_string(next) + ".log")] = next;
+      ++next;
     }
     int st = 0;
     const pid_t pid = ::wait(&st);
@@ -264,20 +272,10 @@ int runSweep(const std::vector<std::string>& argv) {
   const std::string png = prefix + ".png";
   // The plotter gets its paths as arguments, not through a shell (a quote in a path is then
   // just a character); it says itself what it could not write.
-  const std::string python = cardsimPython();
-  std::vector<std::string> plot_args = {python, "-m", "cardsim_tools.sweep_plot", csv_path, png};
-  std::vector<char*> plot_argv;
-  for (std::string& s : plot_args) plot_argv.push_back(s.data());
-  plot_argv.push_back(nullptr);
   std::fflush(nullptr);
-  int plot_status = -1;
-  if (const pid_t pid = ::fork(); pid == 0) {
-    ::execvp(python.c_str(), plot_argv.data());
-    std::fprintf(stderr, "cardsim sweep: cannot run %s: %s\n", python.c_str(), std::strerror(errno));
-    std::_Exit(127);
-  } else if (pid > 0) {
-    while (::waitpid(pid, &plot_status, 0) < 0 && errno == EINTR) {
-    }
+  const pid_t plotter = spawn({cardsimPython(), "-m", "cardsim_tools.sweep_plot", csv_path, png});
+  int plot_status = 0;
+  while (::waitpid(plotter, &plot_status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(plot_status) || WEXITSTATUS(plot_status) != 0) {
     std::fprintf(stderr, "cardsim sweep: plotting %s failed (the CSV is complete; --no-plot skips the plot)\n", png.c_str());

@@ -16,7 +16,7 @@ namespace {
   throw std::runtime_error(path + ": cannot write: " + std::strerror(err));
 }
 
-// Writes into `f` (opened on `name`), then flushes and closes it; throws naming `path`.
+// Writes into `f` (opened on `path` or its temporary), flushes and closes it; throws naming `path`.
 void writeAndClose(std::ofstream& f, const std::string& path, const std::function<void(std::ostream&)>& write) {
   errno = 0;
   write(f);

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from test_export_perfetto import _varint as _encode_varint
 from test_replay import cardsim, record, recorded_total_us
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -424,16 +425,6 @@ def test_output_that_does_not_get_out_is_a_failure():
                               "br100", "--ranks", "8", "--op", "all_reduce", "--min-bytes", "1K", "--max-bytes", "1K",
                               "--csv"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
     assert res.returncode == 1 and "cannot write its output" in res.stderr, (res.returncode, res.stderr)
-
-
-def _encode_varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
 
 
 def _with_command_end(data, which, end_ps):
