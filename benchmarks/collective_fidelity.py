@@ -4,7 +4,8 @@ Reads the calibration subset (default: benchmarks/data/collectives-published-sub
 copy of the shared file), maps each row to a reference preset (A100 rows: a100-sxm, H200
 rows: h200-sxm) and an algorithm (ring -> ring, tree -> tree, NVLS -> switch; rows that
 state none -> the model's own choice), times them with `cardsim collbench --model-only`
-(one process per group of sizes) and prints the error of every point and, per system x
+(one process per group of sizes; peer copies through the emulated device, in timing mode)
+and prints the error of every point and, per system x
 collective x algorithm, the geometric-mean error exp(mean |ln(model/measured)|) - 1.
 
 Rows that set a preset parameter (the latency, NVLink4 and NVLS figures) are shown as `cal` and left
@@ -48,13 +49,31 @@ ANCHORS = {
 
 # Anchor rows (no time) read but not used for a parameter, and why.
 UNUSED_ANCHORS = {
-    ("MLE-H200-NVBW", "memcpy_p2p"): "copy engines reach 0.881 of NVLink4; the link's one figure is NCCL's ring's "
-                                     "(0.8124, from row MLE-H200-SHARP 8 GPUs Ring), as NVLink3's is NCCL's",
+    ("MLE-H200-NVBW", "memcpy_p2p"): "copy engines reach 0.881 of NVLink4; the model's copies reach 16/18 of it "
+                                     "(fabric.link.copy_efficiency from NVLink's packet format, 0.889: a copy 0.9 % faster)",
 }
 
-# The fabric model's collectives for the CSV's names; copies between two GPUs are one
-# transfer over the fabric, which is what send_recv times.
-OPS = {"all_reduce": "all_reduce", "sendrecv": "send_recv", "memcpy_p2p": "send_recv"}
+# The fabric model's collectives for the CSV's names. A copy between two GPUs is a peer copy
+# of the device model (a copy engine's DMA over the fabric route): PEER_COPY times it through
+# the emulated device, as a program's `b.copy_(a)` between two devices runs.
+PEER_COPY = "peer_copy"
+OPS = {"all_reduce": "all_reduce", "sendrecv": "send_recv", "memcpy_p2p": PEER_COPY}
+PYTHON = ROOT / ".venv" / "bin" / "python"
+# One peer copy of each size from device 0 to device 1, timed by events (timing mode: no bytes
+# move, the times are a full run's); prints "bytes microseconds" per size.
+PEER_COPY_PROGRAM = r"""
+import sys, torch, torch_mlu
+for n in map(int, sys.argv[1:]):
+    a = torch.empty(n, dtype=torch.uint8, device="mlu:0")
+    b = torch.empty(n, dtype=torch.uint8, device="mlu:1")
+    start, end = torch.mlu.Event(enable_timing=True), torch.mlu.Event(enable_timing=True)
+    start.record()
+    b.copy_(a)
+    end.record()
+    end.synchronize()
+    print(n, start.elapsed_time(end) * 1e3)
+    del a, b
+"""
 
 NOT_COVERED = {
     "memcpy_h2d_pinned": "host<->device copies run over the host link (the device model's DMA path), "
@@ -151,6 +170,18 @@ def run_model(points: list[Point], cardsim: pathlib.Path) -> int:
         groups[(p.system, p.op, p.ranks, p.algo)].append(p)
     processes = 0
     for (preset, op, ranks, algo), members in sorted(groups.items()):
+        if op == PEER_COPY:
+            sizes = sorted({p.bytes for p in members})
+            res = subprocess.run([str(PYTHON), "-c", PEER_COPY_PROGRAM, *map(str, sizes)], capture_output=True,
+                                 text=True, env=dict(env, CARDSIM_PRESET=preset, CARDSIM_EXECUTION="timing"),
+                                 timeout=300)
+            processes += 1
+            if res.returncode != 0:
+                raise SystemExit(f"collective_fidelity: timing a peer copy on {preset} failed:\n{res.stderr}")
+            copy_us = {int(n): float(us) for n, us in (ln.split() for ln in res.stdout.split("\n") if ln.strip())}
+            for p in members:
+                p.model_us, p.model_algo = copy_us[p.bytes], "copy"
+            continue
         sizes = sorted({p.bytes for p in members})
         sweep, s = set(), sizes[0]
         while s <= sizes[-1]:

@@ -21,7 +21,7 @@ FabricLinks::FabricLinks(sc_core::sc_module_name name, fabric::Topology topology
   for (std::size_t l = 0; l < topology_.linkCount(); ++l) {
     const fabric::LinkId id{static_cast<uint32_t>(l)};
     by_name_.emplace(topology_.link(id).name, id);
-    capacity_[l] = topology_.link(id).params.bandwidth_bytes_per_s;
+    capacity_[l] = topology_.link(id).params.copyBandwidth();
   }
   SC_HAS_PROCESS(FabricLinks);
   SC_METHOD(onWake);
@@ -55,7 +55,7 @@ void FabricLinks::occupy(const std::vector<std::pair<std::string, double>>& byte
     occupiers_[l] = sign > 0 ? occupiers_[l] + 1 : (occupiers_[l] > 0 ? occupiers_[l] - 1 : 0);
     // Their rates may sum past the bandwidth: copies then get nothing until some end.
     taken_[l] = occupiers_[l] == 0 ? 0.0 : taken_[l] + sign * rate;
-    capacity_[l] = std::max(0.0, topology_.link(it->second).params.bandwidth_bytes_per_s - taken_[l]);
+    capacity_[l] = std::max(0.0, topology_.link(it->second).params.copyBandwidth() - taken_[l]);
   }
   assignRates();
   reschedule();

@@ -68,9 +68,13 @@ class FabricReader {
     // The link's bandwidth is spread over its lanes; a lane runs no faster than its port.
     if (port_cap > 0) p.bandwidth_bytes_per_s = n * std::min(p.bandwidth_bytes_per_s / n, port_cap);
     p.latency_s = get(l.latency(), l.has_latency(), key + ".latency", Dimension::Time, false);
+    const double raw = p.bandwidth_bytes_per_s;
     // One achieved-fraction figure per link type, applied to its bandwidth.
     if (l.has_efficiency())
       p.bandwidth_bytes_per_s *= get(l.efficiency(), true, key + ".efficiency", Dimension::Fraction, true);
+    // Copy engines' own fraction (from the link's packet format), where the preset gives one.
+    if (l.has_copy_efficiency())
+      p.copy_bandwidth_bytes_per_s = raw * get(l.copy_efficiency(), true, key + ".copy_efficiency", Dimension::Fraction, true);
     return p;
   }
   void fail(const std::string& msg) { problems_.push_back(msg); }

@@ -80,8 +80,10 @@ std::string fabricSignature(const FabricParams& p) {
   put("devices_per_node", p.devices_per_node);
   put("link.bandwidth", p.link.bandwidth_bytes_per_s);
   put("link.latency", p.link.latency_s);
+  put("link.copy_bandwidth", p.link.copy_bandwidth_bytes_per_s);
   put("on_card.bandwidth", p.on_card.bandwidth_bytes_per_s);
   put("on_card.latency", p.on_card.latency_s);
+  put("on_card.copy_bandwidth", p.on_card.copy_bandwidth_bytes_per_s);
   put("chips_per_card", p.chips_per_card);
   put("switch_latency", p.switch_latency_s);
   put("in_switch_reduction", p.in_switch_reduction ? 1 : 0);

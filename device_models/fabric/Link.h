@@ -15,8 +15,12 @@ inline uint32_t index(NodeId n) { return static_cast<uint32_t>(n); }
 inline uint32_t index(LinkId l) { return static_cast<uint32_t>(l); }
 
 struct LinkParams {
-  double bandwidth_bytes_per_s = 0;   // one direction
+  double bandwidth_bytes_per_s = 0;   // one direction, what collectives reach over it
   double latency_s = 0;               // wire and port latency of one traversal
+  // What a peer copy's DMA reaches over it (copy engines move whole packets without a
+  // collective library's protocol on top); 0: bandwidth_bytes_per_s.
+  double copy_bandwidth_bytes_per_s = 0;
+  double copyBandwidth() const { return copy_bandwidth_bytes_per_s > 0 ? copy_bandwidth_bytes_per_s : bandwidth_bytes_per_s; }
 };
 
 struct Link {
