@@ -368,6 +368,8 @@ Status traceStop() {
   return t ? t->stop("stop") : why;
 }
 
+void traceThisThread(bool recorded) { TraceBackend::t_trace_paused = !recorded; }
+
 bool traceRecording() {
   const TraceBackend* t = g_tracing.load(std::memory_order_acquire);
   return t && t->hooked();

@@ -151,8 +151,9 @@ class TraceBackend final : public IBackend {
   }
   Status timingScrub(void* ptr, std::size_t bytes) override { return inner_->timingScrub(ptr, bytes); }
 
-  // Armed or recording (traceRecording()).
-  bool hooked() const { return hooked_.load(std::memory_order_relaxed); }
+  // Armed or recording (traceRecording()), and not paused on this thread (traceThisThread).
+  bool hooked() const { return hooked_.load(std::memory_order_relaxed) && !t_trace_paused; }
+  static inline thread_local bool t_trace_paused = false;
 
  private:
   // What a call looked like before it ran.

@@ -199,16 +199,21 @@ Status TraceBackend::memcpy(void* dst, const void* src, std::size_t bytes, Memcp
                             bool async) {
   if (!hooked()) return inner_->memcpy(dst, src, bytes, kind, stream, async);
   const Target t = target(stream);
-  auto deviceOf = [&](const void* p) {
+  auto attributes = [&](const void* p) {
     PointerAttributes a;
-    return inner_->pointerGetAttributes(&a, p).ok() && a.type == PointerAttributes::Type::Device ? a.device : -1;
+    if (!inner_->pointerGetAttributes(&a, p).ok()) a.type = PointerAttributes::Type::Unregistered;
+    return a;
   };
   CARDSIM_TRACE_CALL(memcpy(dst, src, bytes, kind, stream, async), &t, true, [&](trace::Envelope& e) {
+    const PointerAttributes from = attributes(src);
+    const PointerAttributes to = attributes(dst);
+    using Type = PointerAttributes::Type;
     trace::Memcpy* m = e.mutable_memcpy();
     m->set_kind(copyKind(kind));
     m->set_bytes(bytes);
-    m->set_src_device(deviceOf(src));
-    m->set_dst_device(deviceOf(dst));
+    m->set_src_device(from.type == Type::Device ? from.device : -1);
+    m->set_dst_device(to.type == Type::Device ? to.device : -1);
+    m->set_host_pinned(from.type == Type::Host || to.type == Type::Host);
     m->set_stream(t.stream);
     m->set_async(async);
     m->set_src(addr(src));

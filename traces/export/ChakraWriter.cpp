@@ -73,6 +73,57 @@ bool synchronizes(const trace::Envelope& c) {
 
 }  // namespace
 
+std::map<std::size_t, std::size_t> ChakraWriter::capturedKernelCalls(std::size_t r) const {
+  const auto& calls = run_.calls();
+  const auto& commands = run_.commands();
+  const auto& names = run_.ranks()[r].names;
+  auto kernelName = [&](const trace::Envelope& e) {
+    auto it = names.find(e.kernel().name());
+    return it == names.end() ? std::string() : it->second;
+  };
+  std::set<std::size_t> ran;   // calls that submitted a command
+  for (const auto& c : commands)
+    if (c.rank == r && c.call != RunTimeline::kNone) ran.insert(c.call);
+  // Per graph, its captured kernels by name, in capture order.
+  std::map<uint32_t, std::map<std::string, std::vector<std::size_t>>> graphs;
+  std::map<uint32_t, std::map<std::string, std::vector<std::size_t>>> open;   // by capturing stream
+  std::vector<uint32_t> opened;                                              // streams, in order
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].rank != r || calls[i].record.status() != 0) continue;
+    const trace::Envelope& e = calls[i].record;
+    if (e.record_case() == trace::Envelope::kGraph) {
+      const trace::GraphOp& g = e.graph();
+      if (g.op() == trace::GraphOp::CAPTURE_BEGIN) {
+        open[g.stream()].clear();
+        opened.push_back(g.stream());
+      } else if (g.op() == trace::GraphOp::CAPTURE_END && open.count(g.stream())) {
+        graphs[g.graph()] = std::move(open[g.stream()]);
+        open.erase(g.stream());
+        opened.erase(std::remove(opened.begin(), opened.end(), g.stream()), opened.end());
+      }
+    } else if (e.record_case() == trace::Envelope::kKernel && !opened.empty() && !ran.count(i)) {
+      // On a capturing stream, or on one the capture forked to (the latest capture's).
+      const uint32_t stream = open.count(e.kernel().stream()) ? e.kernel().stream() : opened.back();
+      open[stream][kernelName(e)].push_back(i);
+    }
+  }
+  std::map<std::size_t, std::size_t> out;
+  std::map<std::size_t, std::map<std::string, std::size_t>> used;   // per launch call: kernels taken, by name
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    const auto& c = commands[i];
+    if (c.rank != r || c.call == RunTimeline::kNone || c.command.kind() != trace::DeviceCommand::KERNEL) continue;
+    const trace::Envelope& e = calls[c.call].record;
+    if (e.record_case() != trace::Envelope::kGraph || e.graph().op() != trace::GraphOp::LAUNCH) continue;
+    auto g = graphs.find(e.graph().graph());
+    if (g == graphs.end()) continue;
+    auto k = g->second.find(c.name);
+    if (k == g->second.end()) continue;
+    std::size_t& n = used[c.call][c.name];
+    if (n < k->second.size()) out[i] = k->second[n++];
+  }
+  return out;
+}
+
 ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
   Summary s;
   const auto& commands = run_.commands();
@@ -112,6 +163,8 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
       if (ca.end_ps() != cb.end_ps()) return ca.end_ps() < cb.end_ps();
       return ca.start_ps() < cb.start_ps();
     });
+
+    const std::map<std::size_t, std::size_t> captured = capturedKernelCalls(r);
 
     // Host synchronizations of this rank, in host order: each waited for what had
     // completed by its return on every stream.
@@ -271,8 +324,10 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
           attr(&n, "num_ops")->set_int64_val(static_cast<int64_t>(d.flops()));
           attr(&n, "tensor_size")->set_uint64_val(d.bytes());
           ++s.compute_nodes;
-          // What cardsim replay needs to re-time the command as the model did.
+          // What cardsim replay needs to re-time the command as the model did (a graph's
+          // kernel: what its captured launch said).
           const trace::Envelope* call = c.call != RunTimeline::kNone ? &calls[c.call].record : nullptr;
+          if (auto k = captured.find(order[idx]); k != captured.end()) call = &calls[k->second].record;
           if (call && call->record_case() == trace::Envelope::kKernel) {
             const trace::KernelLaunch& k = call->kernel();
             attr(&n, "cardsim_kernel_class")->set_int64_val(k.kernel_class());
@@ -299,6 +354,7 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
           } else if (call && call->record_case() == trace::Envelope::kMemcpy) {
             attr(&n, "cardsim_src_device")->set_int64_val(call->memcpy().src_device());
             attr(&n, "cardsim_dst_device")->set_int64_val(call->memcpy().dst_device());
+            attr(&n, "cardsim_host_pinned")->set_int64_val(call->memcpy().host_pinned() ? 1 : 0);
           }
           break;
         }

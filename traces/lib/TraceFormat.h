@@ -12,7 +12,7 @@ constexpr uint32_t kFormatMajor = 1;
 // move an answered collective's end later (a replay of an older recording does not: it
 // reproduces the recorded times); 3: a collective starts on its stream at its call, its
 // launch overhead overlapping it (a replay of an older recording starts it after).
-constexpr uint32_t kFormatMinor = 3;
+constexpr uint32_t kFormatMinor = 4;
 
 // The first bytes of every trace file.
 constexpr char kMagic[] = "CSTRACE\n";

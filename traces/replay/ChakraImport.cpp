@@ -31,6 +31,12 @@ bool isFile(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// The address of the stand-in buffer of `side` (1 copy sources, 2 copy destinations, 3
+// memsets) on `device`: one per pair, apart from every other.
+uint64_t standIn(int side, int device) {
+  return (static_cast<uint64_t>(side) << 56) + (static_cast<uint64_t>(device) << 40);
+}
+
 bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -479,15 +485,18 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         m->set_dst_device(dst);
         m->set_stream(p.stream);
         m->set_async(true);
-        // Distinct stand-in addresses per node: the replay gives each its own block.
-        m->set_src(src >= 0 ? (uint64_t{1} << 40) + (uint64_t{i} << 20) : 0);
-        m->set_dst(dst >= 0 ? (uint64_t{2} << 40) + (uint64_t{i} << 20) : 0);
+        m->set_host_pinned(numberOr(n, "cardsim_host_pinned", 0) != 0);
+        // One stand-in buffer per device and side, as large as its largest copy (the replay
+        // grows it): copies move no bytes in a replay, and a block per node would hold the
+        // sum of all the copies' sizes in device memory.
+        m->set_src(src >= 0 ? standIn(1, src) : 0);
+        m->set_dst(dst >= 0 ? standIn(2, dst) : 0);
         w.write(e);
         break;
       }
       case Op::kMemset: {
         trace::Envelope e = call(p.device);
-        e.mutable_memset()->set_address((uint64_t{3} << 40) + (uint64_t{i} << 20));
+        e.mutable_memset()->set_address(standIn(3, p.device));
         e.mutable_memset()->set_bytes(static_cast<uint64_t>(bytes));
         e.mutable_memset()->set_stream(p.stream);
         e.mutable_memset()->set_async(true);

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <stdexcept>
 #include <utility>
+#include <exception>
+#include <thread>
+#include <optional>
 
 #include "cardsim/trace.h"
 #include "traces/lib/TraceError.h"
@@ -40,6 +43,25 @@ struct RankReplayer::HostRegion {
 
 namespace {
 
+// Runs `f` on a thread of its own, whose host clock is not the replayed thread's: what the
+// replay sets up in place of things made before the recording (stand-ins) costs the
+// replayed program no time. Returns what `f` returns; rethrows what it throws.
+template <class F>
+auto offTheClock(F f) -> decltype(f()) {
+  std::optional<decltype(f())> result;
+  std::exception_ptr error;
+  std::thread([&] {
+    shim::traceThisThread(false);   // the replay's own, not the program's: not in its trace
+    try {
+      result.emplace(f());
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }).join();
+  if (error) std::rethrow_exception(error);
+  return std::move(*result);
+}
+
 shim::MemcpyKind copyKind(trace::CopyKind k) {
   switch (k) {
     case trace::COPY_HOST_TO_DEVICE: return shim::MemcpyKind::HostToDevice;
@@ -58,6 +80,7 @@ RankReplayer::RankReplayer(std::string path, ReplayOptions options)
 RankReplayer::~RankReplayer() {
   host_blocks_.clear();
   pageable_.reset();
+  pinned_.reset();
 }
 
 void RankReplayer::check(shim::Status s, const trace::Envelope& e, const char* what) {
@@ -79,7 +102,11 @@ shim::Stream RankReplayer::stream(uint32_t id, const trace::Envelope& e) {
   if (it != streams_.end()) return it->second;
   // Created before the recording started: a stand-in on the device the call named.
   shim::Stream s = nullptr;
-  check(shim::streamCreate(&s, 0), e, "a stream created before the recording");
+  check(offTheClock([&] {
+          shim::Status st = e.device() >= 0 ? shim::setDevice(e.device()) : shim::Status::Ok();
+          return st.ok() ? shim::streamCreate(&s, 0) : st;
+        }),
+        e, "a stream created before the recording");
   streams_[id] = s;
   return s;
 }
@@ -87,41 +114,91 @@ shim::Stream RankReplayer::stream(uint32_t id, const trace::Envelope& e) {
 shim::Event RankReplayer::event(uint32_t id, const trace::Envelope& e) {
   auto it = events_.find(id);
   if (it != events_.end()) return it->second;
+  // Recorded before the recording too, as far as anything in it can tell (a wait on it
+  // is a wait, as recorded): on a stream of its own, with nothing before it.
   shim::Event ev = nullptr;
-  check(shim::eventCreate(&ev, shim::kEventDefault), e, "an event created before the recording");
+  check(offTheClock([&] {
+          shim::Status st = e.device() >= 0 ? shim::setDevice(e.device()) : shim::Status::Ok();
+          shim::Stream idle = nullptr;
+          if (st.ok()) st = shim::eventCreate(&ev, shim::kEventDefault);
+          if (st.ok()) st = shim::streamCreate(&idle, 0);
+          if (st.ok()) st = shim::eventRecord(ev, idle);
+          if (idle) (void)shim::streamDestroy(idle);
+          return st;
+        }),
+        e, "an event created before the recording");
   events_[id] = ev;
   return ev;
 }
 
 void* RankReplayer::devicePointer(uint64_t address, uint64_t bytes, int device, const trace::Envelope& e) {
+  uint64_t base = address, need = std::max<uint64_t>(bytes, 1);
   auto it = device_blocks_.upper_bound(address);
   if (it != device_blocks_.begin()) {
     --it;
-    if (address < it->first + it->second.bytes)
-      return static_cast<char*>(it->second.ptr) + (address - it->first);
+    if (address < it->first + it->second.bytes) {
+      // A stand-in used further than first seen (the program's buffer from before the
+      // recording, or a Chakra import's, is as large as its largest use): a larger one.
+      if (!it->second.stand_in || address + need <= it->first + it->second.bytes)
+        return static_cast<char*>(it->second.ptr) + (address - it->first);
+      base = it->first;
+      need = std::max(address + need - base, 2 * it->second.bytes);
+      device = it->second.device;
+      outgrown_.push_back(it->second.ptr);   // not freed: a queued copy may still use it
+      device_blocks_.erase(it);
+    }
   }
   // Allocated before the recording started: a stand-in of the size this call touches.
-  const int current = currentDevice();
-  if (device >= 0) useDevice(device, e);
-  void* p = nullptr;
-  check(shim::malloc(&p, std::max<uint64_t>(bytes, 1)), e, "a stand-in for memory allocated before the recording");
-  useDevice(current, e);
-  device_blocks_[address] = DeviceBlock{p, std::max<uint64_t>(bytes, 1), device};
-  return p;
+  const shim::Status st = offTheClock([&] {
+    void* p = nullptr;
+    shim::Status s = device >= 0 ? shim::setDevice(device) : shim::Status::Ok();
+    if (s.ok()) s = shim::malloc(&p, need);
+    if (s.ok()) device_blocks_[base] = DeviceBlock{p, need, device, true};
+    return s;
+  });
+  check(st, e, "a stand-in for memory allocated before the recording");
+  void* p = device_blocks_.at(base).ptr;
+  return static_cast<char*>(p) + (address - base);
 }
 
-void* RankReplayer::hostPointer(uint64_t address, uint64_t bytes) {
+void* RankReplayer::hostPointer(uint64_t address, uint64_t bytes, bool pinned) {
   auto it = host_blocks_.upper_bound(address);
   if (it != host_blocks_.begin()) {
     --it;
     if (address < it->first + it->second->bytes) return static_cast<char*>(it->second->base) + (address - it->first);
   }
-  // The program's own (pageable) buffers: one reserved region serves them all.
-  if (!pageable_ || pageable_->bytes < bytes) {
-    pageable_.reset();
-    pageable_ = std::make_unique<HostRegion>(std::max<std::size_t>(bytes, 1 << 20), trace::MemoryKind(-1));
+  // The program's own (pageable) buffers: one reserved region serves them all; pinned ones
+  // from before the recording (the copy says so), another, pinned.
+  std::unique_ptr<HostRegion>& region = pinned ? pinned_ : pageable_;
+  if (!region || region->bytes < bytes) {
+    region.reset();
+    region = offTheClock([&] {
+      return std::make_unique<HostRegion>(std::max<std::size_t>(bytes, 1 << 20),
+                                          pinned ? trace::MEMORY_HOST_PINNED : trace::MemoryKind(-1));
+    });
   }
-  return pageable_->base;
+  return region->base;
+}
+
+void RankReplayer::standIns(const trace::Envelope& e) {
+  switch (e.record_case()) {
+    case trace::Envelope::kMemcpy: {
+      const trace::Memcpy& m = e.memcpy();
+      if (m.dst_device() >= 0) (void)devicePointer(m.dst(), m.bytes(), m.dst_device(), e);
+      else (void)hostPointer(m.dst(), m.bytes(), m.host_pinned());
+      if (m.src_device() >= 0) (void)devicePointer(m.src(), m.bytes(), m.src_device(), e);
+      else (void)hostPointer(m.src(), m.bytes(), m.host_pinned());
+      (void)stream(m.stream(), e);
+      return;
+    }
+    case trace::Envelope::kMemset:
+      (void)devicePointer(e.memset().address(), e.memset().bytes(), e.device(), e);
+      (void)stream(e.memset().stream(), e);
+      return;
+    case trace::Envelope::kKernel: (void)stream(e.kernel().stream(), e); return;
+    case trace::Envelope::kCollective: (void)stream(e.collective().stream(), e); return;
+    default: return;
+  }
 }
 
 void RankReplayer::alignClock(const trace::Envelope& e) {
@@ -169,6 +246,7 @@ void RankReplayer::run() {
           api == trace::ApiCall::CLOCK_JOIN)
         continue;   // the replay keeps each thread's clock itself
     }
+    standIns(e);   // before the call's time: their set-up is no part of the program's calls
     alignClock(e);
     replay(e);
     noteClock(e);
@@ -205,9 +283,10 @@ void RankReplayer::replay(const trace::Envelope& e) {
     }
     case trace::Envelope::kMemcpy: {
       const trace::Memcpy& m = e.memcpy();
-      void* dst = m.dst_device() >= 0 ? devicePointer(m.dst(), m.bytes(), m.dst_device(), e) : hostPointer(m.dst(), m.bytes());
+      void* dst = m.dst_device() >= 0 ? devicePointer(m.dst(), m.bytes(), m.dst_device(), e)
+                                      : hostPointer(m.dst(), m.bytes(), m.host_pinned());
       const void* src = m.src_device() >= 0 ? devicePointer(m.src(), m.bytes(), m.src_device(), e)
-                                            : hostPointer(m.src(), m.bytes());
+                                            : hostPointer(m.src(), m.bytes(), m.host_pinned());
       if (m.kind() == trace::COPY_PEER) {
         check(shim::memcpyPeerAsync(dst, m.dst_device(), src, m.src_device(), m.bytes(), stream(m.stream(), e)), e,
               "memcpyPeerAsync");

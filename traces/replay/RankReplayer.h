@@ -51,7 +51,10 @@ class RankReplayer {
   shim::Stream stream(uint32_t id, const trace::Envelope& e);
   shim::Event event(uint32_t id, const trace::Envelope& e);
   void* devicePointer(uint64_t address, uint64_t bytes, int device, const trace::Envelope& e);
-  void* hostPointer(uint64_t address, uint64_t bytes);
+  void* hostPointer(uint64_t address, uint64_t bytes, bool pinned);
+  // Creates what `e` uses that the recording never saw made (memory, streams from before
+  // it), before the call's own time, so that their set-up does not delay the call.
+  void standIns(const trace::Envelope& e);
   void alignClock(const trace::Envelope& e);
   void noteClock(const trace::Envelope& e);
 
@@ -66,10 +69,13 @@ class RankReplayer {
     void* ptr;
     uint64_t bytes;
     int device;
+    bool stand_in = false;   // memory the recording never saw allocated: grown to what is used
   };
+  std::vector<void*> outgrown_;   // stand-ins replaced by larger ones (kept: copies may still use them)
   std::map<uint64_t, DeviceBlock> device_blocks_;   // by recorded address
   std::map<uint64_t, std::unique_ptr<HostRegion>> host_blocks_;
   std::unique_ptr<HostRegion> pageable_;           // stand-in for the program's own buffers
+  std::unique_ptr<HostRegion> pinned_;             // ... and for its pinned ones from before the recording
   std::map<uint32_t, int64_t> drift_ps_;            // per recorded thread: replay - recording
   uint64_t calls_ = 0;
   uint64_t record_ = 0;

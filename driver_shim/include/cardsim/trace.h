@@ -50,6 +50,10 @@ Status traceStart(const std::string& directory, const std::string& compression =
 Status traceStartObserved(const std::string& directory, TraceObserver* observer, const std::string& compression = "");
 // Stops recording and completes the file. Fails if no trace is being recorded.
 Status traceStop();
+// Whether this thread's calls are recorded (default true): a tool's own calls beside the
+// program's (a replay making stand-ins for memory and streams from before a recording) are
+// left out of the trace with false.
+void traceThisThread(bool recorded);
 // Whether a trace is being recorded, and into which file (empty if none).
 bool traceActive(std::string* path = nullptr);
 

@@ -296,6 +296,46 @@ def test_an_export_replays_to_the_same_graph(tmp_path):
             (tmp_path / f"{name}.comm_groups.json").read_text()
 
 
+COPIES_AND_A_GRAPH = r'''
+import torch, torch_mlu
+h = torch.randn(1 << 20).pin_memory()              # 4 MiB: copies larger than 1 MiB
+d = torch.empty(1 << 20, device="mlu")
+for _ in range(3):
+    d.copy_(h, non_blocking=True)
+x = torch.randn(512, 512, device="mlu")
+g = torch.mlu.MLUGraph()
+with torch.mlu.graph(g):
+    y = (x @ x).sin()
+for _ in range(3):
+    g.replay()
+torch.mlu.synchronize()
+'''
+
+
+def test_copies_and_graph_launches_replay_from_chakra_as_recorded(tmp_path):
+    """Several host-to-device copies of more than 1 MiB (one stand-in buffer per device and
+    side, grown to the largest copy) stay pinned and asynchronous, and a graph's kernels
+    carry what their captured launches said (class, dtype, bytes, tiles): the Chakra
+    replay's kernels and copies take the times of the trace's own replay."""
+    trace = record(tmp_path, "cg", COPIES_AND_A_GRAPH)
+    export_chakra(trace, tmp_path / "cg")
+    nodes = read_et(tmp_path / "cg.0.et")[1]
+    graph_kernels = [n for n in nodes if n["name"] in ("aten::mm", "aten::sin")]
+    assert len(graph_kernels) >= 6
+    for n in graph_kernels:
+        assert "cardsim_kernel_class" in n["attr"] and "cardsim_bytes_read" in n["attr"], n
+    copies = [n for n in nodes if n["attr"]["cardsim_kind"][1] == "MEMCPY_HTOD"]
+    assert len(copies) == 3 and all(n["attr"]["cardsim_host_pinned"][1] == 1 for n in copies), copies
+    direct = replay_json(trace, tmp=tmp_path)
+    (tmp_path / "report.json").unlink()
+    chakra = replay_json(tmp_path / "cg", tmp=tmp_path)
+    by_name = lambda rep: {k["name"]: k for k in rep["top_kernels"]}
+    for name in ("aten::mm", "aten::sin"):
+        assert by_name(chakra)[name]["time_us"] == pytest.approx(by_name(direct)[name]["time_us"], rel=1e-9), name
+    assert direct["breakdown"]["copies_us"] > 0
+    assert chakra["breakdown"]["copies_us"] == pytest.approx(direct["breakdown"]["copies_us"], rel=1e-9)
+
+
 # A Chakra writer of our own, for graphs no cardsim run made (ASTRA-sim's style: no cardsim
 # attributes, no preset in the metadata).
 

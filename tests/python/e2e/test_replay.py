@@ -331,7 +331,7 @@ def test_replay_of_collectives_on_two_streams_moves_the_first_ones_end_as_record
 
 
 def as_older_format(data: bytes, minor: int) -> bytes:
-    """A trace file of format 1.3 as the same bytes marked 1.`minor` (its header's
+    """A trace file of format 1.4 as the same bytes marked 1.`minor` (its header's
     format_minor and its End record's CRC-32 changed, nothing else)."""
     def varint(at):
         v = shift = 0
@@ -355,7 +355,7 @@ def as_older_format(data: bytes, minor: int) -> bytes:
     out = bytearray(data)
     _, body = varint(starts[0])
     _, inner = varint(body + 1)                     # Envelope.header: tag 0x0A, length
-    assert out[inner:inner + 4] == bytes([0x08, 1, 0x10, 3]), out[inner:inner + 4]   # format 1.3
+    assert out[inner:inner + 4] == bytes([0x08, 1, 0x10, 4]), out[inner:inner + 4]   # format 1.4
     out[inner + 3] = minor
     out[crc_at:crc_at + 4] = zlib.crc32(bytes(out[:starts[-1]])).to_bytes(4, "little")
     return bytes(out)
@@ -456,3 +456,41 @@ def test_sweep_of_a_list_valued_key_keeps_bracketed_commas(tmp_path):
         res = cardsim("sweep", GOLDEN_DP_STEP, "--set", f"fabric.library_algorithms={bad}", "--out", tmp_path / "bad")
         assert res.returncode == 2 and what in res.stderr, (bad, res.stderr)
         assert not (tmp_path / "bad.csv").exists()
+
+
+PARTIAL_WITH_THINGS_FROM_BEFORE = r'''
+import sys, torch, torch_mlu
+x = torch.randn(1024, 1024, device="mlu")
+side = torch.mlu.Stream()
+made = torch.mlu.Event()
+with torch.mlu.stream(side):
+    before = torch.ones(1 << 22, device="mlu") * 3     # queued before the recording
+    made.record()
+h = torch.empty(1 << 20).pin_memory()                    # pinned before the recording
+torch.mlu.synchronize()
+with torch.mlu.record_trace(sys.argv[1]):
+    torch.mlu.current_stream().wait_event(made)         # an event from before
+    y = (x + before[: 1 << 20].view(1024, 1024)).relu()
+    with torch.mlu.stream(side):                        # a stream from before
+        z = before.sum()
+    h.copy_(y.view(-1), non_blocking=True)              # into the pinned buffer: asynchronous
+    g = y @ y
+torch.mlu.synchronize()
+'''
+
+
+def test_a_partial_recording_replays_exactly_with_memory_streams_and_events_from_before_it(tmp_path):
+    """What the program made before record_trace (a pinned buffer, device memory, a stream,
+    a recorded event) gets stand-ins in the replay that cost the replayed calls no time:
+    the replay reproduces the recorded times, the copy into the pinned buffer staying
+    asynchronous (format 1.4 marks it pinned)."""
+    script = tmp_path / "partial.py"
+    script.write_text(PARTIAL_WITH_THINGS_FROM_BEFORE)
+    out = tmp_path / "partial"
+    res = subprocess.run([PYTHON, str(script), str(out)], cwd=str(ROOT), env=_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rep = replay(tmp_path, out)
+    assert rep["total_us"] == pytest.approx(recorded_total_us(out), abs=1e-6)
+    records = cardsim("info", out, "--records").stdout
+    assert "host_pinned: true" in records, records[-2000:]
