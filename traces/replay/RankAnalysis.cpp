@@ -201,7 +201,10 @@ void RankAnalyzer::record(const trace::Envelope& e) {
       (e.record_case() == trace::Envelope::kEvent && e.event().op() == trace::EventOp::SYNCHRONIZE) ||
       (e.record_case() == trace::Envelope::kMemcpy && !e.memcpy().async()) ||
       (e.record_case() == trace::Envelope::kMemset && !e.memset().async()) ||
-      (e.record_case() == trace::Envelope::kFree && e.free().kind() == trace::MEMORY_DEVICE);
+      (e.record_case() == trace::Envelope::kFree && e.free().kind() == trace::MEMORY_DEVICE) ||
+      // A barrier holds its caller until it completes (what it completes at, a walk of the
+      // critical path finds inside the call; one that did not hold, before format 1.3, has none).
+      (e.record_case() == trace::Envelope::kCollective && e.collective().op() == "barrier");
   if (blocks) rd.host_waits.emplace_back(e.host_end_ps(), e.host_begin_ps());
   if (e.record_case() == trace::Envelope::kKernel) {
     const trace::KernelLaunch& k = e.kernel();
@@ -241,7 +244,9 @@ RankPass RankAnalyzer::finish() {
   if (first == std::numeric_limits<uint64_t>::max()) first = 0;
   std::vector<Interval> intervals;
   std::map<int, std::vector<std::pair<uint64_t, uint64_t>>> busy_compute, busy_dma, busy_fabric;
-  std::map<int, double> cluster_ps;   // per device: kernel ps x clusters held
+  // Per device: (time, clusters taken (+) or given back (-)) by kernels; concurrent kernels
+  // together hold at most all the clusters.
+  std::map<int, std::vector<std::pair<uint64_t, int64_t>>> cluster_steps;
   std::map<int, double> memory_bytes;
   for (const Cmd& c : rd.cmds) {
     last = std::max(last, c.end);
@@ -250,7 +255,8 @@ RankPass RankAnalyzer::finish() {
       case trace::DeviceCommand::KERNEL: {
         cat = c.memory_bound ? kMemory : kCompute;
         busy_compute[c.device].emplace_back(c.start, c.end);
-        cluster_ps[c.device] += static_cast<double>(c.end - c.start) * c.clusters;
+        cluster_steps[c.device].emplace_back(c.start, c.clusters);
+        cluster_steps[c.device].emplace_back(c.end, -static_cast<int64_t>(c.clusters));
         memory_bytes[c.device] += c.bytes;
         break;
       }
@@ -269,7 +275,10 @@ RankPass RankAnalyzer::finish() {
         if (rd.name(c).rfind(kComputeStepPrefix, 0) == 0) {
           cat = kCompute;   // computation known only by its duration (a Chakra node)
           busy_compute[c.device].emplace_back(c.start, c.end);
-          if (have_params) cluster_ps[c.device] += static_cast<double>(c.end - c.start) * params.compute.clusters;
+          if (have_params) {
+            cluster_steps[c.device].emplace_back(c.start, params.compute.clusters);
+            cluster_steps[c.device].emplace_back(c.end, -static_cast<int64_t>(params.compute.clusters));
+          }
           break;
         }
         cat = kComm;
@@ -291,8 +300,18 @@ RankPass RankAnalyzer::finish() {
     u.device = dev;
     if (span > 0) {
       u.compute = unionPs(busy_compute[dev]) / span;
-      if (have_params && params.compute.clusters > 0)
-        u.clusters = std::min(1.0, cluster_ps[dev] / (span * params.compute.clusters));
+      if (have_params && params.compute.clusters > 0) {
+        auto& steps = cluster_steps[dev];
+        std::sort(steps.begin(), steps.end());
+        const int64_t all = params.compute.clusters;
+        double held_ps = 0;   // cluster x ps
+        int64_t held = 0;
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+          if (i > 0) held_ps += static_cast<double>(steps[i].first - steps[i - 1].first) * std::min(held, all);
+          held += steps[i].second;
+        }
+        u.clusters = std::min(1.0, held_ps / (span * static_cast<double>(all)));
+      }
       u.dma = unionPs(busy_dma[dev]) / span;
       u.fabric = unionPs(busy_fabric[dev]) / span;
       if (have_params && params.memory.bandwidth_bytes_per_s > 0)

@@ -449,6 +449,17 @@ void RankReplayer::replay(const trace::Envelope& e) {
           for (int i = 0; i < options_.scale_ranks; ++i) d.ranks[static_cast<std::size_t>(i)] = i;
           d.group.clear();
         }
+        // Fewer ranks than a point-to-point transfer's two sides: the input asks for a job
+        // this recording cannot stand for.
+        const std::size_t n = d.ranks.size();
+        if (d.op == "send_recv" && (static_cast<std::size_t>(std::max(d.root, 0)) >= n ||
+                                    static_cast<std::size_t>(std::max(d.peer, 0)) >= n))
+          throw trace::TraceError("--ranks " + std::to_string(options_.scale_ranks) + ": " + path_ + ": record " +
+                                  std::to_string(record_) + " (call " + std::to_string(e.call()) +
+                                  ") is a point-to-point transfer between ranks " + std::to_string(c.ranks(0)) +
+                                  " and " + std::to_string(c.ranks(c.ranks_size() - 1)) +
+                                  ", which a job of " + std::to_string(n) +
+                                  " rank(s) does not have; replicate to 2 ranks or more");
       }
       double seconds = 0;
       std::string algorithm;

@@ -239,6 +239,10 @@ def test_replay_of_point_to_point_transfers_reproduces_the_recorded_times(tmp_pa
     fast = replay(tmp_path, trace, "--set", "fabric.on_card.bandwidth=2000 GB/s", "--set",
                   "fabric.link.bandwidth=2000 GB/s")
     assert fast["total_us"] < rep["total_us"]
+    # One rank standing for one: its transfers have no peer, which is the input's problem
+    alone = cardsim("replay", trace, "--ranks", "1")
+    assert alone.returncode == 2, alone.stderr
+    assert "point-to-point transfer between ranks 0 and 1" in alone.stderr and "2 ranks or more" in alone.stderr
 
 
 COPY_BESIDE_COLLECTIVE = r"""
@@ -494,3 +498,54 @@ def test_a_partial_recording_replays_exactly_with_memory_streams_and_events_from
     assert rep["total_us"] == pytest.approx(recorded_total_us(out), abs=1e-6)
     records = cardsim("info", out, "--records").stdout
     assert "host_pinned: true" in records, records[-2000:]
+
+
+ALL_REDUCES_THEN_A_BARRIER = r'''
+import torch, torch_mlu
+import torch.distributed as dist
+dist.init_process_group("cncl")
+torch.mlu.set_device(0)
+x = torch.ones(1 << 24, device="mlu")
+for _ in range(3):
+    dist.all_reduce(x)
+dist.barrier()
+x.mul_(2)
+torch.mlu.synchronize()
+dist.destroy_process_group()
+'''
+
+
+def test_the_critical_path_goes_through_a_barrier_to_the_collectives_it_waited_for(tmp_path):
+    """A barrier holds its caller until it completes: the kernel launched after it was
+    handed over when the barrier (behind the all-reduces on its stream) ended, so the path
+    is those all-reduces, not a host gap as long as they are."""
+    trace = record(tmp_path, "barrier", ALL_REDUCES_THEN_A_BARRIER, world=2)
+    rep = replay(tmp_path, trace)
+    cp = rep["critical_path"]
+    assert cp["by_kind"].get("collective", 0) > 0.5 * cp["total_us"], cp
+    assert cp["by_kind"].get("host", 0) < 0.05 * cp["total_us"], cp
+
+
+TWO_KERNELS_AT_ONCE = r'''
+import torch, torch_mlu
+a = torch.ones(1 << 22, device="mlu"); b = torch.ones(1 << 22, device="mlu")
+torch.mlu.synchronize()
+s1, s2 = torch.mlu.Stream(), torch.mlu.Stream()
+with torch.mlu.stream(s1):
+    a.mul_(2)
+with torch.mlu.stream(s2):
+    b.mul_(2)
+torch.mlu.synchronize()
+h = torch.empty(1 << 22)
+h.copy_(a)
+torch.mlu.synchronize()
+'''
+
+
+def test_kernels_side_by_side_hold_at_most_every_cluster(tmp_path):
+    """Two kernels that each could use every cluster, on two streams at once, share them:
+    the clusters' utilization is never above the time any kernel ran (it was 31 % against
+    25 %, each kernel counted as holding all of them)."""
+    rep = replay(tmp_path, record(tmp_path, "side_by_side", TWO_KERNELS_AT_ONCE))
+    (u,) = rep["ranks"][0]["utilization"]
+    assert 0 < u["clusters"] <= u["compute"] + 1e-12, u
