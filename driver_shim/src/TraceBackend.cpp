@@ -192,8 +192,18 @@ Status TraceBackend::openLocked(const std::string& directory, const char* starte
     if (Status st = makeDirectories(directory); !st.ok()) return st;
   const std::string path =
       file ? directory + "/rank" + std::to_string(envInt("RANK", 0)) + trace::kFileExtension : std::string();
+  // A file of an earlier recording of this process is kept (another run's is replaced).
+  if (file) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && written_.count({st.st_dev, st.st_ino}))
+      return Status(Code::InvalidValue, "traceStart: " + path +
+                                            " holds an earlier recording of this process, which this one would "
+                                            "replace; record into another directory");
+  }
   try {
     recorder_ = std::make_unique<TraceRecorder>(path, header(started_by), how, observer);
+    struct stat st {};
+    if (file && ::stat(path.c_str(), &st) == 0) written_.insert({st.st_dev, st.st_ino});
   } catch (const std::exception& e) {
     return Status(Code::InvalidValue, e.what());
   }

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -185,6 +186,9 @@ class TraceBackend final : public IBackend {
 
   std::unique_ptr<IBackend> inner_;
   InitOptions options_;
+  // Files this process's recordings wrote, by (device, inode): a later recording refuses to
+  // replace one.
+  std::set<std::pair<uint64_t, uint64_t>> written_;
   std::atomic<bool> hooked_{false};   // armed or recording
   std::mutex mutex_;
   std::unique_ptr<TraceRecorder> recorder_;

@@ -242,6 +242,7 @@ void printReport(const replay::Report& r, const std::string& what, FILE* out) {
   std::fprintf(out, "replay of %s on %s (%s), %d rank(s)\n", what.c_str(), r.preset.c_str(), r.device_name.c_str(),
                r.world_size);
   std::fprintf(out, "total_us: %.3f\n", r.total_us);
+  for (const std::string& n : r.notes) std::fprintf(out, "note: %s\n", n.c_str());
   std::fprintf(out, "%6s %12s %12s %12s %12s %12s %12s %12s\n", "rank", "total us", "compute", "memory",
                "copies", "comm", "exposed", "idle");
   for (const auto& k : r.ranks) {
@@ -285,7 +286,9 @@ std::string jsonReport(const replay::Report& r, const std::string& path, int sca
   std::string j = "{\"path\": " + jsonString(path) + ", \"preset\": " + jsonString(r.preset) +
                   ", \"device_name\": " + jsonString(r.device_name) + ", \"world_size\": " +
                   std::to_string(r.world_size) + ", \"replicated_to\": " + std::to_string(scale) +
-                  ", \"total_us\": " + num(r.total_us) + ", \"ranks\": [";
+                  ", \"total_us\": " + num(r.total_us) + ", \"notes\": [";
+  for (std::size_t i = 0; i < r.notes.size(); ++i) j += std::string(i ? ", " : "") + jsonString(r.notes[i]);
+  j += "], \"ranks\": [";
   for (std::size_t i = 0; i < r.ranks.size(); ++i) {
     const auto& b = r.ranks[i].breakdown;
     j += std::string(i ? ", " : "") + "{\"rank\": " + std::to_string(r.ranks[i].rank) + ", \"calls\": " +
@@ -405,7 +408,8 @@ int runReplay(const std::vector<std::string>& argv) {
     if (::stat(path.c_str(), &st) != 0)
       throw trace::TraceError(path + ": no such trace file or directory (nor a Chakra trace " + path + ".0.et)");
   }
-  const std::map<int, std::string> files = chakra ? imported.files : traceRankFiles(path);   // validated
+  std::map<int, std::string> ended;   // each rank's recording: how it ended
+  const std::map<int, std::string> files = chakra ? imported.files : traceRankFiles(path, &ended);   // validated
   trace::Header h0;
   {
     trace::TraceReader r(files.begin()->second);
@@ -667,6 +671,11 @@ int runReplay(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
     return 1;
   }
+  // A run cut short (a rank killed by a signal) replays as far as it was recorded: say so.
+  for (const auto& [rank, reason] : ended)
+    if (reason.rfind("signal", 0) == 0)
+      report.notes.push_back("rank " + std::to_string(rank) + "'s recording ended by " + reason +
+                             ": the run was cut short; the replay covers what was recorded");
   // "as recorded": the recording's own configuration, unless overrides changed it.
   if (!a.has("preset")) report.preset = h0.preset() + (job.overrides.empty() ? " (as recorded)" : " (recorded, with --set)");
   for (const auto& [name, u] : loads) {

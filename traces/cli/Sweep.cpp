@@ -23,6 +23,7 @@
 #include "traces/cli/Commands.h"
 #include "traces/cli/LiveCollbench.h"
 #include "traces/cli/TraceFiles.h"
+#include "traces/replay/ChakraImport.h"
 #include "traces/export/OutputFile.h"
 
 namespace cardsim::cli {
@@ -149,9 +150,24 @@ int runSweep(const std::vector<std::string>& argv) {
     std::fputs(Args::usage("sweep", kFlags).c_str(), stdout);
     return 0;
   }
-  if (a.positional().size() != 1) throw UsageError("cardsim sweep: expected one PATH (a trace directory or rank file)");
+  if (a.positional().size() != 1)
+    throw UsageError("cardsim sweep: expected one PATH (a trace directory, a rank file, or Chakra traces' PREFIX)");
   const std::string path = a.positional()[0];
-  (void)traceRankFiles(path);   // a bad trace fails here, once, not in every replay
+  // A bad trace fails here, once, not in every replay.
+  if (replay::isChakraPath(path)) {
+    char tmpl[] = "/tmp/cardsim-sweep-check-XXXXXX";
+    if (!::mkdtemp(tmpl)) throw std::runtime_error(std::string("cannot create a temporary directory: ") + std::strerror(errno));
+    const std::string check = tmpl;
+    try {
+      (void)replay::importChakra(path, check);
+    } catch (...) {
+      removeTree(check);
+      throw;
+    }
+    removeTree(check);
+  } else {
+    (void)traceRankFiles(path);
+  }
 
   std::vector<Dimension> dims;
   std::vector<std::string> fixed;

@@ -26,10 +26,11 @@ bool isDirectory(const std::string& path) {
 }
 
 // Reads the file to its End record (TraceReader checks lengths, counts and the CRC).
-trace::Header checkedHeader(const std::string& file, std::string* fabric_job = nullptr) {
+trace::Header checkedHeader(const std::string& file, std::string* fabric_job = nullptr, std::string* ended = nullptr) {
   trace::TraceReader reader(file);
   reader.verify();
   if (fabric_job) *fabric_job = reader.end().fabric_job();
+  if (ended) *ended = reader.end().reason();
   return reader.header();
 }
 
@@ -50,10 +51,13 @@ bool isRankFileName(const std::string& name, int* rank) {
   return true;
 }
 
-std::map<int, std::string> traceRankFiles(const std::string& path) {
+std::map<int, std::string> traceRankFiles(const std::string& path, std::map<int, std::string>* ended) {
   std::map<int, std::string> out;
   if (!isDirectory(path)) {
-    out[checkedHeader(path).rank()] = path;
+    std::string reason;
+    const int rank = checkedHeader(path, nullptr, &reason).rank();
+    out[rank] = path;
+    if (ended) (*ended)[rank] = reason;
     return out;
   }
   DIR* d = ::opendir(path.c_str());
@@ -70,8 +74,11 @@ std::map<int, std::string> traceRankFiles(const std::string& path) {
   // Each file read to its end, the files at once (the first failure in rank order is reported).
   std::vector<std::pair<int, std::string>> order(out.begin(), out.end());
   std::vector<trace::Header> headers(order.size());
-  std::vector<std::string> jobs(order.size());
-  replay::inParallel(order.size(), [&](std::size_t i) { headers[i] = checkedHeader(order[i].second, &jobs[i]); });
+  std::vector<std::string> jobs(order.size()), reasons(order.size());
+  replay::inParallel(order.size(),
+                     [&](std::size_t i) { headers[i] = checkedHeader(order[i].second, &jobs[i], &reasons[i]); });
+  if (ended)
+    for (std::size_t i = 0; i < order.size(); ++i) (*ended)[order[i].first] = reasons[i];
   std::size_t with_job = order.size();   // the first file whose collectives ran in a fabric job
   for (std::size_t i = 0; i < order.size(); ++i) {
     const auto& [n, file] = order[i];

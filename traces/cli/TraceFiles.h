@@ -11,7 +11,8 @@ namespace cardsim::cli {
 // Throws trace::TraceError naming the file (and record) that is wrong or missing. A single
 // file, or a directory holding only some ranks of its job, is returned as it is: callers
 // that need the whole job compare the count with the header's world size.
-std::map<int, std::string> traceRankFiles(const std::string& path);
+// `ended`: each rank's End reason ("exit", "signal SIGTERM", ...), when given.
+std::map<int, std::string> traceRankFiles(const std::string& path, std::map<int, std::string>* ended = nullptr);
 
 // Whether `name` (a file name, no directory) is a rank file's, rank<N>.cstrace; sets *rank.
 bool isRankFileName(const std::string& name, int* rank = nullptr);

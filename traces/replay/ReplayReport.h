@@ -86,6 +86,7 @@ struct Report {
   std::vector<KernelTotal> top_kernels;   // by time, across ranks, longest first
   CriticalPath critical_path;
   std::vector<LinkLoad> links;            // busiest first (see LinkLoad)
+  std::vector<std::string> notes;         // what the reader should know (a recording cut short)
 };
 
 // Reads `files` (rank -> path; the rank files of one run). Throws trace::TraceError.

@@ -527,3 +527,18 @@ def test_a_receive_waits_for_its_send_and_an_unmatched_one_is_refused(tmp_path):
     assert res.returncode == 2, res.stderr
     assert "u.1.et: node 0 ('recv'): a receive from rank 0 to rank 1 (tag 7, 67108864 bytes) has no matching send" \
         in res.stderr, res.stderr
+
+
+def test_a_sweep_replays_chakra_files_as_replay_does(tmp_path):
+    foreign_job(tmp_path / "a", 100)
+    res = cardsim("sweep", tmp_path / "a", "--preset", "br100", "--set", "fabric.link.bandwidth=16GB/s,64GB/s",
+                  "--out", tmp_path / "sw")
+    assert res.returncode == 0, res.stderr
+    rows = (tmp_path / "sw.csv").read_text().splitlines()
+    assert len(rows) == 3, rows
+    slow, fast = (float(r.split(",")[1]) for r in rows[1:])
+    assert fast < slow   # the all-reduce over the faster links
+    single = replay_json(tmp_path / "a", "--preset", "br100", "--set", "fabric.link.bandwidth=64GB/s", tmp=tmp_path)
+    assert fast == pytest.approx(single["total_us"], abs=1e-6)
+    bad = cardsim("sweep", tmp_path / "nothing", "--set", "memory.bandwidth=1TB/s,2TB/s", "--out", tmp_path / "x")
+    assert bad.returncode == 2 and "nothing" in bad.stderr, bad.stderr

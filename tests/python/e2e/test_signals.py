@@ -89,6 +89,17 @@ def test_a_signal_completes_the_trace_and_removes_the_status_file(tmp_path, sig,
     assert [f["ended"] for f in j["files"]] == [ended]
     # Everything done before the signal is in it: the five matmuls and some of the loop.
     assert j["records"]["kernel_launch"] > 5 and j["records"]["device_command"] == j["records"]["kernel_launch"]
+    # Its replay says that the run was cut short (a signal that ends it), in the table and the JSON.
+    rep = subprocess.run([str(ROOT / ".venv" / "bin" / "cardsim"), "replay", tmp_path / "trace", "--json",
+                          tmp_path / "rep.json"], capture_output=True, text=True)
+    assert rep.returncode == 0, rep.stderr
+    notes = json.loads((tmp_path / "rep.json").read_text())["notes"]
+    if ended == "exit":
+        assert notes == [] and "note:" not in rep.stdout
+    else:
+        assert notes == [f"rank 0's recording ended by {ended}: the run was cut short; the replay covers what was "
+                         "recorded"], notes
+        assert f"note: {notes[0]}" in rep.stdout
 
 
 def test_a_killed_process_leaves_a_trace_marked_incomplete(tmp_path):

@@ -307,3 +307,34 @@ def test_record_trace_compress_argument_is_checked_and_wins_over_the_environment
     packed = (out / "rank0.cstrace").read_bytes()
     assert packed[:2] == b"\x1f\x8b"
     assert info_json(out / "rank0.cstrace")["records"]["kernel_launch"] >= 1
+
+
+TWICE_PROG = r"""
+import sys, importlib, torch
+card, out = sys.argv[1], sys.argv[2]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+x = torch.randn(64, 64, device=card)
+with dm.record_trace(out):
+    y = x @ x
+try:
+    with dm.record_trace(out):
+        y = y @ x
+        y = y @ x
+    print("SECOND recorded")
+except RuntimeError as e:
+    print("SECOND refused", e)
+with dm.record_trace(out + "-again"):   # elsewhere: fine
+    y = y @ x
+dm.synchronize()
+"""
+
+
+def test_a_second_recording_into_the_same_directory_does_not_replace_the_first(py, tmp_path):
+    out = tmp_path / "t"
+    res = py(TWICE_PROG, args=("mlu", str(out)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    line = next(l for l in res.stdout.splitlines() if l.startswith("SECOND"))
+    assert line.startswith("SECOND refused") and "holds an earlier recording of this process" in line, line
+    assert info_json(out)["records"]["kernel_launch"] == 1   # the first recording, whole
+    assert info_json(tmp_path / "t-again")["records"]["kernel_launch"] == 1
