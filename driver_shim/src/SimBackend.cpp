@@ -120,7 +120,7 @@ Status SimBackend::launchKernel(Stream stream, std::string_view kname, const Ker
   cmd.kernel.bytes_read = cost.bytes_read;
   cmd.kernel.bytes_written = cost.bytes_written;
   cmd.kernel.tiles = cost.tiles;
-  if (capturing(s)) return record(s, kname, timing_ ? std::function<void()>() : work, std::move(cmd));
+  if (capturing(s)) return record(s, kname, work, std::move(cmd), /*held_only=*/timing_);
   if (work && !timing_) {
     try {
       work();

@@ -67,6 +67,9 @@ struct GraphNode {
   int record_marker = -1;
   int wait_marker = -1;
   bool marker() const { return record_marker >= 0 || wait_marker >= 0; }
+  // Timing mode: the kernel's work, never run, kept for what it holds (the memory it reads
+  // and writes lives as long as the graph, as in full mode).
+  std::function<void()> held;
 };
 
 struct GraphObject {
@@ -389,8 +392,9 @@ class SimBackend final : public IBackend {
     std::lock_guard<std::mutex> lock(g->mutex);
     g->joined.erase(std::remove(g->joined.begin(), g->joined.end(), s), g->joined.end());
   }
+  // `held_only`: `work` is kept, not run at replay (timing mode).
   Status record(StreamObject* s, std::string_view name, std::function<void()> work,
-                model::Command cmd) {
+                model::Command cmd, bool held_only = false) {
     std::shared_ptr<GraphObject> g;
     {
       std::lock_guard<std::mutex> lock(s->mutex);
@@ -398,7 +402,12 @@ class SimBackend final : public IBackend {
     }
     if (!g) return Status(Code::Internal, "stream stopped capturing");
     std::lock_guard<std::mutex> lock(g->mutex);
-    g->nodes.push_back(GraphNode{std::string(name), std::move(work), std::move(cmd), false, s->id});
+    GraphNode n;
+    n.name = std::string(name);
+    (held_only ? n.held : n.work) = std::move(work);
+    n.cmd = std::move(cmd);
+    n.stream_id = s->id;
+    g->nodes.push_back(std::move(n));
     return Status::Ok();
   }
   Status checkGraph(Graph g, const char* fn) {
