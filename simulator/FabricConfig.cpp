@@ -134,6 +134,8 @@ fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::st
       x.fail("device.fabric.collective_latency: \"" + f.collective_latency().value() + "\" is not below 1 s");
   }
   p.nodes = f.has_nodes() ? x.count(f.nodes(), true, "nodes", 1) : 1;
+  if (p.nodes > kMaxNodes) x.fail("device.fabric.nodes: \"" + f.nodes().value() + "\" is more than " +
+                                  std::to_string(kMaxNodes) + " nodes");
   p.nodes_set = f.has_nodes();
   // Between nodes: only read when the preset describes it (a single-node preset may not).
   if (f.has_nic()) {
@@ -209,8 +211,9 @@ fabric::FabricParams loadFabricParams(const SimOptions& options) {
   if (const char* env = std::getenv("CARDSIM_NODES"); env && *env) {
     char* end = nullptr;
     const long n = std::strtol(env, &end, 10);
-    if (*end != '\0' || n < 1 || n > 65536)
-      throw ConfigError(std::string("CARDSIM_NODES: \"") + env + "\" is not a node count (1..65536)");
+    if (*end != '\0' || n < 1 || n > kMaxNodes)
+      throw ConfigError(std::string("CARDSIM_NODES: \"") + env + "\" is not a node count (1.." +
+                        std::to_string(kMaxNodes) + ")");
     p.nodes = static_cast<uint32_t>(n);
     p.nodes_set = true;
   }

@@ -11,6 +11,9 @@ class FabricConfig;
 
 namespace cardsim::sim {
 
+// The most nodes a job's fabric may have (fabric.nodes, CARDSIM_NODES, collbench --nodes).
+constexpr long kMaxNodes = 65536;
+
 // From a parsed (and overridden) preset; `origin` names it in errors.
 fabric::FabricParams toFabricParams(const config::FabricConfig& f, const std::string& origin);
 

@@ -9,7 +9,7 @@
 namespace cardsim::sim {
 
 const fabric::Topology& FabricModel::topologyFor(uint32_t devices) {
-  const uint32_t nodes = fabric::nodesFor(params_, devices);
+  const uint32_t nodes = fabric::nodesToBuild(params_, devices);
   auto& slot = topologies_[nodes];
   if (!slot) {
     fabric::FabricParams p = params_;

@@ -96,6 +96,11 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
   const std::string what =
       a.op() + " #" + std::to_string(a.seq()) + " of process group " + rankList(ranks) + groupInstanceNote(a.group());
   if (ranks.empty()) return error(what + ": the group has no ranks");
+  // Simulated times end by 2^63 ps (106 days), as traces' do: an end computed past that
+  // would wrap around to before the arrival.
+  constexpr uint64_t kLatestPs = uint64_t{1} << 63;
+  if (a.arrival_ps() >= kLatestPs || a.launched_ps() >= kLatestPs)
+    return error(what + ": arrival at " + std::to_string(a.arrival_ps()) + " ps is past the simulation's end (2^63 ps)");
   if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end())
     return error(what + ": rank " + std::to_string(s.rank) + " is not a member of the group");
   Job& job = jobs[s.job];

@@ -29,7 +29,7 @@ void Simulator::Impl::buildModel() {
                                              params, *this, cards));
     if (fabric_params && devices > 1) {
       fabric::FabricParams p = *fabric_params;
-      p.nodes = fabric::nodesFor(p, devices);
+      p.nodes = fabric::nodesToBuild(p, devices);
       fabric = std::make_unique<model::FabricLinks>("fabric", fabric::buildTopology(p));
       for (auto& c : cards) c->setFabric(fabric.get());
     }

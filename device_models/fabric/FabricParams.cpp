@@ -69,6 +69,12 @@ uint32_t nodesFor(const FabricParams& p, uint64_t devices) {
   return static_cast<uint32_t>(std::max<uint64_t>(p.nodes, (devices + per - 1) / per));
 }
 
+uint32_t nodesToBuild(const FabricParams& p, uint64_t devices) {
+  const uint64_t per = std::max<uint32_t>(1, p.devices_per_node);
+  const uint64_t needed = std::max<uint64_t>(1, (devices + per - 1) / per);
+  return static_cast<uint32_t>(std::max<uint64_t>(needed, std::min<uint64_t>(p.nodes, 2)));
+}
+
 std::string fabricSignature(const FabricParams& p) {
   std::string out;
   const auto put = [&](const char* key, double v) {

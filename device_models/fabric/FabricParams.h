@@ -59,6 +59,10 @@ CollectiveRequest requestFor(const FabricParams& p);
 Topology buildTopology(const FabricParams& p);
 // The nodes a job of `devices` devices runs on: the configured count, or as many as it needs.
 uint32_t nodesFor(const FabricParams& p, uint64_t devices);
+// The nodes a model of `devices` devices builds: those holding them, and a second where the
+// job has more than one (its NICs and leaves then exist as in any multi-node job); nodes
+// beyond hold no rank and carry nothing, so a thousand configured nodes cost nothing.
+uint32_t nodesToBuild(const FabricParams& p, uint64_t devices);
 
 // Every parameter but the node count (a job sizes that itself), as "key=value" pairs in a
 // fixed order, exact to the bit: two sides of a fabric server compare them.

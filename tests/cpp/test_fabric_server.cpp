@@ -529,6 +529,11 @@ TEST(FabricServer, AnAbsurdSizeOrARankOutsideTheJobIsRefusedAndTheServerGoesOn) 
     const std::string e0 = f.get();
     for (const std::string& e : {e0, e1}) EXPECT_NE(e.find("over the model's limit"), std::string::npos) << e;
   }
+  // An arrival past 2^63 ps: its end would wrap around to before it.
+  auto late = allReduce({0, 1}, ~uint64_t{0} - 1000, 1 << 20);
+  late.group = "late";
+  const std::string el = errorOf([&] { c0->collective(late); });
+  EXPECT_NE(el.find("past the simulation's end (2^63 ps)"), std::string::npos) << el;
   auto outside = allReduce({0, 5}, 0, 4096);
   outside.group = "outside";
   const std::string e = errorOf([&] { c0->collective(outside); });

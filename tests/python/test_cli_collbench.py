@@ -15,11 +15,11 @@ CARDSIM = ROOT / ".venv" / "bin" / "cardsim"
 HEADER = "op,algo,ranks,bytes,time_us,algbw_GBps,busbw_GBps"
 
 
-def run(*args, env=None):
+def run(*args, env=None, timeout=120):
     import os
     e = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_")}
     e.update(env or {})
-    return subprocess.run([str(CARDSIM), *args], capture_output=True, text=True, timeout=120, env=e)
+    return subprocess.run([str(CARDSIM), *args], capture_output=True, text=True, timeout=timeout, env=e)
 
 
 def rows(out: str):
@@ -130,6 +130,11 @@ def test_table_output_names_the_columns():
     (["--preset", "nosuchcard"], "nosuchcard"),
     (["--ranks", "0"], "--ranks"),
     (["--frobnicate"], "--frobnicate"),
+    (["--min-bytes", "1.3"], "not a whole number of bytes"),
+    (["--min-bytes", "0x10"], "0x10"),                                       # decimal only
+    (["--min-bytes", "1K", "--max-bytes", "1G", "--factor", "1.0000001"], "more than 4096 sizes"),
+    (["--nodes", "4294967297"], "more than 65536 nodes"),                     # not cut to 32 bits
+    (["--set", "fabric.nodes=1000000"], "fabric.nodes"),
 ])
 def test_bad_input_is_named_with_exit_status_2(args, needle):
     res = run("collbench", "--model-only", *args)
@@ -197,6 +202,18 @@ def test_sizes_past_the_models_limit_are_refused_at_once():
     for size in ("1e30", "1024T"):
         res = run("collbench", "--model-only", "--algo", "tree", "--min-bytes", "1K", "--max-bytes", size)
         assert res.returncode == 2 and "limit" in res.stderr, (size, res.stderr)
+
+
+def test_nodes_without_ranks_cost_nothing_and_change_nothing():
+    """Configured nodes past the ranks' hold nothing: a job of 4 ranks times the same on 2
+    nodes as on 65536 (which once built half a million devices: 3.3 s and 1 GB)."""
+    times = []
+    for n in ("2", "65536"):
+        res = run("collbench", "--model-only", "--preset", "br100", "--ranks", "4", "--set", f"fabric.nodes={n}",
+                  "--min-bytes", "1M", "--max-bytes", "1M", "--csv", timeout=20)
+        assert res.returncode == 0, res.stderr
+        times.append(rows(res.stdout)[0]["time_us"])
+    assert times[0] == times[1]
 
 
 def test_cardsim_nodes_sets_the_node_count():

@@ -125,8 +125,12 @@ double parseSize(const std::string& text) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (digits.empty() || used != digits.size() || !(v >= 0) || !std::isfinite(v * scale))
+  // Decimal only (stod also reads "0x10" as hexadecimal).
+  const bool decimal = digits.find_first_not_of("0123456789.eE+-") == std::string::npos;
+  if (digits.empty() || !decimal || used != digits.size() || !(v >= 0) || !std::isfinite(v * scale))
     throw std::invalid_argument("size '" + text + "' is not a non-negative number with an optional K/M/G/T suffix");
+  if (v * scale != std::floor(v * scale))
+    throw std::invalid_argument("size '" + text + "' is not a whole number of bytes");
   return v * scale;
 }
 

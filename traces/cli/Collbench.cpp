@@ -21,6 +21,9 @@
 namespace cardsim::cli {
 
 namespace {
+
+// The most rows one sweep prints (a factor near 1 over a wide range would run for hours).
+constexpr std::size_t kMaxSizes = 4096;
 const std::vector<FlagSpec> kFlags = {
     {"preset", true, false, "device preset (default mlu370-x8)"},
     {"ranks", true, false, "ranks, one device each, on devices 0..N-1 (default 8)"},
@@ -90,11 +93,16 @@ int runCollbench(const std::vector<std::string>& argv) {
                      std::to_string(fp.devices_per_node) + " devices (CARDSIM_NODES or fabric.nodes) cannot hold " +
                      std::to_string(ranks) + " ranks; set more nodes, or leave the count unset to fit the ranks");
   const long long nodes = a.integer("nodes", fabric::nodesFor(fp, static_cast<uint64_t>(ranks)));
+  if (nodes > sim::kMaxNodes)
+    throw UsageError("cardsim collbench: --nodes " + std::to_string(nodes) + " is more than " +
+                     std::to_string(sim::kMaxNodes) + " nodes");
   if (nodes < 1 || nodes * fp.devices_per_node < ranks)
     throw UsageError("cardsim collbench: " + std::to_string(nodes) + " node(s) of " +
                      std::to_string(fp.devices_per_node) + " devices cannot hold " + std::to_string(ranks) + " ranks");
-  fp.nodes = static_cast<uint32_t>(nodes);
-  const fabric::Topology topo = fabric::buildTopology(fp);
+  fp.nodes = static_cast<uint32_t>(nodes);   // the header's count
+  fabric::FabricParams built = fp;
+  built.nodes = fabric::nodesToBuild(fp, static_cast<uint64_t>(ranks));
+  const fabric::Topology topo = fabric::buildTopology(built);
   fabric::CollectiveEngine engine(topo);
 
   fabric::CollectiveRequest r = fabric::requestFor(fp);
@@ -114,8 +122,13 @@ int runCollbench(const std::vector<std::string>& argv) {
   // repeat a size forever), one row per size as nccl-tests prints them: a size too small for
   // one element per rank is a row of 0 bytes, an empty collective that takes no time.
   std::vector<double> sizes;
-  for (double bytes = lo; bytes <= hi * (1 + 1e-12); bytes = std::max(std::floor(bytes * factor), bytes + 1))
+  for (double bytes = lo; bytes <= hi * (1 + 1e-12); bytes = std::max(std::floor(bytes * factor), bytes + 1)) {
+    if (sizes.size() == kMaxSizes)
+      throw UsageError("cardsim collbench: --factor " + a.get("factor") + " from " + std::to_string(lo) + " to " +
+                       std::to_string(hi) + " bytes makes more than " + std::to_string(kMaxSizes) +
+                       " sizes; use a larger factor or a narrower range");
     sizes.push_back(bytes);
+  }
   for (double bytes : sizes) {   // an algorithm the topology cannot run fails before any work
     r.bytes = moved(bytes);
     pick(r, topo);
