@@ -425,6 +425,22 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("device"), py::arg("op"), py::arg("bytes"), py::arg("ranks"), py::arg("root") = 0,
      py::arg("peer") = 1, py::arg("group") = "", py::arg("timeout_s") = 0.0, py::arg("dtype") = "",
      py::arg("p2p") = 0, py::arg("tag") = 0, py::arg("posted") = 0);
+  // Where a receive is posted: a marker on the device's current stream that the runtime
+  // records for itself (no host time), its handle for _launch_collective's `posted`.
+  m.def("_posting_marker", [](int64_t d) {
+    const c10::DeviceIndex dev = resolve(d);
+    c10::DeviceGuard guard(c10::Device(kDev, dev));
+    shim::Event ev = nullptr;
+    throwIfFailed(shim::eventCreate(&ev, shim::kEventRuntimeMarker | shim::kEventDisableTiming), "eventCreate");
+    if (shim::Status st = shim::eventRecord(ev, kernels::currentStream(dev)); !st.ok()) {
+      (void)shim::eventDestroy(ev);
+      throwIfFailed(st, "eventRecord");
+    }
+    return reinterpret_cast<uintptr_t>(ev);
+  });
+  m.def("_posting_marker_destroy", [](uintptr_t ev) {
+    throwIfFailed(shim::eventDestroy(reinterpret_cast<shim::Event>(ev)), "eventDestroy");
+  });
   // Holds the device's current stream for `seconds` of device time (no compute or memory
   // used): `cardsim collbench` queues its timed calls behind one, so that they run back to
   // back as the device gets to them, not as the host issues them.

@@ -162,7 +162,7 @@ Status SimBackend::deviceGetStreamPriorityRange(int* least, int* greatest) {
 
 Status SimBackend::eventCreate(Event* out, unsigned flags) {
   if (!out) return nullArg("eventCreate", "event");
-  if (flags & ~unsigned(kEventDisableTiming | kEventBlockingSync | kEventInterprocess))
+  if (flags & ~unsigned(kEventDisableTiming | kEventBlockingSync | kEventInterprocess | kEventRuntimeMarker))
     return Status(Code::InvalidValue, "eventCreate: unknown flags 0x" + hex(flags));
   if ((flags & kEventInterprocess) && !(flags & kEventDisableTiming))
     return Status(Code::InvalidValue, "eventCreate: an interprocess event must also disable timing");
@@ -208,7 +208,8 @@ Status SimBackend::eventRecord(Event event, Stream stream) {
   cmd.kind = CommandKind::EventRecord;
   cmd.event = slot;
   model::QueuePoint p;
-  Status st = submit(s, std::move(cmd), "event record", params_.host.event_overhead_s, &p);
+  const double overhead = (event->flags & kEventRuntimeMarker) ? 0.0 : params_.host.event_overhead_s;
+  Status st = submit(s, std::move(cmd), "event record", overhead, &p);
   if (!st.ok()) return st;
   std::lock_guard<std::mutex> lock(event->mutex);
   event->recorded = true;

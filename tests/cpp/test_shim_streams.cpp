@@ -148,3 +148,25 @@ TEST(ShimStreams, UnsupportedDataTypeNamesThePresetKey) {
   EXPECT_NE(st.message().find("compute.peak.tf32"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("MLU370-X8"), std::string::npos) << st.message();
 }
+
+// The runtime's own marker (a receive's posting point) is recorded without host time; a
+// program's event record costs its host.event_overhead. Both mark the stream alike.
+TEST(ShimStreams, ARuntimeMarkerIsRecordedWithoutHostTime) {
+  const auto p = startRuntime("mlu370-x8", 1);
+  shim::Stream s = nullptr;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  shim::Event marker = nullptr, plain = nullptr;
+  ASSERT_SHIM_OK(shim::eventCreate(&marker, shim::kEventRuntimeMarker | shim::kEventDisableTiming));
+  ASSERT_SHIM_OK(shim::eventCreate(&plain, shim::kEventDefault));
+  uint64_t t0 = 0, t1 = 0, t2 = 0;
+  ASSERT_SHIM_OK(shim::hostTimePs(&t0));
+  ASSERT_SHIM_OK(shim::eventRecord(marker, s));
+  ASSERT_SHIM_OK(shim::hostTimePs(&t1));
+  ASSERT_SHIM_OK(shim::eventRecord(plain, s));
+  ASSERT_SHIM_OK(shim::hostTimePs(&t2));
+  EXPECT_EQ(t1, t0);
+  EXPECT_EQ(t2 - t1, static_cast<uint64_t>(p.host.event_overhead_s * 1e12 + 0.5));
+  ASSERT_SHIM_OK(shim::streamSynchronize(s));
+  EXPECT_SHIM_OK(shim::eventQuery(marker));
+  EXPECT_EQ(shim::eventCreate(&marker, 16u).code(), shim::Code::InvalidValue);
+}

@@ -207,6 +207,9 @@ enum EventFlags : unsigned {
   kEventDisableTiming = 1,
   kEventBlockingSync = 2,
   kEventInterprocess = 4,
+  // The runtime's own marker (where a receive was posted, for the fabric): recording it costs
+  // the host no time, as the vendor library's bookkeeping costs the program none.
+  kEventRuntimeMarker = 8,
 };
 
 Status eventCreate(Event* event, unsigned flags = kEventDefault);

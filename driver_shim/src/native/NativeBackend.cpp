@@ -382,8 +382,9 @@ Status NativeBackend::deviceGetStreamPriorityRange(int* least, int* greatest) {
 
 Status NativeBackend::eventCreate(Event* out, unsigned flags) {
   if (!out) return nullArg("eventCreate", "event");
-  if (flags & ~unsigned(kEventDisableTiming | kEventBlockingSync | kEventInterprocess))
+  if (flags & ~unsigned(kEventDisableTiming | kEventBlockingSync | kEventInterprocess | kEventRuntimeMarker))
     return Status(Code::InvalidValue, "eventCreate: unknown flags " + std::to_string(flags));
+  flags &= ~unsigned(kEventRuntimeMarker);   // the real runtime's events cost what they cost
   auto e = std::make_unique<NativeEvent>();
   e->flags = flags;
   if (Status st = rt_->notifierCreate(&e->notifier, flags); !st.ok()) return st;

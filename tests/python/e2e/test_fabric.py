@@ -104,6 +104,35 @@ elif scenario == "events_around_one_call":
         times[n] = b.elapsed_time(e) * 1e3
     out["us"] = times
     out["hosts"] = hosts
+elif scenario == "p2p_events":
+    # Point to point timed the plain way, each side between events on its current stream:
+    # blocking send/recv, isend/irecv, and a ring exchange in one batch.
+    times = {}
+    x = torch.ones(1 << 18, device=d)
+    buf = torch.empty_like(x)
+    peer = 1 - rank
+
+    def blocking():
+        dist.send(x, 1) if rank == 0 else dist.recv(buf, 0)
+
+    def nonblocking():
+        (dist.isend(x, 1) if rank == 0 else dist.irecv(buf, 0)).wait()
+
+    def ring():
+        for q in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, buf, peer)]):
+            q.wait()
+    for name, f in (("blocking", blocking), ("nonblocking", nonblocking), ("ring", ring)):
+        f()
+        mod.synchronize()
+        dist.barrier()
+        mod.synchronize()
+        b, e = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
+        b.record()
+        f()
+        e.record()
+        e.synchronize()
+        times[name] = b.elapsed_time(e) * 1e3
+    out["us"] = times
 elif scenario == "preferred_algo":
     # Under CARDSIM_COLL_ALGO every kind of call still runs; each is timed by the preferred
     # algorithm where it does that kind, else by the tuner's choice.
@@ -461,6 +490,18 @@ def test_events_around_one_collective_on_an_idle_stream_read_the_models_time(tmp
         want = max(model_us("all_reduce", 2, n), launch_us + event_us)
         for r in (0, 1):
             assert res[r]["us"][str(n)] == pytest.approx(want, abs=0.002), (n, r, res[r]["us"], want)
+
+
+def test_point_to_point_between_events_reads_the_models_time(tmp_path):
+    """A send/recv timed between events on each side takes collbench's send_recv time for the
+    same preset, ranks and size: the receive's posting mark (the runtime's own) costs the
+    host nothing (a torch event's record added 1 us)."""
+    res, errs = run_ranks(tmp_path, 2, "p2p_events")
+    assert res[0] and res[1], _shown(errs)
+    want = model_us("send_recv", 2, 1 << 20)
+    for r in (0, 1):
+        for name, us in res[r]["us"].items():
+            assert us == pytest.approx(want, abs=0.002), (r, name, us, want)
 
 
 def test_a_preferred_algorithm_times_what_it_does_and_leaves_the_rest_to_the_tuner(tmp_path):
