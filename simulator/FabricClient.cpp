@@ -339,6 +339,7 @@ FabricClient::FabricClient(const std::string& address, const Identity& who, doub
   h->set_rank(who.rank);
   h->set_world_size(who.world_size);
   world_size_ = who.world_size;
+  rank_ = who.rank;
   h->set_preset(who.preset);
   h->set_fabric(who.fabric);
   h->set_pid(static_cast<uint32_t>(::getpid()));

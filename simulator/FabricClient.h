@@ -82,6 +82,7 @@ class FabricClient {
   // crosses with it. Returns at once; never answered.
   void traffic(int source, int destination, double bytes, uint64_t start_ps);
   uint32_t worldSize() const { return world_size_; }
+  uint32_t rank() const { return rank_; }
 
   // Tells the server this rank waits (or no longer waits) on something outside it that only
   // another rank's progress ends; does not wait for an answer.
@@ -95,6 +96,7 @@ class FabricClient {
   void throwIfFailedLocked();
   std::string address_;
   uint32_t world_size_ = 1;
+  uint32_t rank_ = 0;
   std::shared_ptr<Impl> impl_;
 };
 

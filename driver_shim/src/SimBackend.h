@@ -21,6 +21,10 @@
 #include "simulator/FabricModel.h"
 #include "simulator/Simulator.h"
 
+namespace cardsim::sim {
+class FabricClient;
+}  // namespace cardsim::sim
+
 namespace cardsim::shim {
 
 struct StreamObject {
@@ -257,6 +261,7 @@ class SimBackend final : public IBackend {
   Status graphLaunch(Graph graph, Stream stream) override;
   Status graphDestroy(Graph graph) override;
   Status launchHostFunc(Stream stream, std::function<void()> fn) override;
+  void warnIfNotOnItsRanksDevice(const sim::FabricClient& client, int device);
   Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                 std::string* algorithm) override;
 

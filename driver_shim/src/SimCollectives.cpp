@@ -1,7 +1,9 @@
 // The `sim` backend: collectives timed by the fabric model, alone or, with a fabric server,
 // joined across the ranks of a job.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -271,6 +273,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   if (Status st = collectiveStartsAtCall(&from_call); !st.ok()) return st;
   const model::TimePs call_ps = sim_.hostNow();
   const model::TimePs launched_ps = call_ps + model::secondsToPs(params_.host.launch_overhead_s);
+  if (joined) warnIfNotOnItsRanksDevice(*client, s->device);
   if (joined) {
     const model::TimePs free_at = sim_.queueFreeAt(model::DeviceId{static_cast<uint32_t>(s->device)}, s->queue);
     const model::TimePs ready = from_call ? call_ps + 1 : launched_ps;
@@ -326,6 +329,23 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     sim_.waitFor({point}, 0);
     return Status::Ok();
   });
+}
+
+// The fabric places global rank r on device r of the preset's topology (node r / n, its
+// device r % n), as a job of one device per rank does. A process that sees a whole node's
+// cards and runs its rank on another of them (a launcher's visible-devices list, say
+// MLU_VISIBLE_DEVICES=0,2 under `deepspeed --include localhost:0,2`) is still timed on its
+// rank's device: said once, so that the user knows which links the times are of.
+void SimBackend::warnIfNotOnItsRanksDevice(const sim::FabricClient& client, int device) {
+  static std::atomic<bool> said{false};
+  const uint32_t per = fabric_->params().devices_per_node;
+  if (said.load() || sim_.deviceCount() < per || per == 0) return;
+  const uint32_t placed = client.rank() % per;
+  if (device < 0 || static_cast<uint32_t>(device) == placed || said.exchange(true)) return;
+  std::fprintf(stderr,
+               "cardsim: rank %u runs its collectives on device %d, but the fabric times rank r on device r "
+               "(node r / %u, device r %% %u): its collectives are timed over device %u's links, not device %d's\n",
+               client.rank(), device, per, per, placed, device);
 }
 
 // CARDSIM_COLL_START: where a collective may start on its stream, at its call ("call", the

@@ -104,6 +104,12 @@ elif scenario == "events_around_one_call":
         times[n] = b.elapsed_time(e) * 1e3
     out["us"] = times
     out["hosts"] = hosts
+elif scenario == "on_another_device":
+    mod.set_device(2 * rank)
+    t = torch.ones(1024, device=torch.device("mlu", 2 * rank))
+    dist.all_reduce(t)
+    mod.synchronize()
+    out["sum"] = t[0].item()
 elif scenario == "p2p_events":
     # Point to point timed the plain way, each side between events on its current stream:
     # blocking send/recv, isend/irecv, and a ring exchange in one batch.
@@ -490,6 +496,17 @@ def test_events_around_one_collective_on_an_idle_stream_read_the_models_time(tmp
         want = max(model_us("all_reduce", 2, n), launch_us + event_us)
         for r in (0, 1):
             assert res[r]["us"][str(n)] == pytest.approx(want, abs=0.002), (n, r, res[r]["us"], want)
+
+
+def test_a_rank_on_another_device_than_its_ranks_is_told_which_links_time_it(tmp_path):
+    """The fabric times rank r on device r; a process that sees the node's cards and runs
+    rank 1 on device 2 is told so once (the collective is still correct and timed)."""
+    res, errs = run_ranks(tmp_path, 2, "on_another_device", CARDSIM_DEVICES="8")
+    assert res[0] and res[1], _shown(errs)
+    assert res[0]["sum"] == res[1]["sum"] == 2.0
+    assert "rank 1 runs its collectives on device 2" in errs[1], errs[1][-2000:]
+    assert errs[1].count("runs its collectives on device") == 1
+    assert "runs its collectives on device" not in errs[0]
 
 
 def test_point_to_point_between_events_reads_the_models_time(tmp_path):
