@@ -273,8 +273,8 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   if (Status st = collectiveStartsAtCall(&from_call); !st.ok()) return st;
   const model::TimePs call_ps = sim_.hostNow();
   const model::TimePs launched_ps = call_ps + model::secondsToPs(params_.host.launch_overhead_s);
-  if (joined) warnIfNotOnItsRanksDevice(*client, s->device);
   if (joined) {
+    warnIfNotOnItsRanksDevice(*client, s->device);
     const model::TimePs free_at = sim_.queueFreeAt(model::DeviceId{static_cast<uint32_t>(s->device)}, s->queue);
     const model::TimePs ready = from_call ? call_ps + 1 : launched_ps;
     sim::FabricClient::Collective c;

@@ -184,15 +184,15 @@ void RankReplayer::standIns(const trace::Envelope& e) {
   switch (e.record_case()) {
     case trace::Envelope::kMemcpy: {
       const trace::Memcpy& m = e.memcpy();
-      if (m.dst_device() >= 0) (void)devicePointer(m.dst(), m.bytes(), m.dst_device(), e);
-      else (void)hostPointer(m.dst(), m.bytes(), m.host_pinned());
-      if (m.src_device() >= 0) (void)devicePointer(m.src(), m.bytes(), m.src_device(), e);
-      else (void)hostPointer(m.src(), m.bytes(), m.host_pinned());
+      dst_ = m.dst_device() >= 0 ? devicePointer(m.dst(), m.bytes(), m.dst_device(), e)
+                                 : hostPointer(m.dst(), m.bytes(), m.host_pinned());
+      src_ = m.src_device() >= 0 ? devicePointer(m.src(), m.bytes(), m.src_device(), e)
+                                 : hostPointer(m.src(), m.bytes(), m.host_pinned());
       (void)stream(m.stream(), e);
       return;
     }
     case trace::Envelope::kMemset:
-      (void)devicePointer(e.memset().address(), e.memset().bytes(), e.device(), e);
+      dst_ = devicePointer(e.memset().address(), e.memset().bytes(), e.device(), e);
       (void)stream(e.memset().stream(), e);
       return;
     case trace::Envelope::kKernel: (void)stream(e.kernel().stream(), e); return;
@@ -283,10 +283,8 @@ void RankReplayer::replay(const trace::Envelope& e) {
     }
     case trace::Envelope::kMemcpy: {
       const trace::Memcpy& m = e.memcpy();
-      void* dst = m.dst_device() >= 0 ? devicePointer(m.dst(), m.bytes(), m.dst_device(), e)
-                                      : hostPointer(m.dst(), m.bytes(), m.host_pinned());
-      const void* src = m.src_device() >= 0 ? devicePointer(m.src(), m.bytes(), m.src_device(), e)
-                                            : hostPointer(m.src(), m.bytes(), m.host_pinned());
+      void* dst = dst_;         // resolved by standIns()
+      const void* src = src_;
       if (m.kind() == trace::COPY_PEER) {
         check(shim::memcpyPeerAsync(dst, m.dst_device(), src, m.src_device(), m.bytes(), stream(m.stream(), e)), e,
               "memcpyPeerAsync");
@@ -299,7 +297,7 @@ void RankReplayer::replay(const trace::Envelope& e) {
     }
     case trace::Envelope::kMemset: {
       const trace::Memset& m = e.memset();
-      void* p = devicePointer(m.address(), m.bytes(), e.device(), e);
+      void* p = dst_;   // resolved by standIns()
       if (m.async())
         check(shim::memsetAsync(p, m.value(), m.bytes(), stream(m.stream(), e)), e, "memsetAsync");
       else

@@ -55,6 +55,9 @@ class RankReplayer {
   // Creates what `e` uses that the recording never saw made (memory, streams from before
   // it), before the call's own time, so that their set-up does not delay the call.
   void standIns(const trace::Envelope& e);
+  // The current memcpy's or memset's pointers, as standIns() resolved them for replay().
+  void* dst_ = nullptr;
+  const void* src_ = nullptr;
   void alignClock(const trace::Envelope& e);
   void noteClock(const trace::Envelope& e);
 
