@@ -385,6 +385,7 @@ std::string arriveFrame(const FabricClient::Collective& c, uint64_t id, bool eag
   a->set_eager(eager);
   a->set_sealed_ps(c.sealed_ps);
   a->set_launched_ps(c.launched_ps);
+  for (double b : c.send_bytes) a->add_send_bytes(b);
   return wire::frame(m.SerializeAsString());
 }
 }  // namespace

@@ -50,6 +50,8 @@ class FabricClient {
     uint64_t sealed_ps = 0;
     // When this rank's host is done issuing it: no member's end comes before the latest.
     uint64_t launched_ps = 0;
+    // all_to_all with uneven splits: bytes this rank sends each member, in group order.
+    std::vector<double> send_bytes;
   };
   // An earlier answer's new end (the server's Revise).
   struct Revision {

@@ -31,7 +31,8 @@ int FabricModel::highestRank(const std::vector<int>& ranks) {
 
 FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks,
                                     uint32_t root, uint32_t peer, const std::string& algorithm,
-                                    const fabric::Topology& t, bool preferred) {
+                                    const fabric::Topology& t, bool preferred,
+                                    const std::vector<double>* pair_bytes) {
   if (!(bytes >= 0)) throw std::invalid_argument("a collective's size must be a non-negative number of bytes");
   // Far beyond any card's memory; past it the times lose their meaning in double precision.
   if (bytes > kMaxCollectiveBytes)
@@ -42,6 +43,9 @@ FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const
     throw std::invalid_argument(std::string(p2p && peer >= ranks.size() ? "peer" : "root") + " index " +
                                 std::to_string(p2p && peer >= ranks.size() ? peer : root) + " is outside the group of " +
                                 std::to_string(ranks.size()) + " rank(s)");
+  if (pair_bytes)
+    if (const std::string why = fabric::pairBytesProblem(op, *pair_bytes, ranks.size()); !why.empty())
+      throw std::invalid_argument(why);
   Plan out;
   if ((ranks.size() < 2 && !p2p) || (p2p && ranks[root] == ranks[peer])) {
     out.algorithm = "none";
@@ -53,6 +57,7 @@ FabricModel::Plan FabricModel::plan(fabric::CollectiveOp op, double bytes, const
   for (int rank : ranks) r.ranks.push_back(t.devices().at(static_cast<size_t>(rank)));
   r.root = root;
   r.peer = p2p ? peer : (ranks.size() > 1 ? 1 : 0);
+  if (pair_bytes) r.pair_bytes = *pair_bytes;
   const fabric::ICollectiveAlgorithm* a = nullptr;
   if (preferred)
     a = fabric::preferredIfRunnable(algorithm, r, t);   // null: left to the tuner
@@ -76,11 +81,11 @@ const fabric::ICollectiveAlgorithm& FabricModel::rememberedChoice(const fabric::
 
 FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks,
                                      uint32_t root, uint32_t peer, const std::string& algorithm,
-                                     LinkLoads* loads, bool preferred) {
+                                     LinkLoads* loads, bool preferred, const std::vector<double>* pair_bytes) {
   const int highest = highestRank(ranks);
   std::lock_guard<std::mutex> lock(mutex_);
   const fabric::Topology& t = topologyFor(static_cast<uint32_t>(highest) + 1);
-  const Plan p = plan(op, bytes, ranks, root, peer, algorithm, t, preferred);
+  const Plan p = plan(op, bytes, ranks, root, peer, algorithm, t, preferred, pair_bytes);
   Timed out;
   out.algorithm = p.algorithm;
   out.tuned = p.tuned;
@@ -106,7 +111,9 @@ std::vector<double> FabricModel::timeTogether(const std::vector<Request>& reques
   std::vector<fabric::CollectiveEngine::Job> jobs;
   jobs.reserve(requests.size());
   for (const Request& q : requests)
-    jobs.push_back({plan(q.op, q.bytes, q.ranks, q.root, q.peer, q.algorithm, t).schedule, q.release_s});
+    jobs.push_back({plan(q.op, q.bytes, q.ranks, q.root, q.peer, q.algorithm, t, false,
+                         q.pair_bytes.empty() ? nullptr : &q.pair_bytes).schedule,
+                    q.release_s});
   const std::vector<double> ends = fabric::CollectiveEngine(t).timeTogether(jobs);
   std::vector<double> out;
   out.reserve(ends.size());

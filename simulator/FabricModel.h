@@ -41,10 +41,12 @@ class FabricModel {
   // `ranks`: the group's global ranks, in group order; `root`/`peer` index into them;
   // `algorithm` empty: the tuner's choice; named: that algorithm, or with `preferred` (a
   // CARDSIM_COLL_ALGO-style preference) the tuner's choice where it cannot run this one.
-  // With `loads`, adds the bytes the collective's schedule moves over each link. Throws
-  // std::invalid_argument naming what is wrong.
+  // With `loads`, adds the bytes the collective's schedule moves over each link.
+  // `pair_bytes`: an uneven all_to_all's sizes (fabric::CollectiveRequest::pair_bytes).
+  // Throws std::invalid_argument naming what is wrong.
   Timed time(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks, uint32_t root,
-             uint32_t peer, const std::string& algorithm, LinkLoads* loads = nullptr, bool preferred = false);
+             uint32_t peer, const std::string& algorithm, LinkLoads* loads = nullptr, bool preferred = false,
+             const std::vector<double>* pair_bytes = nullptr);
 
   struct Request {
     fabric::CollectiveOp op = fabric::CollectiveOp::AllReduce;
@@ -52,6 +54,7 @@ class FabricModel {
     std::vector<int> ranks;
     uint32_t root = 0, peer = 0;
     std::string algorithm;
+    std::vector<double> pair_bytes;   // an uneven all_to_all's sizes; empty: even
     double release_s = 0;   // when it starts, on a clock shared by all the requests
   };
   // Collectives that overlap in time, sharing the fabric's links: each one's seconds from
@@ -67,7 +70,8 @@ class FabricModel {
   };
   // Checks the request and lays out its schedule on `t` (caller holds mutex_).
   Plan plan(fabric::CollectiveOp op, double bytes, const std::vector<int>& ranks, uint32_t root, uint32_t peer,
-            const std::string& algorithm, const fabric::Topology& t, bool preferred = false);
+            const std::string& algorithm, const fabric::Topology& t, bool preferred = false,
+            const std::vector<double>* pair_bytes = nullptr);
   static int highestRank(const std::vector<int>& ranks);
   fabric::FabricParams params_;
   std::mutex mutex_;

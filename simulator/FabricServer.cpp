@@ -103,6 +103,9 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     return error(what + ": arrival at " + std::to_string(a.arrival_ps()) + " ps is past the simulation's end (2^63 ps)");
   if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end())
     return error(what + ": rank " + std::to_string(s.rank) + " is not a member of the group");
+  if (a.send_bytes_size() > 0 && (a.op() != "all_to_all" || static_cast<size_t>(a.send_bytes_size()) != ranks.size()))
+    return error(what + ": rank " + std::to_string(s.rank) + " sent " + std::to_string(a.send_bytes_size()) +
+                 " per-member sizes; only an all_to_all has them, one per member (" + std::to_string(ranks.size()) + ")");
   Job& job = jobs[s.job];
   for (int r : ranks)
     if (r < 0 || static_cast<uint32_t>(r) >= job.world)   // it would wait for a rank that never comes
@@ -164,6 +167,11 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     });
   }
   if (p.arrived.count(s.rank)) return error(what + ": rank " + std::to_string(s.rank) + " reported it twice");
+  if (p.op == "all_to_all") {
+    std::vector<double>& row = p.sends[s.rank];
+    if (a.send_bytes_size() > 0) row.assign(a.send_bytes().begin(), a.send_bytes().end());
+    else row.assign(p.ranks.size(), a.bytes() / static_cast<double>(p.ranks.size()));
+  }
   p.bytes = std::max(p.bytes, a.bytes());   // uneven all_to_all: the largest send bounds it
   p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps(), !a.eager()};
   p.launched_ps = std::max(p.launched_ps, a.launched_ps());

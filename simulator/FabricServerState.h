@@ -85,11 +85,32 @@ struct Pending {
   bool ready = false;               // every member has arrived; answered at the next settle
   uint64_t start_ps = 0;            // the latest arrival, once ready
   uint64_t launched_ps = 0;         // the latest member's issue: no end before it
+  // An uneven all_to_all: each member's sends (by global rank), in group order.
+  std::map<int, std::vector<double>> sends;
 
   std::string what() const {
     return op + " #" + std::to_string(seq) + " of process group " + rankList(ranks) + groupInstanceNote(group);
   }
 };
+
+// An uneven all_to_all's sizes (fabric::CollectiveRequest::pair_bytes) from its members'
+// sends; empty when every member sends every member the same (the even exchange).
+inline std::vector<double> pairBytes(const Pending& p) {
+  const size_t n = p.ranks.size();
+  if (p.sends.size() != n || n < 2) return {};
+  const double first = p.sends.begin()->second.empty() ? 0 : p.sends.begin()->second.front();
+  bool even = true;
+  for (const auto& [rank, row] : p.sends)
+    for (double b : row) even = even && b == first;
+  if (even) return {};
+  std::vector<double> out;
+  out.reserve(n * n);
+  for (int r : p.ranks) {
+    const std::vector<double>& row = p.sends.at(r);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
 
 // A collective answered whose end may still overlap later ones: they share links with it.
 struct InFlight {

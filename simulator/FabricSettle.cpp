@@ -75,7 +75,9 @@ void FabricServer::Impl::settle(Job& job) {
     FabricModel::LinkLoads used;
     try {
       r.request.op = fabric::parseOp(p.op);
-      r.alone = model.time(r.request.op, p.bytes, p.ranks, p.root, p.peer, p.algorithm, &used);
+      r.request.pair_bytes = pairBytes(p);
+      r.alone = model.time(r.request.op, p.bytes, p.ranks, p.root, p.peer, p.algorithm, &used, false,
+                           r.request.pair_bytes.empty() ? nullptr : &r.request.pair_bytes);
     } catch (const std::exception& e) {
       failPending(job, key, e.what());
       continue;

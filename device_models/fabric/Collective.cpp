@@ -43,6 +43,20 @@ CollectiveOp parseOp(const std::string& name) {
   throw std::invalid_argument("unknown collective '" + name + "' (valid: " + valid + ")");
 }
 
+std::string pairBytesProblem(CollectiveOp op, const std::vector<double>& pair_bytes, size_t ranks) {
+  if (pair_bytes.empty()) return {};
+  if (op != CollectiveOp::AllToAll)
+    return std::string("per-pair sizes are for all_to_all, not ") + opName(op);
+  if (pair_bytes.size() != ranks * ranks)
+    return "all_to_all over " + std::to_string(ranks) + " ranks needs " + std::to_string(ranks * ranks) +
+           " per-pair sizes (ranks x ranks), got " + std::to_string(pair_bytes.size());
+  for (size_t i = 0; i < pair_bytes.size(); ++i)
+    if (!(pair_bytes[i] >= 0) || !std::isfinite(pair_bytes[i]))
+      return "all_to_all: rank " + std::to_string(i / ranks) + "'s size for rank " + std::to_string(i % ranks) +
+             " is not a non-negative number of bytes (" + std::to_string(pair_bytes[i]) + ")";
+  return {};
+}
+
 double busBandwidthFactor(CollectiveOp op, uint32_t ranks) {
   const double n = ranks;
   switch (op) {

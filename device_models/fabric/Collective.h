@@ -28,6 +28,9 @@ struct CollectiveRequest {
   std::vector<NodeId> ranks;     // the group's devices, in rank order
   uint32_t root = 0;             // broadcast/reduce root, send/recv source (rank index)
   uint32_t peer = 1;             // send/recv destination (rank index)
+  // all_to_all with uneven splits: bytes rank a sends rank b at [a * n + b] (n ranks; the
+  // diagonal stays on the card). Empty: every rank sends bytes / n to each rank.
+  std::vector<double> pair_bytes;
   uint32_t channels = 1;         // parallel rings/trees over different links where there are
   double chunk_bytes = 0;        // pipeline chunk per transfer; 0: one chunk per step
   // In-switch reduction's pipeline: rounds of switch_channels x ranks x switch_chunk_bytes
@@ -74,6 +77,10 @@ class ICollectiveAlgorithm {
   virtual std::string unsupported(const CollectiveRequest& r, const Topology& t) const = 0;
   virtual Schedule schedule(const CollectiveRequest& r, const Topology& t) const = 0;
 };
+
+// Empty when `pair_bytes` fits a collective `op` of `ranks` members (empty, or all_to_all's
+// ranks x ranks finite non-negative sizes); otherwise what is wrong with it.
+std::string pairBytesProblem(CollectiveOp op, const std::vector<double>& pair_bytes, size_t ranks);
 
 // nccl-tests' bus-bandwidth factor: busbw = algbw * factor.
 double busBandwidthFactor(CollectiveOp op, uint32_t ranks);

@@ -2,7 +2,8 @@
 // and all_gather one phase (S/n to each peer), reduce_scatter one phase (each rank's S/n
 // piece to its owner), all_reduce both (2 phases), broadcast/reduce the whole buffer between
 // the root and every other rank, send/recv one transfer. On a full mesh every transfer has
-// its own link, so one phase costs one latency plus S/n over one link.
+// its own link, so one phase costs one latency plus S/n over one link. An all_to_all with
+// uneven splits sends each pair its own size (CollectiveRequest::pair_bytes), all at once.
 #include "device_models/fabric/Algorithms.h"
 
 #include <string>
@@ -46,9 +47,19 @@ class Direct final : public ICollectiveAlgorithm {
     };
     switch (r.op) {
       case CollectiveOp::SendRecv: s.phases.push_back(Phase{{Transfer{r.ranks[r.root], r.ranks[r.peer], r.bytes}}, 1}); break;
+      case CollectiveOp::AllToAll:
+        if (!r.pair_bytes.empty()) {
+          Phase p;
+          for (uint32_t a = 0; a < n; ++a)
+            for (uint32_t b = 0; b < n; ++b)
+              if (a != b && r.pair_bytes[size_t{a} * n + b] > 0)
+                p.transfers.push_back({r.ranks[a], r.ranks[b], r.pair_bytes[size_t{a} * n + b]});
+          s.phases.push_back(std::move(p));
+          break;
+        }
+        [[fallthrough]];
       case CollectiveOp::AllGather:
-      case CollectiveOp::ReduceScatter:
-      case CollectiveOp::AllToAll: s.phases.push_back(allPairs(r.bytes / n)); break;
+      case CollectiveOp::ReduceScatter: s.phases.push_back(allPairs(r.bytes / n)); break;
       case CollectiveOp::AllReduce:
         s.phases.push_back(allPairs(r.bytes / n));
         s.phases.push_back(allPairs(r.bytes / n));

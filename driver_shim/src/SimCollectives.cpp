@@ -81,6 +81,19 @@ std::string pointToPointKey(const CollectiveDesc& desc) {
   return groupKey(desc) + " p2p " + at(desc.root) + ">" + at(desc.peer) + " tag " + std::to_string(desc.tag);
 }
 
+// An uneven all_to_all timed on this rank alone (CollectiveDesc::send_bytes): the others'
+// sends are not known here, so each member is taken to send as `self` (a global rank) does,
+// rotated: member i sends member i + k what `self` sends its k-th next. Every member then
+// sends and receives what this one sends.
+std::vector<double> rotatedPairs(const CollectiveDesc& desc, int self) {
+  const size_t n = desc.ranks.size();
+  const size_t me = static_cast<size_t>(std::find(desc.ranks.begin(), desc.ranks.end(), self) - desc.ranks.begin()) % n;
+  std::vector<double> out(n * n, 0.0);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t k = 0; k < n; ++k) out[i * n + (i + k) % n] = desc.send_bytes[(me + k) % n];
+  return out;
+}
+
 }  // namespace
 
 Status SimBackend::fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port,
@@ -219,12 +232,21 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   sim::FabricModel::LinkLoads loads;
   bool local_links = sim_.deviceCount() > 1;
   for (int r : desc.ranks) local_links = local_links && r >= 0 && static_cast<uint32_t>(r) < sim_.deviceCount();
+  sim::FabricClient* client = fabricClient();
+  std::vector<double> pairs;
   try {
     // Validates the request here, before any other rank depends on it.
     op = fabric::parseOp(desc.op);
+    if (!desc.send_bytes.empty()) {
+      if (op != fabric::CollectiveOp::AllToAll || desc.send_bytes.size() != desc.ranks.size())
+        throw std::invalid_argument("per-member send sizes are for all_to_all, one per member (" +
+                                    std::to_string(desc.ranks.size()) + "), got " +
+                                    std::to_string(desc.send_bytes.size()));
+      pairs = rotatedPairs(desc, client ? static_cast<int>(client->rank()) : s->device);
+    }
     t = fabric_->time(op, desc.bytes, desc.ranks, static_cast<uint32_t>(std::max(desc.root, 0)),
                       static_cast<uint32_t>(std::max(desc.peer, 0)), algo, local_links ? &loads : nullptr,
-                      preferred);
+                      preferred, pairs.empty() ? nullptr : &pairs);
   } catch (const std::exception& e) {
     return Status(Code::InvalidValue, "launchFabricCollective '" + desc.op + "': " + e.what());
   }
@@ -232,6 +254,13 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   cmd.kind = CommandKind::Collective;
   cmd.duration_ps = model::secondsToPs(t.seconds);
   cmd.memory_bytes = fabric::memoryBytesPerMember(op, desc.bytes, static_cast<uint32_t>(desc.ranks.size()));
+  if (!desc.send_bytes.empty()) {
+    // What it sends is read, what it receives written: taken to be as much (its own sends).
+    double sent = 0;
+    for (size_t i = 0; i < desc.send_bytes.size(); ++i)
+      if (desc.ranks[i] != (client ? static_cast<int>(client->rank()) : s->device)) sent += desc.send_bytes[i];
+    cmd.memory_bytes = 2 * sent;
+  }
   for (const auto& [link, use] : loads)
     if (use.bytes > 0) cmd.link_bytes.emplace_back(link, use.bytes);
   const std::string name = desc.op + ":" + t.algorithm;
@@ -259,7 +288,6 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     if (Status st = guard([&] { sim_.reach(point); return Status::Ok(); }); !st.ok()) return st;
     posted_at = slot->time_ps.load();
   }
-  sim::FabricClient* client = fabricClient();
   const bool joined = client && desc.ranks.size() > 1 && (op != fabric::CollectiveOp::SendRecv || p2p) && !capturing(s);
   // Joined, this process issues its own member's command alone; else (one process driving
   // every member) each member's command carries its share of the collective's traffic.
@@ -292,6 +320,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     // Never revisable with revisions off: as if the simulation had run past every end.
     c.sealed_ps = fabric_revise_ ? sim_.sealedPs() : std::numeric_limits<uint64_t>::max();
     c.launched_ps = from_call ? launched_ps : 0;
+    c.send_bytes = desc.send_bytes;
     try {
       if (desc.p2p == P2P::Send) {
         client->post(c);   // buffered: the send takes its own time from its own arrival

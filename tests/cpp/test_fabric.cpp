@@ -227,6 +227,39 @@ TEST(FabricAlgorithms, DirectAndSwitchAloneMatchTheirClosedForms) {
   EXPECT_NEAR(timeOf("switch", request(CollectiveOp::AllReduce, S, nvs), nvs), kA + kSw + S / kB, 1e-12);
 }
 
+TEST(FabricAlgorithms, AnUnevenAllToAllSendsEachPairItsOwnSize) {
+  const double S = 64e6;
+  const uint32_t n = 8;
+  // Rank a sends S/2 to its next rank and S/14 to each of the others: on a full mesh each
+  // pair has its own link, so the largest pair bounds it.
+  Topology mesh = fullMesh(n, kLink);
+  CollectiveRequest r = request(CollectiveOp::AllToAll, S, mesh);
+  r.pair_bytes.assign(size_t{n} * n, S / 14);
+  for (uint32_t a = 0; a < n; ++a) r.pair_bytes[size_t{a} * n + (a + 1) % n] = S / 2;
+  EXPECT_NEAR(timeOf("direct", r, mesh), kA + S / 2 / kB, 1e-12);
+  // On a switch, one rank sending S/7 to each of the others (S in all) and the others
+  // sending it a byte each: its own link carries its S all along (kB/7 per flow, which no
+  // other link holds back), the route's latency once.
+  Topology star = switchStar(n, kLink, kSw, false);
+  CollectiveRequest one = request(CollectiveOp::AllToAll, S, star);
+  one.pair_bytes.assign(size_t{n} * n, 0.0);
+  for (uint32_t b = 1; b < n; ++b) {
+    one.pair_bytes[b] = S / 7;
+    one.pair_bytes[size_t{b} * n] = 1;
+  }
+  EXPECT_NEAR(timeOf("direct", one, star), 2 * kA + kSw + S / kB, 1e-9);
+  // The even exchange of the same buffer: 7 S/8 on every device's link each way.
+  EXPECT_NEAR(timeOf("direct", request(CollectiveOp::AllToAll, S, star), star), 2 * kA + kSw + S * 7 / 8 / kB, 1e-9);
+  // Sizes are checked: one per ordered pair, non-negative, and only for all_to_all.
+  EXPECT_EQ(pairBytesProblem(CollectiveOp::AllToAll, r.pair_bytes, n), "");
+  EXPECT_NE(pairBytesProblem(CollectiveOp::AllToAll, std::vector<double>(n), n).find("needs 64 per-pair sizes"),
+            std::string::npos);
+  std::vector<double> negative = r.pair_bytes;
+  negative[9] = -1;
+  EXPECT_NE(pairBytesProblem(CollectiveOp::AllToAll, negative, n).find("rank 1's size for rank 1"), std::string::npos);
+  EXPECT_NE(pairBytesProblem(CollectiveOp::AllGather, r.pair_bytes, n).find("not all_gather"), std::string::npos);
+}
+
 // NVLS's rounds (channels x ranks x chunk of the buffer): each rank's slices pulled for the
 // switch's reductions and the sums multicast back, S (1 + 1/n) each way; the multicast of
 // one round overlaps the next round's reduction, so q rounds of r take q r (1 + 1/n) / B

@@ -107,6 +107,40 @@ TEST(FabricServer, CompletesAtLatestArrivalPlusModelTimeWhateverTheArrivalOrder)
   EXPECT_EQ(fx.server.stats().collectives_pending, 0u);
 }
 
+TEST(FabricServer, AnUnevenAllToAllIsTimedFromEveryMembersSends) {
+  Fixture fx;
+  const std::vector<int> ranks = {0, 1, 2, 3};
+  // Rank r sends 6 MiB to rank r + 2 (on the other card) and 1 MiB to each other rank.
+  const double mib = 1 << 20;
+  std::vector<double> pairs(16, 0.0);
+  std::vector<std::vector<double>> rows(4, std::vector<double>(4, mib));
+  for (int r = 0; r < 4; ++r) {
+    rows[r][(r + 2) % 4] = 6 * mib;
+    for (int b = 0; b < 4; ++b) pairs[size_t(r) * 4 + b] = rows[r][b];
+  }
+  sim::FabricModel m(params());
+  const double uneven = m.time(fabric::CollectiveOp::AllToAll, 8 * mib, ranks, 0, 1, "", nullptr, false, &pairs).seconds;
+  const double even = m.time(fabric::CollectiveOp::AllToAll, 8 * mib, ranks, 0, 1, "").seconds;
+  ASSERT_GT(uneven, even * 1.5);   // the skew shows
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 4; ++r) clients.push_back(fx.client(r, 4));
+  std::vector<std::future<FabricClient::Completion>> done(4);
+  for (int r = 0; r < 4; ++r) {
+    FabricClient::Collective c = allReduce(ranks, 1'000'000 * (r + 1), 8 * mib);
+    c.op = "all_to_all";
+    c.send_bytes = rows[r];
+    c.seq = clients[r]->nextSeq(c.group);
+    done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
+  }
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(done[r].get().end_ps, 4'000'000 + model::secondsToPs(uneven)) << r;
+  // A member's sizes must be one per member, and only an all_to_all has them.
+  FabricClient::Collective bad = allReduce({0, 1}, 0, mib);
+  bad.send_bytes = {mib, mib, mib};
+  bad.seq = clients[0]->nextSeq(bad.group);
+  const std::string why = errorOf([&] { clients[0]->collective(bad); });
+  EXPECT_NE(why.find("sent 3 per-member sizes; only an all_to_all has them"), std::string::npos) << why;
+}
+
 TEST(FabricServer, NoMemberEndsBeforeTheLastMemberHasIssuedIt) {
   // A collective starts at its members' calls and ends no earlier than the latest member's
   // issue (its launch overhead) ends: a short one is launch-bound on every member; a long

@@ -253,6 +253,38 @@ TEST(ModelMemorySharing, ACollectiveBesideAKernelTakesItsTrafficFromTheKernelNot
   EXPECT_NEAR(durationS(after), 3e-6 + 600e-9 + kernel_bytes / B, cycle);
 }
 
+// Without a fabric server a rank knows only its own sends: every member is taken to send as
+// it does, rotated, so on 2 ranks a skewed exchange takes its larger direction's transfer.
+TEST(ModelMemorySharing, AnUnevenAllToAllTimedAloneTakesItsLargestSendsTime) {
+  startRuntime("mlu370-x8", 2);
+  shim::Stream s;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  const double S = 64 << 20;
+  shim::CollectiveDesc d;
+  d.op = "all_to_all";
+  d.bytes = S;
+  d.ranks = {0, 1};
+  d.send_bytes = {S / 4, 3 * S / 4};
+  double skewed = 0, even = 0, pair = 0;
+  std::string algo;
+  ASSERT_SHIM_OK(shim::launchFabricCollective(s, d, &skewed, &algo));
+  EXPECT_EQ(algo, "direct");
+  d.send_bytes.clear();
+  ASSERT_SHIM_OK(shim::launchFabricCollective(s, d, &even, &algo));
+  shim::CollectiveDesc one = d;
+  one.op = "send_recv";
+  one.bytes = 3 * S / 4;
+  ASSERT_SHIM_OK(shim::launchFabricCollective(s, one, &pair, &algo));
+  EXPECT_NEAR(skewed, pair, 1e-12);
+  EXPECT_GT(skewed, 1.4 * even);
+  // one size per member, and for all_to_all only
+  d.send_bytes = {S};
+  shim::Status st = shim::launchFabricCollective(s, d, &skewed, &algo);
+  EXPECT_EQ(st.code(), shim::Code::InvalidValue);
+  EXPECT_NE(st.message().find("one per member (2), got 1"), std::string::npos) << st.message();
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+}
+
 // The arithmetic behind both rules: weighted max-min sharing with caps.
 TEST(ModelMemorySharing, FairShareGivesACappedFlowItsCapAndTheRestToTheOthers) {
   FairShare fs(300.0);

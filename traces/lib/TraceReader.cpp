@@ -337,6 +337,10 @@ void TraceReader::checkValues(const Envelope& e, uint64_t at) const {
     case Envelope::kCollective:
       amount(e.collective().bytes(), "the collective's bytes");
       amount(e.collective().seconds(), "the collective's seconds");
+      for (double b : e.collective().send_bytes()) amount(b, "the collective's send_bytes");
+      if (e.collective().send_bytes_size() > 0 && e.collective().send_bytes_size() != e.collective().ranks_size())
+        bad("the collective has " + std::to_string(e.collective().send_bytes_size()) + " send_bytes for " +
+            std::to_string(e.collective().ranks_size()) + " ranks");
       break;
     default:
       break;

@@ -434,6 +434,7 @@ void RankReplayer::replay(const trace::Envelope& e) {
       d.group = c.group();
       d.timeout_s = options_.collective_timeout_s;
       d.tag = c.tag();
+      d.send_bytes.assign(c.send_bytes().begin(), c.send_bytes().end());
       // Replicated ranks time their transfers alone: the other side is not replayed.
       if (options_.scale_ranks <= 0) {
         d.p2p = static_cast<shim::CollectiveDesc::PointToPoint>(c.p2p());
@@ -446,6 +447,9 @@ void RankReplayer::replay(const trace::Envelope& e) {
           d.ranks.resize(static_cast<std::size_t>(options_.scale_ranks));
           for (int i = 0; i < options_.scale_ranks; ++i) d.ranks[static_cast<std::size_t>(i)] = i;
           d.group.clear();
+          // The recorded split is the recorded world's: the replicated exchange is taken
+          // as even, each rank sending its recorded buffer.
+          d.send_bytes.clear();
         }
         // Fewer ranks than a point-to-point transfer's two sides: the input asks for a job
         // this recording cannot stand for.

@@ -145,6 +145,12 @@ _FABRIC_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_sc
               "all_to_all": "all_to_all", "send": "send_recv", "recv": "send_recv", "barrier": "barrier"}
 
 
+def _uneven(sizes):
+    """An all_to_all's bytes to each group rank, or None where they are all alike (the
+    even exchange, timed from the buffer's size alone)."""
+    return None if len(set(sizes)) <= 1 else sizes
+
+
 # Process groups created in this process, by their members: the n-th group with the same
 # members is the n-th on every member (groups are created collectively), so the pair keys
 # a group's sequence of collectives on the fabric server.
@@ -313,11 +319,12 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return _DoneWork(result)
 
     def _charge(self, kind: str, tensors, root: int = 0, peer: int = 1, ranks=None, p2p: int = 0,
-                tag: int = 0, posted=None) -> None:
+                tag: int = 0, posted=None, send=None) -> None:
         """Queues the collective's fabric time on the device's current stream. `tensors`
         carry nccl-tests' size for `kind` (see shim CollectiveDesc); `root` and `peer` are
         group ranks; `p2p` (1 send, 2 receive), `tag` and `posted` (the receive's event)
-        join the two sides of a point-to-point transfer."""
+        join the two sides of a point-to-point transfer; `send`, an all_to_all's bytes to
+        each group rank where its splits are uneven."""
         self._reported = False
         if not p2p:
             self._p2p_batch = None
@@ -331,14 +338,18 @@ class CardsimProcessGroup(dist.ProcessGroup):
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
         self._timed(dev[0].device.index, _FABRIC_OP[kind], float(nbytes),
                     self._ranks if ranks is None else ranks, root, peer, str(dev[0].dtype).removeprefix("torch."),
-                    p2p, tag, 0 if posted is None else posted.event_id)
+                    p2p, tag, 0 if posted is None else posted.event_id, send)
 
     def _timed(self, device: int, op: str, nbytes: float, ranks, root: int, peer: int, dtype: str = "",
-               p2p: int = 0, tag: int = 0, posted: int = 0) -> None:
+               p2p: int = 0, tag: int = 0, posted: int = 0, send=None) -> None:
         self._reported = True
         try:
-            self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
-                         p2p, tag, posted)
+            if send:
+                self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
+                             p2p, tag, posted, [float(b) for b in send])
+            else:
+                self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
+                             p2p, tag, posted)
         except dist.DistBackendError as e:
             raise dist.DistBackendError(f"{self._name}: {e}") from None
 
@@ -496,7 +507,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def alltoall(self, output_tensors, input_tensors, opts=None):
         # As all_to_all_single over the concatenation on the host views (Gloo has no list
         # form; staging on the stream would cost time the vendor library does not spend).
-        self._charge("all_to_all", input_tensors)
+        self._charge("all_to_all", input_tensors, send=_uneven([t.numel() * t.element_size() for t in input_tensors]))
         if self._timing:
             return _DoneWork(output_tensors)
         h = self._host()
@@ -515,7 +526,11 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         work = self._gloo.alltoall_base(h(output, True), h(input), list(output_split_sizes),
                                         list(input_split_sizes), opts or dist.AllToAllOptions())
-        self._charge("all_to_all", input)
+        send = None
+        if input_split_sizes and input.dim() > 0 and input.size(0) > 0:
+            row = input.numel() // input.size(0) * input.element_size()   # bytes per index of dim 0
+            send = _uneven([s * row for s in input_split_sizes])
+        self._charge("all_to_all", input, send=send)
         return self._done(h, work, [output])
 
     # The names torch.distributed uses for the tensor forms of these collectives.

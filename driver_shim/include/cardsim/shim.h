@@ -262,6 +262,12 @@ struct CollectiveDesc {
                                // collectives are numbered in call order); empty: the ranks
   double timeout_s = 0;        // the process group's timeout; 0: none
   std::string dtype;           // the element type, for traces ("bfloat16"); empty: unknown
+  // all_to_all with uneven splits: the bytes this rank sends each member, in group order
+  // (its own entry stays on its card; `bytes` is their sum). Empty: bytes / members to
+  // each. With a fabric server the members' sends make the exchange's matrix; timed alone,
+  // every member is taken to send as this one does, rotated (member i sends member i + k
+  // what this rank sends its k-th next).
+  std::vector<double> send_bytes;
   // Point to point (op "send_recv", ranks [source, destination], root 0, peer 1): which side
   // this rank is. None: the transfer is timed on this rank alone. Send and Recv are joined
   // on a fabric server by (group, source, destination, tag), in call order on each side.

@@ -163,6 +163,31 @@ def worker(rank, world, q):
         dist.all_to_all_single(out, inp, out_splits, in_splits)
         eq(out, torch.cat([torch.full((s,), float(1000 * r + rank)) for r, s in enumerate(out_splits)]))
 
+    def t_all_to_all_timing():
+        # The same 12 MiB buffer per rank exchanged evenly, then skewed: each rank sends 3/4
+        # of it to its next rank and the rest evenly to the others (the fabric times each
+        # pair's own size, not the even exchange of the buffer).
+        from cardsim_torch import _C
+        T = 3 << 20
+        skew = [3 * T // 4 if j == (rank + 1) % n else T // (4 * (n - 1)) for j in range(n)]
+        got = [3 * T // 4 if rank == (j + 1) % n else T // (4 * (n - 1)) for j in range(n)]
+        inp = torch.ones(T, device=d)
+        spans = {}
+        for name, ins, outs in (("even", None, None), ("skewed", skew, got)):
+            out = torch.empty(sum(outs) if outs else T, device=d)
+            dist.barrier()
+            mod.synchronize()
+            _C._set_activity_recording(True); _C._drain_activities()
+            dist.barrier()
+            dist.all_to_all_single(out, inp, outs, ins)
+            mod.synchronize()
+            (a,) = [a for a in _C._drain_activities() if a[0] == "collective" and a[3].startswith("all_to_all")]
+            _C._set_activity_recording(False)
+            spans[name] = (a[5] - a[4]) * 1e-3   # ns -> us
+            eq(out, torch.ones(out.numel()))
+        res["all_to_all_timing_data"] = {"spans": spans, "bytes": T * 4, "skew_bytes": 3 * T,
+                                         "preset": mod.get_device_properties(d).preset}
+
     def t_send_recv():
         if rank == 0:
             dist.send(base(0).to(d) * 3, dst=n - 1)
@@ -333,7 +358,7 @@ if __name__ == "__main__":
 COLLECTIVES = ["backend", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather",
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
-               "all_to_all_single_uneven", "send_recv", "isend_irecv", "barrier", "objects",
+               "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "isend_irecv", "barrier", "objects",
                "async_op", "non_contiguous", "capture_refused"]
 
 WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
@@ -447,3 +472,22 @@ def test_barrier_send_recv_take_the_fabric_models_time(world_results, card, worl
     (recv,) = [sp for sp in res[1]["charges_data"]["spans"] if sp[0] == "send_recv"]
     assert recv[2] == pytest.approx(max(send[1] + p2p_us * 1e3, issued), abs=0.5), (send, recv, issued)
     assert recv[2] == pytest.approx(send[2], abs=2e-3), (send, recv)   # the two sides end together
+
+
+@pytest.mark.parametrize("card,world", WORLDS, ids=[f"{c}-{w}ranks" for c, w in WORLDS])
+def test_an_uneven_all_to_all_takes_its_largest_pairs_time(world_results, card, world):
+    """all_to_all_single with splits is timed pair by pair: a rank sending 3/4 of its buffer
+    to one peer takes as long as that transfer (on 2 ranks, each direction its own link:
+    `collbench`'s send_recv of those bytes), longer than the even exchange of the buffer."""
+    res = world_results(card, world)
+    data = [res[r]["all_to_all_timing_data"] for r in range(world)]
+    spans = [d["spans"] for d in data]
+    for name in ("even", "skewed"):   # every member ends together, from a common start
+        assert all(s[name] == pytest.approx(spans[0][name], abs=2e-3) for s in spans), spans
+    preset = data[0]["preset"]
+    even_us, _ = _model_us(preset, "all_to_all", world, data[0]["bytes"])
+    assert spans[0]["even"] == pytest.approx(even_us, abs=2e-3), (spans, even_us)
+    assert spans[0]["skewed"] > spans[0]["even"] * 1.2, spans
+    if world == 2:
+        pair_us, _ = _model_us(preset, "send_recv", 2, data[0]["skew_bytes"])
+        assert spans[0]["skewed"] == pytest.approx(pair_us, abs=2e-3), (spans, pair_us)

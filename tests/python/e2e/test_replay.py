@@ -245,6 +245,37 @@ def test_replay_of_point_to_point_transfers_reproduces_the_recorded_times(tmp_pa
     assert "point-to-point transfer between ranks 0 and 1" in alone.stderr and "2 ranks or more" in alone.stderr
 
 
+UNEVEN_ALL_TO_ALL = r"""
+import torch, torch_mlu, torch.distributed as dist
+dist.init_process_group("cncl")
+rank = dist.get_rank()
+d = torch.device("mlu", 0)
+x = torch.ones(1 << 20, device=d)
+for skew in (False, True):
+    # skewed: rank 0 sends 7/8 of its buffer to rank 1, rank 1 1/8 of its own to rank 0
+    ins = ([1 << 17, 7 << 17] if rank == 0 else [1 << 17, 7 << 17]) if skew else None
+    outs = ([1 << 17, 1 << 17] if rank == 0 else [7 << 17, 7 << 17]) if skew else None
+    out = torch.empty(sum(outs) if outs else 1 << 20, device=d)
+    dist.all_to_all_single(out, x * 2, outs, ins)
+torch.mlu.synchronize()
+dist.destroy_process_group()
+"""
+
+
+def test_replay_of_an_uneven_all_to_all_reproduces_its_recorded_time(tmp_path):
+    """An all_to_all with splits records what each rank sent each peer (format 1.5) and
+    replays with it: the recorded times, not the even exchange's."""
+    trace = record(tmp_path, "a2a", UNEVEN_ALL_TO_ALL, world=2)
+    listing = cardsim("info", trace / "rank0.cstrace", "--records").stdout
+    assert "send_bytes: 524288" in listing and "send_bytes: 3670016" in listing, listing[-3000:]
+    rep = replay(tmp_path, trace)
+    assert rep["total_us"] == pytest.approx(recorded_total_us(trace), abs=1e-6)
+    # rank 0 standing for 4 ranks: the recorded split is the 2-rank world's, the exchange
+    # taken as even (each rank its recorded buffer)
+    wide = replay(tmp_path, trace, "--ranks", "4")
+    assert wide["total_us"] > 0
+
+
 COPY_BESIDE_COLLECTIVE = r"""
 import os, torch, torch.distributed as dist
 import torch_mlu
@@ -335,7 +366,7 @@ def test_replay_of_collectives_on_two_streams_moves_the_first_ones_end_as_record
 
 
 def as_older_format(data: bytes, minor: int) -> bytes:
-    """A trace file of format 1.4 as the same bytes marked 1.`minor` (its header's
+    """A trace file of format 1.5 as the same bytes marked 1.`minor` (its header's
     format_minor and its End record's CRC-32 changed, nothing else)."""
     def varint(at):
         v = shift = 0
@@ -359,7 +390,7 @@ def as_older_format(data: bytes, minor: int) -> bytes:
     out = bytearray(data)
     _, body = varint(starts[0])
     _, inner = varint(body + 1)                     # Envelope.header: tag 0x0A, length
-    assert out[inner:inner + 4] == bytes([0x08, 1, 0x10, 4]), out[inner:inner + 4]   # format 1.4
+    assert out[inner:inner + 4] == bytes([0x08, 1, 0x10, 5]), out[inner:inner + 4]   # format 1.5
     out[inner + 3] = minor
     out[crc_at:crc_at + 4] = zlib.crc32(bytes(out[:starts[-1]])).to_bytes(4, "little")
     return bytes(out)
