@@ -89,6 +89,7 @@ struct FabricClient::Impl {
       r.completion.end_ps = m.complete().end_ps();
       r.completion.algorithm = m.complete().algorithm();
       r.completion.alone_s = m.complete().alone_s();
+      r.completion.note = m.complete().note();
     } else if (m.has_revise()) {
       revisions.push_back(Revision{m.revise().group(), m.revise().seq(), m.revise().end_ps()});
       return;
@@ -386,6 +387,7 @@ std::string arriveFrame(const FabricClient::Collective& c, uint64_t id, bool eag
   a->set_sealed_ps(c.sealed_ps);
   a->set_launched_ps(c.launched_ps);
   for (double b : c.send_bytes) a->add_send_bytes(b);
+  if (c.device >= 0) a->set_device(static_cast<uint32_t>(c.device));
   return wire::frame(m.SerializeAsString());
 }
 }  // namespace

@@ -52,6 +52,8 @@ class FabricClient {
     uint64_t launched_ps = 0;
     // all_to_all with uneven splits: bytes this rank sends each member, in group order.
     std::vector<double> send_bytes;
+    // The fabric device this rank runs it on; negative: its rank's (device r).
+    int device = -1;
   };
   // An earlier answer's new end (the server's Revise).
   struct Revision {
@@ -63,6 +65,7 @@ class FabricClient {
     uint64_t end_ps = 0;
     std::string algorithm;
     double alone_s = 0;
+    std::string note;   // the server's note on how it placed the members (empty: as asked)
     // Earlier answers of this rank moved later since its last call (they arrive before the
     // answer that brings them): the caller applies them before its simulation goes on.
     std::vector<Revision> revised;

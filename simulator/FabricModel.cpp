@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 
 #include "device_models/fabric/CollectiveEngine.h"
@@ -101,6 +102,20 @@ FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, cons
         }
   }
   return out;
+}
+
+double FabricModel::copySeconds(int src, int dst, double bytes) {
+  const int highest = highestRank({src, dst});
+  if (!(bytes >= 0) || bytes > kMaxCollectiveBytes)
+    throw std::invalid_argument("a copy of " + std::to_string(bytes) + " bytes is outside 0.." +
+                                std::to_string(kMaxCollectiveBytes));
+  std::lock_guard<std::mutex> lock(mutex_);
+  const fabric::Topology& t = topologyFor(static_cast<uint32_t>(highest) + 1);
+  const fabric::NodeId a = t.devices().at(static_cast<size_t>(src)), b = t.devices().at(static_cast<size_t>(dst));
+  if (a == b) return 0;
+  double rate = std::numeric_limits<double>::infinity();
+  for (fabric::LinkId l : t.route(a, b)) rate = std::min(rate, t.link(l).params.copyBandwidth());
+  return t.routeLatency(a, b) + bytes / rate;
 }
 
 std::vector<double> FabricModel::timeTogether(const std::vector<Request>& requests) {

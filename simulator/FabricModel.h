@@ -48,6 +48,10 @@ class FabricModel {
              uint32_t peer, const std::string& algorithm, LinkLoads* loads = nullptr, bool preferred = false,
              const std::vector<double>* pair_bytes = nullptr);
 
+  // A peer copy of `bytes` from device `src` to device `dst` alone on the fabric: the route's
+  // latency, then the bytes at the slowest of its links' copy rates (LinkParams::
+  // copyBandwidth, as the cards' FabricLinks move them). Throws as time().
+  double copySeconds(int src, int dst, double bytes);
   struct Request {
     fabric::CollectiveOp op = fabric::CollectiveOp::AllReduce;
     double bytes = 0;

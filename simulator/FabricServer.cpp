@@ -103,6 +103,11 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     return error(what + ": arrival at " + std::to_string(a.arrival_ps()) + " ps is past the simulation's end (2^63 ps)");
   if (std::find(ranks.begin(), ranks.end(), s.rank) == ranks.end())
     return error(what + ": rank " + std::to_string(s.rank) + " is not a member of the group");
+  if (const uint32_t per = model.params().devices_per_node;
+      a.has_device() && (per == 0 || a.device() / per != static_cast<uint32_t>(s.rank) / per))
+    return error(what + ": rank " + std::to_string(s.rank) + " runs it on fabric device " + std::to_string(a.device()) +
+                 ", not on its node (node " + std::to_string(per ? s.rank / per : 0) + ": devices " +
+                 std::to_string(per ? s.rank / per * per : 0) + ".." + std::to_string(per ? s.rank / per * per + per - 1 : 0) + ")");
   if (a.send_bytes_size() > 0 && (a.op() != "all_to_all" || static_cast<size_t>(a.send_bytes_size()) != ranks.size()))
     return error(what + ": rank " + std::to_string(s.rank) + " sent " + std::to_string(a.send_bytes_size()) +
                  " per-member sizes; only an all_to_all has them, one per member (" + std::to_string(ranks.size()) + ")");
@@ -173,7 +178,8 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     else row.assign(p.ranks.size(), a.bytes() / static_cast<double>(p.ranks.size()));
   }
   p.bytes = std::max(p.bytes, a.bytes());   // uneven all_to_all: the largest send bounds it
-  p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps(), !a.eager()};
+  p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps(), !a.eager(),
+                                       a.has_device() ? static_cast<int>(std::min<uint32_t>(a.device(), 1u << 30)) : -1};
   p.launched_ps = std::max(p.launched_ps, a.launched_ps());
   if (a.eager()) {
     p.p2p = true;
@@ -205,7 +211,7 @@ void FabricServer::Impl::onPark(Session& s, bool parked) {
   if (parked) maybeSettle(s.job);
 }
 
-// A peer copy of the rank's process: in flight from its start for the model's time alone
+// A peer copy of the rank's process: in flight from its start for the copy's time alone
 // (the server does not hear when it really ends), so that the collectives timed after it
 // share the links it crosses with it (FabricSettle.cpp). Bad values are the client's bug:
 // the connection is refused as for any malformed message.
@@ -221,9 +227,10 @@ void FabricServer::Impl::onTraffic(Session& s, const rpc::Traffic& t) {
   f.request.peer = 1;
   FabricModel::LinkLoads used;
   try {
-    const FabricModel::Timed alone = model.time(f.request.op, f.request.bytes, f.request.ranks, 0, 1, "", &used);
+    (void)model.time(f.request.op, f.request.bytes, f.request.ranks, 0, 1, "", &used);   // its links' bytes
+    // In flight for the copy's own time (the link's copy rate, no collective's latency).
     f.start_ps = t.start_ps();
-    f.end_ps = t.start_ps() + model::secondsToPs(alone.seconds);
+    f.end_ps = t.start_ps() + model::secondsToPs(model.copySeconds(t.ranks(0), t.ranks(1), t.bytes()));
   } catch (const std::exception& e) {
     return s.fail(std::string("Traffic: ") + e.what());
   }

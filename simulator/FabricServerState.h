@@ -78,6 +78,7 @@ struct Pending {
     uint64_t id = 0;
     uint64_t arrival_ps = 0;
     bool answer = true;             // false: the eager side of a point-to-point transfer
+    int device = -1;                // the fabric device it runs on; negative: its rank's
   };
   std::map<int, Arrival> arrived;   // by global rank
   bool p2p = false;                 // a point-to-point transfer: answered as soon as both are in
@@ -85,6 +86,7 @@ struct Pending {
   bool ready = false;               // every member has arrived; answered at the next settle
   uint64_t start_ps = 0;            // the latest arrival, once ready
   uint64_t launched_ps = 0;         // the latest member's issue: no end before it
+  std::string note;                 // for its answer (Complete.note): how its members were placed
   // An uneven all_to_all: each member's sends (by global rank), in group order.
   std::map<int, std::vector<double>> sends;
 
@@ -92,6 +94,28 @@ struct Pending {
     return op + " #" + std::to_string(seq) + " of process group " + rankList(ranks) + groupInstanceNote(group);
   }
 };
+
+// The fabric devices the members run on, in group order (a member without one on its rank's,
+// device r). Two members on one device (ranks that did not choose their cards: the vendor
+// libraries refuse such a group) put every member on its rank's device, and `note` says so.
+inline std::vector<int> placedDevices(const Pending& p, std::string* note) {
+  std::vector<int> out;
+  std::map<int, int> rank_on;   // device -> the first rank on it
+  for (int r : p.ranks) {
+    const auto a = p.arrived.find(r);
+    const int device = a != p.arrived.end() && a->second.device >= 0 ? a->second.device : r;
+    if (const auto [it, fresh] = rank_on.emplace(device, r); !fresh) {
+      if (note)
+        *note = "ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " both run on device " +
+                std::to_string(device) + " (the vendor libraries refuse two ranks on one card): the fabric times " +
+                "every rank of the group on its rank's device, rank r on device r; set each rank's device (its " +
+                "local rank, say) for the times of the cards it runs on";
+      return p.ranks;
+    }
+    out.push_back(device);
+  }
+  return out;
+}
 
 // An uneven all_to_all's sizes (fabric::CollectiveRequest::pair_bytes) from its members'
 // sends; empty when every member sends every member the same (the even exchange).

@@ -73,17 +73,17 @@ void FabricServer::Impl::settle(Job& job) {
     r.start_ps = p.start_ps;
     r.launched_ps = p.launched_ps;
     FabricModel::LinkLoads used;
+    r.request.ranks = placedDevices(p, &p.note);
     try {
       r.request.op = fabric::parseOp(p.op);
       r.request.pair_bytes = pairBytes(p);
-      r.alone = model.time(r.request.op, p.bytes, p.ranks, p.root, p.peer, p.algorithm, &used, false,
+      r.alone = model.time(r.request.op, p.bytes, r.request.ranks, p.root, p.peer, p.algorithm, &used, false,
                            r.request.pair_bytes.empty() ? nullptr : &r.request.pair_bytes);
     } catch (const std::exception& e) {
       failPending(job, key, e.what());
       continue;
     }
     r.request.bytes = p.bytes;
-    r.request.ranks = p.ranks;
     r.request.root = p.root;
     r.request.peer = p.peer;
     r.request.algorithm = p.algorithm;
@@ -191,8 +191,9 @@ void FabricServer::Impl::answerPointToPoint(Job& job, const std::string& key) {
   Pending& p = job.pending.at(key);
   FabricModel::LinkLoads used;
   FabricModel::Timed alone;
+  const std::vector<int> devices = placedDevices(p, &p.note);
   try {
-    alone = model.time(fabric::parseOp(p.op), p.bytes, p.ranks, p.root, p.peer, p.algorithm, &used);
+    alone = model.time(fabric::parseOp(p.op), p.bytes, devices, p.root, p.peer, p.algorithm, &used);
   } catch (const std::exception& e) {
     return failPending(job, key, e.what());
   }
@@ -215,6 +216,7 @@ void FabricServer::Impl::answer(Job& job, const std::string& key, uint64_t end_p
     c->set_end_ps(end_ps);
     c->set_algorithm(alone.algorithm);
     c->set_alone_s(alone.seconds);
+    c->set_note(p.note);
     s.send(m);
   });
   forget(job, p);

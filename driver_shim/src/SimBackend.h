@@ -261,7 +261,7 @@ class SimBackend final : public IBackend {
   Status graphLaunch(Graph graph, Stream stream) override;
   Status graphDestroy(Graph graph) override;
   Status launchHostFunc(Stream stream, std::function<void()> fn) override;
-  void warnIfNotOnItsRanksDevice(const sim::FabricClient& client, int device);
+  int fabricDeviceOf(const sim::FabricClient& client, int device) const;
   Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                                 std::string* algorithm) override;
 

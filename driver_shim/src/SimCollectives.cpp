@@ -302,7 +302,6 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   const model::TimePs call_ps = sim_.hostNow();
   const model::TimePs launched_ps = call_ps + model::secondsToPs(params_.host.launch_overhead_s);
   if (joined) {
-    warnIfNotOnItsRanksDevice(*client, s->device);
     const model::TimePs free_at = sim_.queueFreeAt(model::DeviceId{static_cast<uint32_t>(s->device)}, s->queue);
     const model::TimePs ready = from_call ? call_ps + 1 : launched_ps;
     sim::FabricClient::Collective c;
@@ -321,6 +320,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     c.sealed_ps = fabric_revise_ ? sim_.sealedPs() : std::numeric_limits<uint64_t>::max();
     c.launched_ps = from_call ? launched_ps : 0;
     c.send_bytes = desc.send_bytes;
+    c.device = fabricDeviceOf(*client, s->device);
     try {
       if (desc.p2p == P2P::Send) {
         client->post(c);   // buffered: the send takes its own time from its own arrival
@@ -335,6 +335,10 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
           sim_.holdCollectiveEnd(c.group, c.seq, cmd.end);
         }
         took = done.alone_s;
+        if (!done.note.empty()) {
+          static std::atomic<bool> said{false};
+          if (!said.exchange(true)) std::fprintf(stderr, "cardsim: %s\n", done.note.c_str());
+        }
       }
     } catch (const std::exception& e) {
       return Status(Code::CommFailed, e.what());
@@ -360,21 +364,14 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   });
 }
 
-// The fabric places global rank r on device r of the preset's topology (node r / n, its
-// device r % n), as a job of one device per rank does. A process that sees a whole node's
-// cards and runs its rank on another of them (a launcher's visible-devices list, say
-// MLU_VISIBLE_DEVICES=0,2 under `deepspeed --include localhost:0,2`) is still timed on its
-// rank's device: said once, so that the user knows which links the times are of.
-void SimBackend::warnIfNotOnItsRanksDevice(const sim::FabricClient& client, int device) {
-  static std::atomic<bool> said{false};
+// Where the fabric times this rank's collectives: a process that sees a whole node's cards
+// runs its rank on the card it chose (`deepspeed --include localhost:0,2` puts rank 1 on
+// chip 2, its device numbered physically), on its rank's node (node r / n); one that sees
+// fewer (a launcher's one card per rank) on its rank's device, r (-1: the server's rule).
+int SimBackend::fabricDeviceOf(const sim::FabricClient& client, int device) const {
   const uint32_t per = fabric_->params().devices_per_node;
-  if (said.load() || sim_.deviceCount() < per || per == 0) return;
-  const uint32_t placed = client.rank() % per;
-  if (device < 0 || static_cast<uint32_t>(device) == placed || said.exchange(true)) return;
-  std::fprintf(stderr,
-               "cardsim: rank %u runs its collectives on device %d, but the fabric times rank r on device r "
-               "(node r / %u, device r %% %u): its collectives are timed over device %u's links, not device %d's\n",
-               client.rank(), device, per, per, placed, device);
+  if (per == 0 || sim_.deviceCount() < per || device < 0) return -1;
+  return static_cast<int>(client.rank() / per * per + static_cast<uint32_t>(device) % per);
 }
 
 // CARDSIM_COLL_START: where a collective may start on its stream, at its call ("call", the

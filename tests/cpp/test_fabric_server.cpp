@@ -141,6 +141,47 @@ TEST(FabricServer, AnUnevenAllToAllIsTimedFromEveryMembersSends) {
   EXPECT_NE(why.find("sent 3 per-member sizes; only an all_to_all has them"), std::string::npos) << why;
 }
 
+TEST(FabricServer, MembersAreTimedOnTheDevicesTheyRunOn) {
+  Fixture fx;
+  const double bytes = 16 << 20;
+  sim::FabricModel m(params());
+  const double near = m.time(fabric::CollectiveOp::AllReduce, bytes, {0, 1}, 0, 1, "").seconds;
+  const double far = m.time(fabric::CollectiveOp::AllReduce, bytes, {0, 2}, 0, 1, "").seconds;
+  ASSERT_NE(near, far);   // chips 0 and 1 share a card; chip 2 is on the next one
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 2; ++r) clients.push_back(fx.client(r, 2));
+  // Each run well after the last one's end: alone on the fabric.
+  uint64_t at = 0;
+  auto run = [&](int d0, int d1) {
+    at += 10'000'000'000ull;
+    std::vector<std::future<FabricClient::Completion>> done(2);
+    for (int r = 0; r < 2; ++r) {
+      FabricClient::Collective c = allReduce({0, 1}, at, bytes);
+      c.device = r == 0 ? d0 : d1;
+      c.seq = clients[r]->nextSeq(c.group);
+      done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
+    }
+    return std::array<FabricClient::Completion, 2>{done[0].get(), done[1].get()};
+  };
+  for (const auto& got : run(0, 2)) {   // rank 1 on chip 2
+    EXPECT_EQ(got.end_ps, at + model::secondsToPs(far));
+    EXPECT_EQ(got.note, "");
+  }
+  for (const auto& got : run(-1, -1)) EXPECT_EQ(got.end_ps, at + model::secondsToPs(near));   // device r
+  // Both on chip 0: timed on their ranks' devices, and told so.
+  for (const auto& got : run(0, 0)) {
+    EXPECT_EQ(got.end_ps, at + model::secondsToPs(near));
+    EXPECT_NE(got.note.find("ranks 0 and 1 both run on device 0"), std::string::npos) << got.note;
+  }
+  // A device off the rank's node (8 chips a node) is the client's bug: refused, naming it.
+  FabricClient::Collective c = allReduce({0}, 0, bytes);
+  c.group = "alone";
+  c.device = 9;
+  c.seq = clients[0]->nextSeq(c.group);
+  const std::string why = errorOf([&] { clients[0]->collective(c); });
+  EXPECT_NE(why.find("runs it on fabric device 9, not on its node (node 0: devices 0..7)"), std::string::npos) << why;
+}
+
 TEST(FabricServer, NoMemberEndsBeforeTheLastMemberHasIssuedIt) {
   // A collective starts at its members' calls and ends no earlier than the latest member's
   // issue (its launch overhead) ends: a short one is launch-bound on every member; a long
@@ -446,6 +487,34 @@ TEST(FabricServer, APeerCopyReportedBeforeACollectiveSharesTheLinksWithIt) {
   const std::string why = errorOf([&] { (void)bad->collective(allReduce({0}, 0)); });
   EXPECT_NE(why.find("Traffic needs two different"), std::string::npos) << why;
   EXPECT_EQ(run(t1 + 1'000'000'000ull), t1 + 1'000'000'000ull + model::secondsToPs(alone));
+}
+
+TEST(FabricServer, APeerCopyIsInFlightForItsOwnTimeNotACollectives) {
+  // On a100-sxm a copy goes at NVLink's packet-format share (fabric.link.copy_efficiency)
+  // after the route's latency, while a send/recv adds the library's latency and takes the
+  // collectives' efficiency: a collective starting just after the copy ends runs alone.
+  sim::SimOptions o;
+  o.preset = "a100-sxm";
+  const fabric::FabricParams p = sim::loadFabricParams(o);
+  FabricServer server{p, FabricServer::Options{"a100-sxm", "127.0.0.1", 0, false}};
+  server.start();
+  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+  std::vector<std::unique_ptr<FabricClient>> clients;
+  for (uint32_t r = 0; r < 2; ++r)
+    clients.push_back(std::make_unique<FabricClient>(address, FabricClient::Identity{"job", r, 2, "a100-sxm"}, 5));
+  const double bytes = 256.0 * (1 << 20);
+  sim::FabricModel model(p);
+  const double copy_s = model.copySeconds(0, 1, bytes);
+  const double as_send = model.time(fabric::CollectiveOp::SendRecv, bytes, {0, 1}, 0, 1, "").seconds;
+  ASSERT_LT(copy_s * 1.05, as_send);
+  // route latency (link, switch, link) and the copy rate: the link's bandwidth x 0.889
+  fabric::LinkParams link = p.link;
+  EXPECT_NEAR(copy_s, model.copySeconds(0, 1, 0) + bytes / link.copyBandwidth(), 1e-12);
+  const double alone = model.time(fabric::CollectiveOp::AllReduce, bytes, {0, 1}, 0, 1, "").seconds;
+  const uint64_t at = 1'000'000;
+  clients[0]->traffic(0, 1, bytes, at);
+  const uint64_t after = at + model::secondsToPs(copy_s) + 1;
+  EXPECT_EQ(pairAllReduce(clients, "g", after, bytes)[0].end_ps, after + model::secondsToPs(alone));
 }
 
 TEST(FabricServer, AnAnswerALaterCollectiveOverlapsMovesLaterWhileEveryMemberCanStillMoveIt) {

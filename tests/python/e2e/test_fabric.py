@@ -105,11 +105,17 @@ elif scenario == "events_around_one_call":
     out["us"] = times
     out["hosts"] = hosts
 elif scenario == "on_another_device":
-    mod.set_device(2 * rank)
-    t = torch.ones(1024, device=torch.device("mlu", 2 * rank))
+    # The process sees the node's 8 chips and runs rank r on chip STRIDE x r.
+    dev = torch.device("mlu", int(os.environ["STRIDE"]) * rank)
+    mod.set_device(dev)
+    t = torch.ones(int(os.environ["NBYTES"]) // 4, device=dev)
+    dist.all_reduce(t)
+    mod.synchronize()
+    _C._set_activity_recording(True)
     dist.all_reduce(t)
     mod.synchronize()
     out["sum"] = t[0].item()
+    out["span"] = [e - s for _, s, e in coll_acts()]
 elif scenario == "p2p_events":
     # Point to point timed the plain way, each side between events on its current stream:
     # blocking send/recv, isend/irecv, and a ring exchange in one batch.
@@ -499,15 +505,28 @@ def test_events_around_one_collective_on_an_idle_stream_read_the_models_time(tmp
             assert res[r]["us"][str(n)] == pytest.approx(want, abs=0.002), (n, r, res[r]["us"], want)
 
 
-def test_a_rank_on_another_device_than_its_ranks_is_told_which_links_time_it(tmp_path):
-    """The fabric times rank r on device r; a process that sees the node's cards and runs
-    rank 1 on device 2 is told so once (the collective is still correct and timed)."""
-    res, errs = run_ranks(tmp_path, 2, "on_another_device", CARDSIM_DEVICES="8")
-    assert res[0] and res[1], _shown(errs)
-    assert res[0]["sum"] == res[1]["sum"] == 2.0
-    assert "rank 1 runs its collectives on device 2" in errs[1], errs[1][-2000:]
-    assert errs[1].count("runs its collectives on device") == 1
-    assert "runs its collectives on device" not in errs[0]
+def test_a_rank_is_timed_on_the_card_it_runs_on(tmp_path):
+    """A process that sees the node's cards runs its rank where it chooses (`deepspeed
+    --include localhost:0,2` puts rank 1 on chip 2): the fabric times the collective over
+    those chips' links. Ranks on chips 0 and 1 take collbench's time for 2 ranks; on chips 0
+    and 2 (another card of the MLU370-X8) another; two ranks on one chip, which the vendor
+    libraries refuse, are timed on their ranks' chips and told so once."""
+    nbytes = 1 << 24
+    spans, errs = {}, {}
+    for stride in (1, 2, 0):
+        res, errs[stride] = run_ranks(tmp_path, 2, "on_another_device", CARDSIM_DEVICES="8", STRIDE=stride,
+                                      NBYTES=nbytes)
+        assert res[0] and res[1], _shown(errs[stride])
+        assert res[0]["sum"] == res[1]["sum"] == 4.0
+        assert res[0]["span"] == res[1]["span"], (stride, res)   # the members end together
+        (spans[stride],) = res[0]["span"]
+    assert spans[1] * 1e-3 == pytest.approx(model_us("all_reduce", 2, nbytes), abs=0.002), spans
+    assert abs(spans[2] - spans[1]) > 0.05 * spans[1], spans   # other links, another time
+    assert spans[0] == spans[1], spans
+    for stride in (1, 2):
+        assert "cardsim: ranks" not in errs[stride][0] + errs[stride][1], errs[stride]
+    for r in (0, 1):
+        assert errs[0][r].count("both run on device 0") == 1, errs[0][r][-2000:]
 
 
 def test_point_to_point_between_events_reads_the_models_time(tmp_path):
