@@ -387,6 +387,7 @@ std::string arriveFrame(const FabricClient::Collective& c, uint64_t id, bool eag
   a->set_sealed_ps(c.sealed_ps);
   a->set_launched_ps(c.launched_ps);
   for (double b : c.send_bytes) a->add_send_bytes(b);
+  for (double b : c.recv_bytes) a->add_recv_bytes(b);
   if (c.device >= 0) a->set_device(static_cast<uint32_t>(c.device));
   return wire::frame(m.SerializeAsString());
 }

@@ -52,6 +52,7 @@ class FabricClient {
     uint64_t launched_ps = 0;
     // all_to_all with uneven splits: bytes this rank sends each member, in group order.
     std::vector<double> send_bytes;
+    std::vector<double> recv_bytes;   // ... and what it expects from each member
     // The fabric device this rank runs it on; negative: its rank's (device r).
     int device = -1;
   };

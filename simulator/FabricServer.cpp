@@ -108,9 +108,10 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     return error(what + ": rank " + std::to_string(s.rank) + " runs it on fabric device " + std::to_string(a.device()) +
                  ", not on its node (node " + std::to_string(per ? s.rank / per : 0) + ": devices " +
                  std::to_string(per ? s.rank / per * per : 0) + ".." + std::to_string(per ? s.rank / per * per + per - 1 : 0) + ")");
-  if (a.send_bytes_size() > 0 && (a.op() != "all_to_all" || static_cast<size_t>(a.send_bytes_size()) != ranks.size()))
-    return error(what + ": rank " + std::to_string(s.rank) + " sent " + std::to_string(a.send_bytes_size()) +
-                 " per-member sizes; only an all_to_all has them, one per member (" + std::to_string(ranks.size()) + ")");
+  for (const int given : {a.send_bytes_size(), a.recv_bytes_size()})
+    if (given > 0 && (a.op() != "all_to_all" || static_cast<size_t>(given) != ranks.size()))
+      return error(what + ": rank " + std::to_string(s.rank) + " sent " + std::to_string(given) +
+                   " per-member sizes; only an all_to_all has them, one per member (" + std::to_string(ranks.size()) + ")");
   Job& job = jobs[s.job];
   for (int r : ranks)
     if (r < 0 || static_cast<uint32_t>(r) >= job.world)   // it would wait for a rank that never comes
@@ -176,6 +177,7 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     std::vector<double>& row = p.sends[s.rank];
     if (a.send_bytes_size() > 0) row.assign(a.send_bytes().begin(), a.send_bytes().end());
     else row.assign(p.ranks.size(), a.bytes() / static_cast<double>(p.ranks.size()));
+    if (a.recv_bytes_size() > 0) p.recvs[s.rank].assign(a.recv_bytes().begin(), a.recv_bytes().end());
   }
   p.bytes = std::max(p.bytes, a.bytes());   // uneven all_to_all: the largest send bounds it
   p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps(), !a.eager(),
@@ -196,6 +198,7 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     return answerPointToPoint(job, key);
   }
   if (p.arrived.size() == p.ranks.size()) {
+    if (const std::string why = splitMismatch(p); !why.empty()) return failPending(job, key, why);
     p.ready = true;
     for (const auto& [r, arr] : p.arrived) p.start_ps = std::max(p.start_ps, arr.arrival_ps);
     if (p.timer) p.timer->cancel();   // every member is here: it completes at the next settle

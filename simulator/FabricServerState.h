@@ -89,6 +89,8 @@ struct Pending {
   std::string note;                 // for its answer (Complete.note): how its members were placed
   // An uneven all_to_all: each member's sends (by global rank), in group order.
   std::map<int, std::vector<double>> sends;
+  // ... and what members that said so expect from each member (their output splits).
+  std::map<int, std::vector<double>> recvs;
 
   std::string what() const {
     return op + " #" + std::to_string(seq) + " of process group " + rankList(ranks) + groupInstanceNote(group);
@@ -100,19 +102,25 @@ struct Pending {
 // libraries refuse such a group) put every member on its rank's device, and `note` says so.
 inline std::vector<int> placedDevices(const Pending& p, std::string* note) {
   std::vector<int> out;
-  std::map<int, int> rank_on;   // device -> the first rank on it
+  std::map<int, std::vector<int>> ranks_on;   // device -> its ranks
   for (int r : p.ranks) {
     const auto a = p.arrived.find(r);
     const int device = a != p.arrived.end() && a->second.device >= 0 ? a->second.device : r;
-    if (const auto [it, fresh] = rank_on.emplace(device, r); !fresh) {
-      if (note)
-        *note = "ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " both run on device " +
-                std::to_string(device) + " (the vendor libraries refuse two ranks on one card): the fabric times " +
-                "every rank of the group on its rank's device, rank r on device r; set each rank's device (its " +
-                "local rank, say) for the times of the cards it runs on";
-      return p.ranks;
-    }
+    ranks_on[device].push_back(r);
     out.push_back(device);
+  }
+  for (const auto& [device, ranks] : ranks_on) {
+    if (ranks.size() < 2) continue;
+    if (note) {
+      std::string who;
+      for (size_t i = 0; i < ranks.size(); ++i)
+        who += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(ranks[i]);
+      *note = "ranks " + who + " all run on device " + std::to_string(device) +
+              " (the vendor libraries refuse two ranks on one card): the fabric times every rank of the group on " +
+              "its rank's device, rank r on device r; set each rank's device (its local rank, say) for the times " +
+              "of the cards it runs on";
+    }
+    return p.ranks;
   }
   return out;
 }
@@ -134,6 +142,26 @@ inline std::vector<double> pairBytes(const Pending& p) {
     out.insert(out.end(), row.begin(), row.end());
   }
   return out;
+}
+
+// Where an all_to_all's members disagree on its splits (a member expecting other than its
+// peer said it sends), what they disagree on; empty when they agree (or did not say).
+inline std::string splitMismatch(const Pending& p) {
+  for (const auto& [to, row] : p.recvs) {
+    const size_t at = static_cast<size_t>(std::find(p.ranks.begin(), p.ranks.end(), to) - p.ranks.begin());
+    for (size_t i = 0; i < p.ranks.size() && i < row.size(); ++i) {
+      const int from = p.ranks[i];
+      if (from == to) continue;
+      const double sent = p.sends.at(from).at(at);
+      if (sent != row[i]) {
+        char what[200];
+        std::snprintf(what, sizeof what, "the ranks disagree on its splits: rank %d sends rank %d %.0f bytes, but rank %d expects %.0f bytes from rank %d",
+                      from, to, sent, to, row[i], from);
+        return what;
+      }
+    }
+  }
+  return {};
 }
 
 // A collective answered whose end may still overlap later ones: they share links with it.

@@ -395,12 +395,12 @@ PYBIND11_MODULE(_C, m) {
   // With a fabric server (_fabric_connect), it completes when the server says, the same on
   // every member; `group` keys the process group's sequence of collectives. `p2p` (1 send,
   // 2 receive) joins the two sides of a send_recv by `tag`; `posted`, a receive's event
-  // recorded when it was posted; `send_bytes`, an uneven all_to_all's bytes to each member
-  // (see shim CollectiveDesc).
+  // recorded when it was posted; `send_bytes` and `recv_bytes`, an uneven all_to_all's bytes
+  // to and from each member (see shim CollectiveDesc).
   m.def("_launch_collective", [](int64_t d, const std::string& op, double bytes, const std::vector<int>& ranks,
                                  int root, int peer, const std::string& group, double timeout_s,
                                  const std::string& dtype, int p2p, int tag, uintptr_t posted,
-                                 const std::vector<double>& send_bytes) {
+                                 const std::vector<double>& send_bytes, const std::vector<double>& recv_bytes) {
     const c10::DeviceIndex dev = resolve(d);
     shim::CollectiveDesc desc;
     desc.op = op;
@@ -416,6 +416,7 @@ PYBIND11_MODULE(_C, m) {
     desc.tag = tag;
     desc.posted = reinterpret_cast<shim::Event>(posted);
     desc.send_bytes = send_bytes;
+    desc.recv_bytes = recv_bytes;
     double seconds = 0;
     std::string algorithm;
     c10::DeviceGuard guard(c10::Device(kDev, dev));
@@ -428,7 +429,7 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("device"), py::arg("op"), py::arg("bytes"), py::arg("ranks"), py::arg("root") = 0,
      py::arg("peer") = 1, py::arg("group") = "", py::arg("timeout_s") = 0.0, py::arg("dtype") = "",
      py::arg("p2p") = 0, py::arg("tag") = 0, py::arg("posted") = 0,
-     py::arg("send_bytes") = std::vector<double>{});
+     py::arg("send_bytes") = std::vector<double>{}, py::arg("recv_bytes") = std::vector<double>{});
   // Where a receive is posted: a marker on the device's current stream that the runtime
   // records for itself (no host time), its handle for _launch_collective's `posted`.
   m.def("_posting_marker", [](int64_t d) {

@@ -237,13 +237,11 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   try {
     // Validates the request here, before any other rank depends on it.
     op = fabric::parseOp(desc.op);
-    if (!desc.send_bytes.empty()) {
-      if (op != fabric::CollectiveOp::AllToAll || desc.send_bytes.size() != desc.ranks.size())
-        throw std::invalid_argument("per-member send sizes are for all_to_all, one per member (" +
-                                    std::to_string(desc.ranks.size()) + "), got " +
-                                    std::to_string(desc.send_bytes.size()));
-      pairs = rotatedPairs(desc, client ? static_cast<int>(client->rank()) : s->device);
-    }
+    for (const std::vector<double>* given : {&desc.send_bytes, &desc.recv_bytes})
+      if (!given->empty() && (op != fabric::CollectiveOp::AllToAll || given->size() != desc.ranks.size()))
+        throw std::invalid_argument("per-member sizes are for all_to_all, one per member (" +
+                                    std::to_string(desc.ranks.size()) + "), got " + std::to_string(given->size()));
+    if (!desc.send_bytes.empty()) pairs = rotatedPairs(desc, client ? static_cast<int>(client->rank()) : s->device);
     t = fabric_->time(op, desc.bytes, desc.ranks, static_cast<uint32_t>(std::max(desc.root, 0)),
                       static_cast<uint32_t>(std::max(desc.peer, 0)), algo, local_links ? &loads : nullptr,
                       preferred, pairs.empty() ? nullptr : &pairs);
@@ -320,6 +318,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     c.sealed_ps = fabric_revise_ ? sim_.sealedPs() : std::numeric_limits<uint64_t>::max();
     c.launched_ps = from_call ? launched_ps : 0;
     c.send_bytes = desc.send_bytes;
+    c.recv_bytes = desc.recv_bytes;
     c.device = fabricDeviceOf(*client, s->device);
     try {
       if (desc.p2p == P2P::Send) {

@@ -391,6 +391,7 @@ Status TraceBackend::launchFabricCollective(Stream stream, const CollectiveDesc&
     c->set_p2p(static_cast<trace::Collective::PointToPoint>(desc.p2p));
     c->set_tag(desc.tag);
     for (double b : desc.send_bytes) c->add_send_bytes(b);
+    for (double b : desc.recv_bytes) c->add_recv_bytes(b);
     if (desc.posted) c->set_posted_event(recorder_->eventId(desc.posted));
     if (st_.ok() && algorithm) c->set_algorithm_used(*algorithm);
     if (st_.ok() && seconds) c->set_seconds(*seconds);

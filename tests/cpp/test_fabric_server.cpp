@@ -133,6 +133,27 @@ TEST(FabricServer, AnUnevenAllToAllIsTimedFromEveryMembersSends) {
     done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
   }
   for (int r = 0; r < 4; ++r) EXPECT_EQ(done[r].get().end_ps, 4'000'000 + model::secondsToPs(uneven)) << r;
+  // Members that disagree on the splits (rank 1 expects 2 MiB from rank 0, which sends it 1)
+  // fail it, every one of them, naming both sides.
+  {
+    std::vector<std::future<std::string>> failed(2);
+    for (int r = 0; r < 2; ++r) {
+      FabricClient::Collective c = allReduce({0, 1}, 1'000'000, 2 * mib);
+      c.group = "split";
+      c.op = "all_to_all";
+      c.send_bytes = {mib, mib};
+      c.recv_bytes = r == 0 ? std::vector<double>{mib, mib} : std::vector<double>{2 * mib, mib};
+      c.seq = clients[r]->nextSeq(c.group);
+      failed[r] = std::async(std::launch::async, [&clients, r, c] { return errorOf([&] { clients[r]->collective(c); }); });
+    }
+    for (int r = 0; r < 2; ++r) {
+      const std::string why = failed[r].get();
+      EXPECT_NE(why.find("the ranks disagree on its splits: rank 0 sends rank 1 1048576 bytes, but rank 1 expects "
+                         "2097152 bytes from rank 0"),
+                std::string::npos)
+          << r << ": " << why;
+    }
+  }
   // A member's sizes must be one per member, and only an all_to_all has them.
   FabricClient::Collective bad = allReduce({0, 1}, 0, mib);
   bad.send_bytes = {mib, mib, mib};
@@ -171,7 +192,7 @@ TEST(FabricServer, MembersAreTimedOnTheDevicesTheyRunOn) {
   // Both on chip 0: timed on their ranks' devices, and told so.
   for (const auto& got : run(0, 0)) {
     EXPECT_EQ(got.end_ps, at + model::secondsToPs(near));
-    EXPECT_NE(got.note.find("ranks 0 and 1 both run on device 0"), std::string::npos) << got.note;
+    EXPECT_NE(got.note.find("ranks 0 and 1 all run on device 0"), std::string::npos) << got.note;
   }
   // A device off the rank's node (8 chips a node) is the client's bug: refused, naming it.
   FabricClient::Collective c = allReduce({0}, 0, bytes);

@@ -12,7 +12,7 @@ constexpr uint32_t kFormatMajor = 1;
 // move an answered collective's end later (a replay of an older recording does not: it
 // reproduces the recorded times); 3: a collective starts on its stream at its call, its
 // launch overhead overlapping it (a replay of an older recording starts it after); 4:
-// Memcpy.host_pinned; 5: Collective.send_bytes (an uneven all_to_all's per-member sizes).
+// Memcpy.host_pinned; 5: Collective.send_bytes, recv_bytes (an uneven all_to_all's per-member sizes).
 constexpr uint32_t kFormatMinor = 5;
 
 // The first bytes of every trace file.

@@ -338,9 +338,11 @@ void TraceReader::checkValues(const Envelope& e, uint64_t at) const {
       amount(e.collective().bytes(), "the collective's bytes");
       amount(e.collective().seconds(), "the collective's seconds");
       for (double b : e.collective().send_bytes()) amount(b, "the collective's send_bytes");
-      if (e.collective().send_bytes_size() > 0 && e.collective().send_bytes_size() != e.collective().ranks_size())
-        bad("the collective has " + std::to_string(e.collective().send_bytes_size()) + " send_bytes for " +
-            std::to_string(e.collective().ranks_size()) + " ranks");
+      for (double b : e.collective().recv_bytes()) amount(b, "the collective's recv_bytes");
+      for (const int given : {e.collective().send_bytes_size(), e.collective().recv_bytes_size()})
+        if (given > 0 && given != e.collective().ranks_size())
+          bad("the collective has " + std::to_string(given) + " per-member sizes for " +
+              std::to_string(e.collective().ranks_size()) + " ranks");
       break;
     default:
       break;

@@ -435,6 +435,7 @@ void RankReplayer::replay(const trace::Envelope& e) {
       d.timeout_s = options_.collective_timeout_s;
       d.tag = c.tag();
       d.send_bytes.assign(c.send_bytes().begin(), c.send_bytes().end());
+      d.recv_bytes.assign(c.recv_bytes().begin(), c.recv_bytes().end());
       // Replicated ranks time their transfers alone: the other side is not replayed.
       if (options_.scale_ranks <= 0) {
         d.p2p = static_cast<shim::CollectiveDesc::PointToPoint>(c.p2p());
@@ -450,6 +451,7 @@ void RankReplayer::replay(const trace::Envelope& e) {
           // The recorded split is the recorded world's: the replicated exchange is taken
           // as even, each rank sending its recorded buffer.
           d.send_bytes.clear();
+          d.recv_bytes.clear();
         }
         // Fewer ranks than a point-to-point transfer's two sides: the input asks for a job
         // this recording cannot stand for.

@@ -73,9 +73,10 @@ class _TimingGloo:
 
     CARRIED_BYTES = 1 << 20
 
-    def __init__(self, gloo):
+    def __init__(self, gloo, carry_all: bool = False):
         self._gloo = gloo
         self._note = None
+        self._carry_all = carry_all   # every call moves its bytes (the caller decided)
 
     def _noter(self):
         if self._note is None:
@@ -92,10 +93,10 @@ class _TimingGloo:
         arg = _SYMMETRIC_ARG.get(name, -1)
 
         def call(*args, **kwargs):
-            if arg == -1:
+            if arg == -1 and not self._carry_all:
                 return _DoneWork(None)
-            nbytes = 0 if arg is None else sum(t.numel() * t.element_size() for t in _gloo_hold.tensors(args[arg]))
-            if nbytes > self.CARRIED_BYTES:
+            nbytes = 0 if arg in (None, -1) else sum(t.numel() * t.element_size() for t in _gloo_hold.tensors(args[arg]))
+            if nbytes > self.CARRIED_BYTES and not self._carry_all:
                 return _DoneWork(None)
             work = real(*args, **kwargs)
             note = self._noter()
@@ -273,9 +274,13 @@ class CardsimProcessGroup(dist.ProcessGroup):
         _join_fabric(store, self._ranks[rank], size, timeout)
         from . import execution_mode
         self._timing = execution_mode() == "timing"
+        self._used_device = None   # the first device a collective of the group ran on (barrier's)
         gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank, size, timeout)
         # Every tensor given to Gloo is held until its worker let go (gloo_hold).
         self._gloo = _gloo_hold.HeldGloo(_TimingGloo(gloo) if self._timing else gloo)
+        # Timing mode's all_to_all, once its members agree it is small enough to carry.
+        self._carrying = _TimingGloo(gloo, carry_all=True) if self._timing else None
+        self._carrier = _gloo_hold.HeldGloo(self._carrying) if self._timing else None
         # The group's name lives on its backends (ProcessGroup::getGroupName reads the first
         # one's): without one, torch's DeviceMesh and functional collectives fail with
         # "ProcessGroup name not set". The Gloo backend that moves the bytes stands for this
@@ -319,12 +324,12 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return _DoneWork(result)
 
     def _charge(self, kind: str, tensors, root: int = 0, peer: int = 1, ranks=None, p2p: int = 0,
-                tag: int = 0, posted=None, send=None) -> None:
+                tag: int = 0, posted=None, send=None, recv=None) -> None:
         """Queues the collective's fabric time on the device's current stream. `tensors`
         carry nccl-tests' size for `kind` (see shim CollectiveDesc); `root` and `peer` are
         group ranks; `p2p` (1 send, 2 receive), `tag` and `posted` (the receive's event)
-        join the two sides of a point-to-point transfer; `send`, an all_to_all's bytes to
-        each group rank where its splits are uneven."""
+        join the two sides of a point-to-point transfer; `send` and `recv`, an all_to_all's
+        bytes to and from each group rank where its splits are uneven."""
         self._reported = False
         if not p2p:
             self._p2p_batch = None
@@ -338,15 +343,17 @@ class CardsimProcessGroup(dist.ProcessGroup):
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
         self._timed(dev[0].device.index, _FABRIC_OP[kind], float(nbytes),
                     self._ranks if ranks is None else ranks, root, peer, str(dev[0].dtype).removeprefix("torch."),
-                    p2p, tag, 0 if posted is None else posted.event_id, send)
+                    p2p, tag, 0 if posted is None else posted.event_id, send, recv)
 
     def _timed(self, device: int, op: str, nbytes: float, ranks, root: int, peer: int, dtype: str = "",
-               p2p: int = 0, tag: int = 0, posted: int = 0, send=None) -> None:
+               p2p: int = 0, tag: int = 0, posted: int = 0, send=None, recv=None) -> None:
         self._reported = True
+        if self._used_device is None:
+            self._used_device = device
         try:
-            if send:
+            if send or recv:
                 self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
-                             p2p, tag, posted, [float(b) for b in send])
+                             p2p, tag, posted, [float(b) for b in send or []], [float(b) for b in recv or []])
             else:
                 self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
                              p2p, tag, posted)
@@ -504,33 +511,69 @@ class CardsimProcessGroup(dist.ProcessGroup):
         self._done(h, work, output_tensors)
         return _DoneWork(output_tensors)
 
+    def _a2a_carried(self, send, recv) -> bool:
+        """Timing mode: whether an all_to_all moves its bytes (every member's send and receive
+        at most the carried bytes, as for the other collectives); decided alike on every
+        member, whose sizes this one does not know, by a carried all-reduce of the largest."""
+        biggest = torch.tensor([float(max(sum(send), sum(recv)))], dtype=torch.float64)
+        o = dist.AllreduceOptions()
+        o.reduceOp = ReduceOp.MAX
+        self._gloo.allreduce([biggest], o).wait()
+        return biggest.item() <= _TimingGloo.CARRIED_BYTES
+
+    def _a2a_sizes(self, send, recv):
+        """An all_to_all's per-member sizes for the fabric: both rows where either is uneven
+        (the server checks them against the peers' before any byte moves), else none."""
+        return {"send": send, "recv": recv} if _uneven(send) or _uneven(recv) else {}
+
     def alltoall(self, output_tensors, input_tensors, opts=None):
         # As all_to_all_single over the concatenation on the host views (Gloo has no list
         # form; staging on the stream would cost time the vendor library does not spend).
-        self._charge("all_to_all", input_tensors, send=_uneven([t.numel() * t.element_size() for t in input_tensors]))
-        if self._timing:
-            return _DoneWork(output_tensors)
+        # The inputs' host views come first: packing a non-contiguous one is a kernel on the
+        # stream, before the exchange that sends it.
         h = self._host()
-        ins = torch.cat([h(t).reshape(-1) for t in input_tensors])
-        outs = torch.empty(sum(t.numel() for t in output_tensors), dtype=ins.dtype)
-        self._wait(self._gloo.alltoall_base(outs, ins, [t.numel() for t in output_tensors],
-                                            [t.numel() for t in input_tensors], opts or dist.AllToAllOptions()))
+        ins = [h(t).reshape(-1) for t in input_tensors]
+        send = [t.numel() * t.element_size() for t in input_tensors]
+        recv = [t.numel() * t.element_size() for t in output_tensors]
+        # Reported before Gloo starts: splits the members disagree on fail here, on every member.
+        self._charge("all_to_all", input_tensors, **self._a2a_sizes(send, recv))
+        if self._timing and not self._a2a_carried(send, recv):
+            h.finish()
+            return _DoneWork(output_tensors)
+        flat = torch.cat(ins) if ins else torch.empty(0)
+        outs = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat.dtype)
+        gloo = self._carrier if self._timing else self._gloo
+        self._wait(gloo.alltoall_base(outs, flat, [t.numel() for t in output_tensors],
+                                      [t.numel() for t in input_tensors], opts or dist.AllToAllOptions()))
         off = 0
         for t in output_tensors:
-            h(t, written=True).copy_(outs[off:off + t.numel()].reshape(t.shape))
+            view = h(t, written=True)
+            view.copy_(outs[off:off + t.numel()].reshape(t.shape))
             off += t.numel()
+            if self._timing and view.numel():   # carried: the card holds these values
+                self._carrying._noter()(view.data_ptr(), view.numel() * view.element_size())
         h.finish()
         return _DoneWork(output_tensors)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         h = self._host()
-        work = self._gloo.alltoall_base(h(output, True), h(input), list(output_split_sizes),
-                                        list(input_split_sizes), opts or dist.AllToAllOptions())
-        send = None
-        if input_split_sizes and input.dim() > 0 and input.size(0) > 0:
-            row = input.numel() // input.size(0) * input.element_size()   # bytes per index of dim 0
-            send = _uneven([s * row for s in input_split_sizes])
-        self._charge("all_to_all", input, send=send)
+        out_h, in_h = h(output, True), h(input)
+        n = self.size()
+
+        def row(t, splits):
+            if t.dim() == 0 or t.size(0) == 0:
+                return [0] * n
+            per = t.numel() // t.size(0) * t.element_size()   # bytes per index of dim 0
+            return [s * per for s in splits] if splits else [t.numel() * t.element_size() // n] * n
+        send, recv = row(input, list(input_split_sizes)), row(output, list(output_split_sizes))
+        # Reported before Gloo starts: splits the members disagree on fail here, on every member.
+        self._charge("all_to_all", input, **self._a2a_sizes(send, recv))
+        if self._timing and not self._a2a_carried(send, recv):
+            h.finish()
+            return _DoneWork([output])
+        gloo = self._carrier if self._timing else self._gloo
+        work = gloo.alltoall_base(out_h, in_h, list(output_split_sizes), list(input_split_sizes),
+                                  opts or dist.AllToAllOptions())
         return self._done(h, work, [output])
 
     # The names torch.distributed uses for the tensor forms of these collectives.
@@ -556,14 +599,29 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def _end_coalescing(self, device):
         return _DoneWork([])
 
+    def _barrier_device(self, opts, module) -> int:
+        """The device a barrier runs on, by torch's rule for the vendor backends: the one
+        asked for, the group's bound device, the first its collectives used, else the group
+        rank's (rank % devices), which a process that never chose its card gets."""
+        ids = list(getattr(opts, "device_ids", None) or [])
+        if ids:
+            return ids[0]
+        try:
+            bound = self.bound_device_id
+        except Exception:   # older torch: no bound device
+            bound = None
+        if bound is not None and bound.type == self._device_type and bound.index is not None:
+            return bound.index
+        if self._used_device is not None:
+            return self._used_device
+        return self.rank() % max(1, module.device_count())
+
     def barrier(self, opts=None):
         self._refuse_in_capture()
         self._reported = False
         module = getattr(torch, self._device_type)
         if module.is_initialized():
-            ids = list(getattr(opts, "device_ids", None) or [])
-            device = ids[0] if ids else module.current_device()
-            self._timed(device, "barrier", 4.0, self._ranks, 0, 1 if self.size() > 1 else 0)
+            self._timed(self._barrier_device(opts, module), "barrier", 4.0, self._ranks, 0, 1 if self.size() > 1 else 0)
         self._wait(self._gloo.barrier(dist.BarrierOptions()))
         return _DoneWork([])
 

@@ -268,6 +268,10 @@ struct CollectiveDesc {
   // every member is taken to send as this one does, rotated (member i sends member i + k
   // what this rank sends its k-th next).
   std::vector<double> send_bytes;
+  // ... and the bytes it expects from each member (its output splits). With a fabric server,
+  // a member expecting other than what its peer sends fails the collective on every member,
+  // naming both, before any byte moves (Gloo would abort the process).
+  std::vector<double> recv_bytes;
   // Point to point (op "send_recv", ranks [source, destination], root 0, peer 1): which side
   // this rank is. None: the transfer is timed on this rank alone. Send and Recv are joined
   // on a fabric server by (group, source, destination, tag), in call order on each side.

@@ -107,15 +107,51 @@ elif scenario == "events_around_one_call":
 elif scenario == "on_another_device":
     # The process sees the node's 8 chips and runs rank r on chip STRIDE x r.
     dev = torch.device("mlu", int(os.environ["STRIDE"]) * rank)
-    mod.set_device(dev)
+    if os.environ.get("NOSET"):
+        dist.barrier()   # before any collective, on device rank % 8 (torch's rule), not both on 0
+    else:
+        mod.set_device(dev)
     t = torch.ones(int(os.environ["NBYTES"]) // 4, device=dev)
     dist.all_reduce(t)
-    mod.synchronize()
+    mod.synchronize(dev)
     _C._set_activity_recording(True)
     dist.all_reduce(t)
-    mod.synchronize()
+    mod.synchronize(dev)
     out["sum"] = t[0].item()
     out["span"] = [e - s for _, s, e in coll_acts()]
+elif scenario == "all_to_all_edges":
+    # Values the ranks exchange (carried in timing mode too: 32 bytes each), splits the two
+    # ranks disagree on, and a list whose input on rank 0 is a transposed view. (Values are
+    # made on the host: in timing mode what the card computes reads as zeros.)
+    x = (torch.arange(8, dtype=torch.float32) + 10 * rank).to(d)
+    y = torch.empty(8, device=d)
+    dist.all_to_all_single(y, x)
+    out["single"] = y.cpu().tolist()
+    outs = [torch.empty(4, device=d) for _ in range(2)]
+    dist.all_to_all(outs, list(x.split(4)))
+    out["list"] = [o.cpu().tolist() for o in outs]
+    z = torch.empty(8 if rank == 0 else 6, device=d)    # rank 0 sends 4 and 2, rank 1 4 and 4
+    dist.all_to_all_single(z, torch.ones(6 + 2 * rank).to(d), [4, 4] if rank == 0 else [2, 4], [4, 2 + 2 * rank])
+    out["uneven"] = z.cpu().tolist()
+    try:   # rank 1 expects 5 elements from rank 0, which sends it 3
+        dist.all_to_all_single(torch.empty(6 if rank == 0 else 8, device=d), torch.ones(6, device=d),
+                               [3, 3] if rank == 0 else [5, 3], [3, 3])
+        out["mismatch"] = None
+    except Exception as e:
+        out["mismatch"] = f"{type(e).__name__}: {e}"
+    t = torch.ones(4).to(d)
+    dist.all_reduce(t)                      # the group goes on
+    out["after"] = t.cpu().tolist()
+    base = torch.ones(512, 1024, device=d)
+    ins = [base[:, :512].t(), base[:, 512:].t()] if rank == 0 else [base[:, :512].contiguous(), base[:, 512:].contiguous()]
+    outs = [torch.empty(512, 512, device=d) for _ in range(2)]
+    mod.synchronize()
+    dist.barrier()
+    mod.synchronize()
+    _C._set_activity_recording(True)
+    dist.all_to_all(outs, ins)
+    mod.synchronize()
+    out["ends"] = [e for n, s, e in coll_acts() if n.startswith("all_to_all")]
 elif scenario == "p2p_events":
     # Point to point timed the plain way, each side between events on its current stream:
     # blocking send/recv, isend/irecv, and a ring exchange in one batch.
@@ -513,9 +549,9 @@ def test_a_rank_is_timed_on_the_card_it_runs_on(tmp_path):
     libraries refuse, are timed on their ranks' chips and told so once."""
     nbytes = 1 << 24
     spans, errs = {}, {}
-    for stride in (1, 2, 0):
-        res, errs[stride] = run_ranks(tmp_path, 2, "on_another_device", CARDSIM_DEVICES="8", STRIDE=stride,
-                                      NBYTES=nbytes)
+    for stride in (1, 2, 0, "2-noset"):
+        res, errs[stride] = run_ranks(tmp_path, 2, "on_another_device", CARDSIM_DEVICES="8", STRIDE=str(stride)[0],
+                                      NBYTES=nbytes, **({"NOSET": "1"} if stride == "2-noset" else {}))
         assert res[0] and res[1], _shown(errs[stride])
         assert res[0]["sum"] == res[1]["sum"] == 4.0
         assert res[0]["span"] == res[1]["span"], (stride, res)   # the members end together
@@ -523,10 +559,13 @@ def test_a_rank_is_timed_on_the_card_it_runs_on(tmp_path):
     assert spans[1] * 1e-3 == pytest.approx(model_us("all_reduce", 2, nbytes), abs=0.002), spans
     assert abs(spans[2] - spans[1]) > 0.05 * spans[1], spans   # other links, another time
     assert spans[0] == spans[1], spans
-    for stride in (1, 2):
+    # tensors on chips 0 and 2 without set_device: a barrier first runs on the group rank's
+    # device, as torch's backends choose one (no note), the all_reduce on the tensors' chips
+    assert spans["2-noset"] == spans[2], spans
+    for stride in (1, 2, "2-noset"):
         assert "cardsim: ranks" not in errs[stride][0] + errs[stride][1], errs[stride]
     for r in (0, 1):
-        assert errs[0][r].count("both run on device 0") == 1, errs[0][r][-2000:]
+        assert errs[0][r].count("all run on device 0") == 1, errs[0][r][-2000:]
 
 
 def test_point_to_point_between_events_reads_the_models_time(tmp_path):
@@ -847,3 +886,21 @@ def test_fabricd_rejects_bad_flags():
     assert out.returncode == 2 and "nope" in out.stderr, out.stderr
     out = subprocess.run([CARDSIM, "fabricd", "--settle-s", "-1"], capture_output=True, text=True, env=_env({}))
     assert out.returncode == 2 and "--settle-s must be 0..3600 seconds, got -1" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("mode", ["full", "timing"])
+def test_all_to_all_edges_move_values_refuse_disagreeing_splits_and_end_together(tmp_path, mode):
+    """Small all_to_alls move their values in either mode; splits the ranks disagree on fail
+    on both with an error naming them (the group goes on); an input that must be packed
+    (a transposed view) is packed before the exchange, which ends on both ranks together."""
+    res, errs = run_ranks(tmp_path, 2, "all_to_all_edges", CARDSIM_EXECUTION=mode)
+    assert res[0] and res[1], _shown(errs)
+    for r in (0, 1):
+        mine = [float(v + 10 * r) for v in range(8)]
+        assert res[r]["single"] == [float(v + 10 * p) for p in (0, 1) for v in range(4 * r, 4 * r + 4)], res[r]
+        assert res[r]["list"] == [[float(v + 10 * p) for v in range(4 * r, 4 * r + 4)] for p in (0, 1)], (res[r], mine)
+        assert res[r]["uneven"] == [1.0] * (8 if r == 0 else 6), res[r]
+        assert "rank 0 sends rank 1 12 bytes, but rank 1 expects 20 bytes from rank 0" in (res[r]["mismatch"] or ""), res[r]
+        assert res[r]["after"] == [2.0] * 4
+    assert len(res[0]["ends"]) == len(res[1]["ends"]) == 1, (res[0]["ends"], res[1]["ends"])
+    assert res[0]["ends"] == res[1]["ends"], (res[0]["ends"], res[1]["ends"])
