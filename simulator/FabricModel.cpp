@@ -86,22 +86,35 @@ FabricModel::Timed FabricModel::time(fabric::CollectiveOp op, double bytes, cons
   const int highest = highestRank(ranks);
   std::lock_guard<std::mutex> lock(mutex_);
   const fabric::Topology& t = topologyFor(static_cast<uint32_t>(highest) + 1);
-  const Plan p = plan(op, bytes, ranks, root, peer, algorithm, t, preferred, pair_bytes);
-  Timed out;
-  out.algorithm = p.algorithm;
-  out.tuned = p.tuned;
-  out.seconds = fabric::CollectiveEngine(t).timeAlone(p.schedule);
-  if (loads) {
-    for (const fabric::Phase& ph : p.schedule.phases)
-      for (const fabric::Transfer& x : ph.transfers)
-        for (fabric::LinkId l : t.route(x.src, x.dst)) {
-          const fabric::Link& link = t.link(l);
-          LinkUse& u = (*loads)[link.name];
-          u.bytes += x.bytes * (ph.repeat - std::min(ph.fill, ph.repeat));
-          u.bandwidth_bytes_per_s = link.params.bandwidth_bytes_per_s;
-        }
+  TimeKey key{&t, op, bytes, root, peer, preferred, algorithm, ranks, pair_bytes ? *pair_bytes : std::vector<double>{}};
+  auto hit = timed_.find(key);
+  if (hit == timed_.end() || (loads && !hit->second.has_loads)) {
+    const Plan p = plan(op, bytes, ranks, root, peer, algorithm, t, preferred, pair_bytes);   // throws: nothing kept
+    TimeMemo m;
+    m.timed.algorithm = p.algorithm;
+    m.timed.tuned = p.tuned;
+    m.timed.seconds = fabric::CollectiveEngine(t).timeAlone(p.schedule);
+    if (loads) {
+      m.has_loads = true;
+      for (const fabric::Phase& ph : p.schedule.phases)
+        for (const fabric::Transfer& x : ph.transfers)
+          for (fabric::LinkId l : t.route(x.src, x.dst)) {
+            const fabric::Link& link = t.link(l);
+            LinkUse& u = m.loads[link.name];
+            u.bytes += x.bytes * (ph.repeat - std::min(ph.fill, ph.repeat));
+            u.bandwidth_bytes_per_s = link.params.bandwidth_bytes_per_s;
+          }
+    }
+    if (timed_.size() >= kMaxRememberedTimes) timed_.clear();
+    hit = timed_.insert_or_assign(std::move(key), std::move(m)).first;
   }
-  return out;
+  if (loads)
+    for (const auto& [name, use] : hit->second.loads) {
+      LinkUse& u = (*loads)[name];
+      u.bytes += use.bytes;
+      u.bandwidth_bytes_per_s = use.bandwidth_bytes_per_s;
+    }
+  return hit->second.timed;
 }
 
 double FabricModel::copySeconds(int src, int dst, double bytes) {

@@ -93,6 +93,30 @@ class FabricModel {
     }
   };
   std::map<ChoiceKey, const fabric::ICollectiveAlgorithm*> choices_;
+  // time()'s answers (a pure function of its arguments on a topology): a job, or a replay
+  // standing for 1024 ranks, repeats the same few collectives, each solved once. Bounded
+  // like choices_; the links' loads kept once asked for.
+  static constexpr std::size_t kMaxRememberedTimes = 256;
+  struct TimeKey {
+    const fabric::Topology* topology;
+    fabric::CollectiveOp op;
+    double bytes;
+    uint32_t root, peer;
+    bool preferred;
+    std::string algorithm;
+    std::vector<int> ranks;
+    std::vector<double> pair_bytes;
+    bool operator<(const TimeKey& o) const {
+      return std::tie(topology, op, bytes, root, peer, preferred, algorithm, ranks, pair_bytes) <
+             std::tie(o.topology, o.op, o.bytes, o.root, o.peer, o.preferred, o.algorithm, o.ranks, o.pair_bytes);
+    }
+  };
+  struct TimeMemo {
+    Timed timed;
+    bool has_loads = false;
+    LinkLoads loads;
+  };
+  std::map<TimeKey, TimeMemo> timed_;
   // chooseAlgorithm's answer for `r` on `t`, from choices_ when asked before (caller holds mutex_).
   const fabric::ICollectiveAlgorithm& rememberedChoice(const fabric::CollectiveRequest& r, const fabric::Topology& t);
 };
