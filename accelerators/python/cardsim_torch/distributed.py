@@ -351,12 +351,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         if self._used_device is None:
             self._used_device = device
         try:
-            if send or recv:
-                self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
-                             p2p, tag, posted, [float(b) for b in send or []], [float(b) for b in recv or []])
-            else:
-                self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
-                             p2p, tag, posted)
+            self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
+                         p2p, tag, posted, send or (), recv or ())
         except dist.DistBackendError as e:
             raise dist.DistBackendError(f"{self._name}: {e}") from None
 
