@@ -233,6 +233,8 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
   bool local_links = sim_.deviceCount() > 1;
   for (int r : desc.ranks) local_links = local_links && r >= 0 && static_cast<uint32_t>(r) < sim_.deviceCount();
   sim::FabricClient* client = fabricClient();
+  // This rank on the fabric: its global rank when joined, else its device (one process, every member).
+  const int self = client ? static_cast<int>(client->rank()) : s->device;
   std::vector<double> pairs;
   try {
     // Validates the request here, before any other rank depends on it.
@@ -241,7 +243,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
       if (!given->empty() && (op != fabric::CollectiveOp::AllToAll || given->size() != desc.ranks.size()))
         throw std::invalid_argument("per-member sizes are for all_to_all, one per member (" +
                                     std::to_string(desc.ranks.size()) + "), got " + std::to_string(given->size()));
-    if (!desc.send_bytes.empty()) pairs = rotatedPairs(desc, client ? static_cast<int>(client->rank()) : s->device);
+    if (!desc.send_bytes.empty()) pairs = rotatedPairs(desc, self);
     t = fabric_->time(op, desc.bytes, desc.ranks, static_cast<uint32_t>(std::max(desc.root, 0)),
                       static_cast<uint32_t>(std::max(desc.peer, 0)), algo, local_links ? &loads : nullptr,
                       preferred, pairs.empty() ? nullptr : &pairs);
@@ -256,7 +258,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     // What it sends is read, what it receives written: taken to be as much (its own sends).
     double sent = 0;
     for (size_t i = 0; i < desc.send_bytes.size(); ++i)
-      if (desc.ranks[i] != (client ? static_cast<int>(client->rank()) : s->device)) sent += desc.send_bytes[i];
+      if (desc.ranks[i] != self) sent += desc.send_bytes[i];
     cmd.memory_bytes = 2 * sent;
   }
   for (const auto& [link, use] : loads)

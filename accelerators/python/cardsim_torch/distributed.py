@@ -39,6 +39,9 @@ from . import checker as _checker
 from . import gloo_hold as _gloo_hold
 from .dist_work import DoneWork as _DoneWork, PendingWork as _PendingWork
 
+# torch.distributed does not export AllgatherOptions (the other collectives' options it does).
+_AllgatherOptions = getattr(dist, "AllgatherOptions", None) or torch._C._distributed_c10d.AllgatherOptions
+
 _GLOO_OPS = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND,
              ReduceOp.BOR, ReduceOp.BXOR)
 
@@ -73,10 +76,12 @@ class _TimingGloo:
 
     CARRIED_BYTES = 1 << 20
 
-    def __init__(self, gloo, carry_all: bool = False):
+    def __init__(self, gloo):
         self._gloo = gloo
         self._note = None
-        self._carry_all = carry_all   # every call moves its bytes (the caller decided)
+        # The next call moves its bytes whatever its kind and size (the caller decided: an
+        # all_to_all its members agreed to carry).
+        self.carry_next = False
 
     def _noter(self):
         if self._note is None:
@@ -93,10 +98,11 @@ class _TimingGloo:
         arg = _SYMMETRIC_ARG.get(name, -1)
 
         def call(*args, **kwargs):
-            if arg == -1 and not self._carry_all:
+            carry, self.carry_next = self.carry_next, False
+            if arg == -1 and not carry:
                 return _DoneWork(None)
             nbytes = 0 if arg in (None, -1) else sum(t.numel() * t.element_size() for t in _gloo_hold.tensors(args[arg]))
-            if nbytes > self.CARRIED_BYTES and not self._carry_all:
+            if nbytes > self.CARRIED_BYTES and not carry:
                 return _DoneWork(None)
             work = real(*args, **kwargs)
             note = self._noter()
@@ -157,11 +163,12 @@ def _uneven(sizes):
 # a group's sequence of collectives on the fabric server.
 _group_instances: dict[tuple, int] = {}
 _fabric_joined = False
+_fabric_server = False   # connected to a fabric server (not CARDSIM_FABRIC=off, not alone)
 
 
 def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
     """Connects this process to the job's fabric server (see the module docstring)."""
-    global _fabric_joined
+    global _fabric_joined, _fabric_server
     if _fabric_joined or size < 2:
         return
     _fabric_joined = True
@@ -186,6 +193,7 @@ def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
     # The process group's timeout bounds the wait for the server too (a server started by
     # hand that is not there, or not answering).
     _C._fabric_connect(where, job, rank, size, timeout.total_seconds())
+    _fabric_server = True
 
 
 # How long the exit handler waits for the process groups to shut down.
@@ -277,10 +285,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         self._used_device = None   # the first device a collective of the group ran on (barrier's)
         gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank, size, timeout)
         # Every tensor given to Gloo is held until its worker let go (gloo_hold).
-        self._gloo = _gloo_hold.HeldGloo(_TimingGloo(gloo) if self._timing else gloo)
-        # Timing mode's all_to_all, once its members agree it is small enough to carry.
-        self._carrying = _TimingGloo(gloo, carry_all=True) if self._timing else None
-        self._carrier = _gloo_hold.HeldGloo(self._carrying) if self._timing else None
+        self._timing_gloo = _TimingGloo(gloo) if self._timing else None
+        self._gloo = _gloo_hold.HeldGloo(self._timing_gloo or gloo)
         # The group's name lives on its backends (ProcessGroup::getGroupName reads the first
         # one's): without one, torch's DeviceMesh and functional collectives fail with
         # "ProcessGroup name not set". The Gloo backend that moves the bytes stands for this
@@ -405,7 +411,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
         ins = [h(t) for t in input_tensors]
-        work = self._gloo.allgather(outs, ins, opts or dist.AllgatherOptions())
+        work = self._gloo.allgather(outs, ins, opts or _AllgatherOptions())
         self._charge("all_gather", [t for lst in output_tensors for t in lst])
         return self._done(h, work, output_tensors)
 
@@ -413,7 +419,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         # Gloo wants the concatenated form; the stacked (world, *input.shape) form is the same bytes.
         work = self._gloo._allgather_base(h(output, True).view(-1), h(input).reshape(-1),
-                                          opts or dist.AllgatherOptions())
+                                          opts or _AllgatherOptions())
         self._charge("all_gather", output)
         return self._done(h, work, [output])
 
@@ -517,6 +523,27 @@ class CardsimProcessGroup(dist.ProcessGroup):
         self._gloo.allreduce([biggest], o).wait()
         return biggest.item() <= _TimingGloo.CARRIED_BYTES
 
+    def _a2a_agree(self, send, recv) -> None:
+        """Without a fabric server (which compares the members' splits before any byte
+        moves), the members compare them here: every member sees every row, so all fail
+        alike, in the server's words, before Gloo (which aborts or misplaces bytes on splits
+        that disagree)."""
+        if _fabric_server or self.size() < 2:
+            return
+        n = self.size()
+        rows = torch.empty(n, 2 * n, dtype=torch.float64)
+        self._gloo._allgather_base(rows.view(-1), torch.tensor(send + recv, dtype=torch.float64),
+                                   _AllgatherOptions()).wait()
+        for a in range(n):
+            for b in range(n):
+                sent, expected = rows[a, b].item(), rows[b, n + a].item()
+                if sent != expected:
+                    ra, rb = self._ranks[a], self._ranks[b]
+                    raise dist.DistBackendError(
+                        f"{self._name}: all_to_all of process group {self._ranks}: the ranks disagree on its splits: "
+                        f"rank {ra} sends rank {rb} {sent:.0f} bytes, but rank {rb} expects {expected:.0f} bytes "
+                        f"from rank {ra}")
+
     def _a2a_sizes(self, send, recv):
         """An all_to_all's per-member sizes for the fabric: both rows where either is uneven
         (the server checks them against the peers' before any byte moves), else none."""
@@ -531,6 +558,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         ins = [h(t).reshape(-1) for t in input_tensors]
         send = [t.numel() * t.element_size() for t in input_tensors]
         recv = [t.numel() * t.element_size() for t in output_tensors]
+        self._a2a_agree(send, recv)
         # Reported before Gloo starts: splits the members disagree on fail here, on every member.
         self._charge("all_to_all", input_tensors, **self._a2a_sizes(send, recv))
         if self._timing and not self._a2a_carried(send, recv):
@@ -538,16 +566,17 @@ class CardsimProcessGroup(dist.ProcessGroup):
             return _DoneWork(output_tensors)
         flat = torch.cat(ins) if ins else torch.empty(0)
         outs = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat.dtype)
-        gloo = self._carrier if self._timing else self._gloo
-        self._wait(gloo.alltoall_base(outs, flat, [t.numel() for t in output_tensors],
-                                      [t.numel() for t in input_tensors], opts or dist.AllToAllOptions()))
+        if self._timing:
+            self._timing_gloo.carry_next = True
+        self._wait(self._gloo.alltoall_base(outs, flat, [t.numel() for t in output_tensors],
+                                            [t.numel() for t in input_tensors], opts or dist.AllToAllOptions()))
         off = 0
         for t in output_tensors:
             view = h(t, written=True)
             view.copy_(outs[off:off + t.numel()].reshape(t.shape))
             off += t.numel()
             if self._timing and view.numel():   # carried: the card holds these values
-                self._carrying._noter()(view.data_ptr(), view.numel() * view.element_size())
+                self._timing_gloo._noter()(view.data_ptr(), view.numel() * view.element_size())
         h.finish()
         return _DoneWork(output_tensors)
 
@@ -562,13 +591,15 @@ class CardsimProcessGroup(dist.ProcessGroup):
             per = t.numel() // t.size(0) * t.element_size()   # bytes per index of dim 0
             return [s * per for s in splits] if splits else [t.numel() * t.element_size() // n] * n
         send, recv = row(input, list(input_split_sizes)), row(output, list(output_split_sizes))
+        self._a2a_agree(send, recv)
         # Reported before Gloo starts: splits the members disagree on fail here, on every member.
         self._charge("all_to_all", input, **self._a2a_sizes(send, recv))
         if self._timing and not self._a2a_carried(send, recv):
             h.finish()
             return _DoneWork([output])
-        gloo = self._carrier if self._timing else self._gloo
-        work = gloo.alltoall_base(out_h, in_h, list(output_split_sizes), list(input_split_sizes),
+        if self._timing:
+            self._timing_gloo.carry_next = True
+        work = self._gloo.alltoall_base(out_h, in_h, list(output_split_sizes), list(input_split_sizes),
                                   opts or dist.AllToAllOptions())
         return self._done(h, work, [output])
 

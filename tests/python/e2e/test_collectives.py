@@ -221,6 +221,20 @@ def worker(rank, world, q):
         dist.broadcast_object_list(lst, src=0)
         assert lst == [{"a": 1}, [0], "hello"], lst
 
+    def t_direct_calls():
+        # The process group's own methods, called without options (torch's defaults).
+        pg = dist.distributed_c10d._get_default_group()
+        outs = [torch.empty(6, device=d) for _ in range(n)]
+        pg.allgather([outs], [base(rank).to(d)]).wait()
+        for r in range(n):
+            eq(outs[r], base(r))
+        out = torch.empty(n * 6, device=d)
+        pg._allgather_base(out, base(rank).to(d)).wait()
+        eq(out, torch.cat([base(r) for r in range(n)]))
+        t = base(rank).to(d)
+        pg.allreduce([t]).wait()
+        eq(t, sum(base(r) for r in range(n)))
+
     def t_async_op():
         t = base(rank).to(d)
         w = dist.all_reduce(t, async_op=True)
@@ -359,7 +373,7 @@ COLLECTIVES = ["backend", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesc
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
                "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "isend_irecv", "barrier", "objects",
-               "async_op", "non_contiguous", "capture_refused"]
+               "async_op", "direct_calls", "non_contiguous", "capture_refused"]
 
 WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
 
