@@ -273,7 +273,13 @@ def test_replay_of_an_uneven_all_to_all_reproduces_its_recorded_time(tmp_path):
     # rank 0 standing for 4 ranks: the recorded split is the 2-rank world's, the exchange
     # taken as even (each rank its recorded buffer)
     wide = replay(tmp_path, trace, "--ranks", "4")
-    assert wide["total_us"] > 0
+    model = cardsim("collbench", "--model-only", "--preset", "mlu370-x8", "--ranks", "4", "--op", "all_to_all",
+                    "--min-bytes", "4M", "--max-bytes", "4M", "--csv")
+    assert model.returncode == 0, model.stderr
+    even_us = float(model.stdout.splitlines()[1].split(",")[4])
+    a2a = [i for i in wide["critical_path"]["items"] if i["name"].startswith("all_to_all")]
+    assert [i["count"] for i in a2a] == [2], wide["critical_path"]
+    assert a2a[0]["time_us"] == pytest.approx(2 * even_us, rel=1e-4), (a2a, even_us)
 
 
 COPY_BESIDE_COLLECTIVE = r"""
