@@ -484,8 +484,8 @@ def build(p, _C) -> types.ModuleType:
                                               pool)
 
     def is_current_stream_capturing() -> bool:
-        s = current_stream()
-        return _C._is_stream_capturing(s.stream_id, s.device_index)
+        sid, didx, _ = _C._current_stream(_dev(None))   # no Stream object: collectives ask per call
+        return _C._is_stream_capturing(sid, didx)
 
     # ---- profiler ranges (cnpx / nvtx-like) ------------------------------------------
 
