@@ -177,7 +177,10 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     std::vector<double>& row = p.sends[s.rank];
     if (a.send_bytes_size() > 0) row.assign(a.send_bytes().begin(), a.send_bytes().end());
     else row.assign(p.ranks.size(), a.bytes() / static_cast<double>(p.ranks.size()));
+    // A member that gave no rows runs the even exchange of its buffer: it expects as much
+    // from each member as it sends each (so a peer's uneven sends to it are checked too).
     if (a.recv_bytes_size() > 0) p.recvs[s.rank].assign(a.recv_bytes().begin(), a.recv_bytes().end());
+    else if (a.send_bytes_size() == 0) p.recvs[s.rank] = row;
   }
   p.bytes = std::max(p.bytes, a.bytes());   // uneven all_to_all: the largest send bounds it
   p.arrived[s.rank] = Pending::Arrival{s.shared_from_this(), a.id(), a.arrival_ps(), !a.eager(),

@@ -154,6 +154,30 @@ TEST(FabricServer, AnUnevenAllToAllIsTimedFromEveryMembersSends) {
           << r << ": " << why;
     }
   }
+  // A member that gave no rows (the even exchange of its 2 MiB) expects 1 MiB from each:
+  // a peer sending it 512 KiB fails the exchange on both, named as the peer's.
+  {
+    std::vector<std::future<std::string>> failed(2);
+    for (int r = 0; r < 2; ++r) {
+      FabricClient::Collective c = allReduce({0, 1}, 1'000'000, 2 * mib);
+      c.group = "split";
+      c.op = "all_to_all";
+      if (r == 0) {
+        c.send_bytes = {mib, mib / 2};
+        c.recv_bytes = {mib, mib};
+        c.bytes = 1.5 * mib;
+      }
+      c.seq = clients[r]->nextSeq(c.group);
+      failed[r] = std::async(std::launch::async, [&clients, r, c] { return errorOf([&] { clients[r]->collective(c); }); });
+    }
+    for (int r = 0; r < 2; ++r) {
+      const std::string why = failed[r].get();
+      EXPECT_NE(why.find("the ranks disagree on its splits: rank 0 sends rank 1 524288 bytes, but rank 1 expects "
+                         "1048576 bytes from rank 0"),
+                std::string::npos)
+          << r << ": " << why;
+    }
+  }
   // A member's sizes must be one per member, and only an all_to_all has them.
   FabricClient::Collective bad = allReduce({0, 1}, 0, mib);
   bad.send_bytes = {mib, mib, mib};

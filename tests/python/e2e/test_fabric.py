@@ -139,6 +139,12 @@ elif scenario == "all_to_all_edges":
         out["mismatch"] = None
     except Exception as e:
         out["mismatch"] = f"{type(e).__name__}: {e}"
+    try:   # rank 0 sends rank 1 2 elements; rank 1 runs the even exchange (3 from each)
+        dist.all_to_all_single(torch.empty(6, device=d), torch.ones(5 if rank == 0 else 6, device=d),
+                               [3, 3] if rank == 0 else None, [3, 2] if rank == 0 else None)
+        out["mismatch_sender"] = None
+    except Exception as e:
+        out["mismatch_sender"] = f"{type(e).__name__}: {e}"
     t = torch.ones(4).to(d)
     dist.all_reduce(t)                      # the group goes on
     out["after"] = t.cpu().tolist()
@@ -902,6 +908,7 @@ def test_all_to_all_edges_move_values_refuse_disagreeing_splits_and_end_together
         assert res[r]["list"] == [[float(v + 10 * p) for v in range(4 * r, 4 * r + 4)] for p in (0, 1)], (res[r], mine)
         assert res[r]["uneven"] == [1.0] * (8 if r == 0 else 6), res[r]
         assert "rank 0 sends rank 1 12 bytes, but rank 1 expects 20 bytes from rank 0" in (res[r]["mismatch"] or ""), res[r]
+        assert "rank 0 sends rank 1 8 bytes, but rank 1 expects 12 bytes from rank 0" in (res[r]["mismatch_sender"] or ""), res[r]
         assert res[r]["after"] == [2.0] * 4
     assert len(res[0]["ends"]) == len(res[1]["ends"]) == 1, (res[0]["ends"], res[1]["ends"])
     if fabric == "off":
