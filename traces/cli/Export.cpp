@@ -60,7 +60,15 @@ int runExport(const std::vector<std::string>& argv) {
   const std::string path = a.positional()[0];
   const std::string out = a.has("perfetto") ? a.get("perfetto") : "", prefix = a.has("chakra") ? a.get("chakra") : "";
   if (a.has("perfetto") && out.empty()) throw UsageError("cardsim export: --perfetto needs a file name");
-  if (a.has("chakra") && prefix.empty()) throw UsageError("cardsim export: --chakra needs a file name prefix");
+  if (a.has("chakra") && (prefix.empty() || prefix.back() == '/'))
+    throw UsageError("cardsim export: --chakra needs a file name prefix (PREFIX.<rank>.et), got '" + prefix + "'");
+  // Both outputs are checked before either is written: a failure leaves nothing behind.
+  if (a.has("perfetto"))
+    if (const std::string why = unwritableReason(out); !why.empty())
+      throw UsageError("cardsim export: --perfetto " + out + ": cannot write there: " + why);
+  if (a.has("chakra"))
+    if (const std::string why = unwritableReason(prefix + ".0.et"); !why.empty())
+      throw UsageError("cardsim export: --chakra " + prefix + ": cannot write " + prefix + ".0.et: " + why);
   try {
     const timeline::RunTimeline run(traceRankFiles(path));
     if (a.has("chakra")) {

@@ -394,6 +394,7 @@ int runReplay(const std::vector<std::string>& argv) {
       if (!removeTree(dir)) std::fprintf(stderr, "cardsim replay: could not remove %s\n", dir.c_str());
     }
   } cleanup{tmp};
+  cleanUpOnSignals(tmp);
   // Chakra execution traces become cardsim traces first (ChakraImport.h).
   const bool chakra = replay::isChakraPath(path);
   replay::ChakraImport imported;
@@ -518,6 +519,7 @@ int runReplay(const std::vector<std::string>& argv) {
     }
   }
   job.out_dir = a.has("keep") ? a.get("keep") : std::string();
+  if (a.has("keep") && job.out_dir.empty()) throw UsageError("cardsim replay: --keep needs a directory");
   if (a.has("keep")) {
     // The replay writes rank<N>.cstrace there: never over a recording (the input's own
     // directory included) or another replay's files.
@@ -560,12 +562,14 @@ int runReplay(const std::vector<std::string>& argv) {
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
+      helperProcessStarted(SIGKILL);
       if (joined) ::close(fds[1]);
       ::close(pass[0]);
       for (const RankChild& c : children) ::close(c.fd);   // the earlier ranks' pipes are the parent's
       rankProcess(job, rank, world, file, devices, joined ? fds[0] : -1, pass[1]);
     }
     ::close(pass[1]);
+    childStarted(pid, SIGKILL);
     children.push_back(RankChild{rank, pid, pass[0], {}});
     if (joined) {
       ::close(fds[0]);

@@ -115,6 +115,7 @@ pid_t spawn(std::vector<std::string> args, const std::string& log = {}) {
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    helperProcessStarted(SIGTERM);   // a replay: it takes its own ranks down on SIGTERM
     if (!log.empty() && (!std::freopen(log.c_str(), "w", stdout) || !std::freopen(log.c_str(), "a", stderr)))
       std::_Exit(127);
     ::execvp(argv[0], argv.data());
@@ -187,6 +188,8 @@ int runSweep(const std::vector<std::string>& argv) {
                          " is given twice; give its values once, comma-separated");
   }
   const std::string prefix = a.get("out", "sweep");
+  if (prefix.empty() || prefix.back() == '/')
+    throw UsageError("cardsim sweep: --out needs a file name prefix (PREFIX.csv, PREFIX.png), got '" + prefix + "'");
   long long jobs = a.integer("jobs", std::max(1u, std::thread::hardware_concurrency()));
   if (jobs < 1) throw UsageError("cardsim sweep: --jobs must be at least 1");
   // What every replay would refuse, refused once before any runs.
@@ -219,6 +222,7 @@ int runSweep(const std::vector<std::string>& argv) {
   char tmpl[] = "/tmp/cardsim-sweep-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error(std::string("cannot create a temporary directory: ") + std::strerror(errno));
   const std::string tmp = tmpl;
+  cleanUpOnSignals(tmp);
   const std::string exe = selfExe();
   std::map<pid_t, std::size_t> running;
   std::vector<int> status(combos.size(), -1);
@@ -232,7 +236,9 @@ int runSweep(const std::vector<std::string>& argv) {
       if (a.has("ranks")) args.insert(args.end(), {"--ranks", a.get("ranks")});
       for (const auto& f : fixed) args.insert(args.end(), {"--set", f});
       for (std::size_t d = 0; d < dims.size(); ++d) args.insert(args.end(), {"--set", dims[d].key + "=" + dims[d].values[combos[next][d]]});
-      running[spawn(args, tmp + "/" + std::to_string(next) + ".log")] = next;
+      const pid_t child = spawn(args, tmp + "/" + std::to_string(next) + ".log");
+      childStarted(child, SIGTERM);
+      running[child] = next;
       ++next;
     }
     int st = 0;
@@ -243,6 +249,7 @@ int runSweep(const std::vector<std::string>& argv) {
     }
     auto it = running.find(pid);
     if (it == running.end()) continue;
+    childEnded(pid);
     status[it->second] = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
     running.erase(it);
     progress(++done, combos.size());

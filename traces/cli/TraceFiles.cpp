@@ -2,6 +2,9 @@
 
 #include <dirent.h>
 #include <ftw.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <csignal>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <regex>
 
 #include "traces/lib/TraceError.h"
@@ -34,7 +38,100 @@ trace::Header checkedHeader(const std::string& file, std::string* fabric_job = n
   return reader.header();
 }
 
+// A cardsim recording by its first bytes: the format's magic, or a gzip stream under a rank
+// file's name (a compressed recording; an unrelated .gz is nobody's recording to protect).
+bool looksLikeTrace(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  char head[trace::kMagicSize] = {};
+  const std::size_t got = std::fread(head, 1, sizeof head, f);
+  std::fclose(f);
+  if (got == trace::kMagicSize && std::memcmp(head, trace::kMagic, trace::kMagicSize) == 0) return true;
+  const std::size_t slash = path.rfind('/');
+  return got >= 2 && static_cast<unsigned char>(head[0]) == 0x1f && static_cast<unsigned char>(head[1]) == 0x8b &&
+         isRankFileName(slash == std::string::npos ? path : path.substr(slash + 1), nullptr);
+}
+
 }  // namespace
+
+namespace {
+// What an interrupting signal's handler reaches without allocating: the directory to remove
+// and the helpers to kill (beyond kMaxChildren, helpers still die with this process:
+// helperProcessStarted).
+constexpr int kMaxChildren = 256;
+char g_cleanup_dir[4096];
+volatile std::sig_atomic_t g_have_cleanup_dir = 0;
+volatile pid_t g_children[kMaxChildren];
+volatile int g_child_signals[kMaxChildren];
+volatile std::sig_atomic_t g_child_count = 0;
+
+void onInterrupt(int sig) {
+  // Each helper stopped by its own signal (a replay under a sweep cleans up after itself on
+  // SIGTERM), and waited for, before the directory goes.
+  for (int i = 0; i < g_child_count; ++i) ::kill(g_children[i], g_child_signals[i]);
+  for (int i = 0; i < g_child_count; ++i) {
+    int st = 0;
+    while (::waitpid(g_children[i], &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (g_have_cleanup_dir) {
+    // rm -rf in a child of its own: async-signal-safe (fork, exec, waitpid), unlike walking the tree here.
+    const pid_t rm = ::fork();
+    if (rm == 0) {
+      ::execl("/bin/rm", "rm", "-rf", "--", g_cleanup_dir, static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    int st = 0;
+    if (rm > 0)
+      while (::waitpid(rm, &st, 0) < 0 && errno == EINTR) {
+      }
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+}  // namespace
+
+void cleanUpOnSignals(const std::string& dir) {
+  if (dir.size() >= sizeof g_cleanup_dir) return;
+  std::memcpy(g_cleanup_dir, dir.c_str(), dir.size() + 1);
+  g_have_cleanup_dir = 1;
+  struct sigaction sa {};
+  sa.sa_handler = onInterrupt;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
+
+void childStarted(int pid, int stop_signal) {
+  if (g_child_count < kMaxChildren) {
+    g_children[g_child_count] = pid;
+    g_child_signals[g_child_count] = stop_signal;
+    g_child_count = g_child_count + 1;
+  }
+}
+
+void childEnded(int pid) {
+  // Blocks the handlers meanwhile: they walk the list.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::sigprocmask(SIG_BLOCK, &all, &old);
+  for (int i = 0; i < g_child_count; ++i)
+    if (g_children[i] == pid) {
+      g_children[i] = g_children[g_child_count - 1];
+      g_child_signals[i] = g_child_signals[g_child_count - 1];
+      g_child_count = g_child_count - 1;
+      break;
+    }
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
+}
+
+void helperProcessStarted(int signal) {
+  g_have_cleanup_dir = 0;
+  g_child_count = 0;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+  const pid_t parent = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, signal);
+  if (::getppid() != parent) ::raise(signal);   // the parent died before the line above
+}
 
 bool removeTree(const std::string& dir) {
   // Depth first, without following symbolic links (FTW_PHYS): a link is removed, not its target.
@@ -47,7 +144,12 @@ bool isRankFileName(const std::string& name, int* rank) {
   static const std::regex pattern(std::string("rank([0-9]+)") + "\\" + trace::kFileExtension);
   std::smatch m;
   if (!std::regex_match(name, m, pattern)) return false;
-  if (rank) *rank = std::stoi(m[1].str());
+  // A rank past int's range is no rank of a job (ranks are ints everywhere else).
+  const std::string digits = m[1].str();
+  if (digits.size() > 9 && (digits.size() > 10 || digits > "2147483647"))
+    throw trace::TraceError(name + ": rank " + digits + " in the file name is out of range (ranks are 0.." +
+                            std::to_string(std::numeric_limits<int>::max()) + ")");
+  if (rank) *rank = std::stoi(digits);
   return true;
 }
 
@@ -128,10 +230,13 @@ std::map<int, std::string> traceRankFiles(const std::string& path, std::map<int,
 }
 
 std::string unwritableReason(const std::string& path) {
+  if (path.empty()) return "the path is empty";
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return "it is a directory";
     if (::access(path.c_str(), W_OK) != 0) return std::strerror(errno);
+    // A recording is what the user came with: an output never replaces one.
+    if (S_ISREG(st.st_mode) && looksLikeTrace(path)) return "it is a cardsim recording (an output never replaces one)";
     return "";
   }
   const std::size_t slash = path.rfind('/');

@@ -25,6 +25,17 @@ bool removeTree(const std::string& dir);
 // there, so that nothing is computed only to be lost.
 std::string unwritableReason(const std::string& path);
 
+// Interrupted (SIGINT, SIGTERM, SIGHUP), this process takes down the helper processes it
+// started (childStarted) and removes its temporary directory `dir` before it dies of the
+// signal: a replay or sweep cut short leaves nothing running and nothing behind.
+void cleanUpOnSignals(const std::string& dir);
+void childStarted(int pid, int stop_signal);   // how the handler stops it
+void childEnded(int pid);   // reaped: no longer the handler's to stop
+// In a helper process just forked: the parent's signal handling is not its own (the
+// directory is the parent's to remove); it dies with its parent (a killed replay or sweep
+// leaves no orphan spinning), by `signal`.
+void helperProcessStarted(int signal);
+
 // Creates directory `dir` and any missing parents; "" on success (or if it exists), else why not.
 std::string makeDirectories(const std::string& dir);
 

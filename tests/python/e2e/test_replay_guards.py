@@ -559,3 +559,69 @@ def test_protobuf_library_messages_stay_off_stderr(tmp_path):
     res = cardsim("info", bad)
     assert res.returncode == 2 and "rank0.cstrace" in res.stderr, res.stderr
     assert "libprotobuf" not in res.stderr, res.stderr
+
+
+def test_outputs_never_replace_a_recording_and_empty_or_bad_names_are_refused(tmp_path):
+    """--json and --perfetto aimed at a rank file, an export whose second output cannot be
+    written, empty output names and a rank number past int in a file name: each refused up
+    front (exit status 2) naming what, with the recording intact and nothing written."""
+    rec = tmp_path / "rec"
+    shutil.copytree(GOLDEN / "dp_step", rec)
+    before = (rec / "rank0.cstrace").read_bytes()
+    res = cardsim("replay", rec, "--json", rec / "rank0.cstrace")
+    assert res.returncode == 2 and "it is a cardsim recording" in res.stderr, res.stderr
+    res = cardsim("export", rec, "--perfetto", rec / "rank0.cstrace")
+    assert res.returncode == 2 and "it is a cardsim recording" in res.stderr, res.stderr
+    assert (rec / "rank0.cstrace").read_bytes() == before
+    res = cardsim("export", rec, "--chakra", tmp_path / "cc" / "x", "--perfetto", tmp_path / "nodir" / "y.json")
+    assert res.returncode == 2 and "no directory" in res.stderr, res.stderr
+    assert not (tmp_path / "cc").exists() or not list((tmp_path / "cc").iterdir())
+    for args, why in [(("replay", rec, "--json", ""), "the path is empty"),
+                      (("replay", rec, "--keep", ""), "--keep needs a directory"),
+                      (("export", rec, "--chakra", str(tmp_path) + "/"), "--chakra needs a file name prefix"),
+                      (("sweep", rec, "--set", "memory.bandwidth=1TB/s,2TB/s", "--out", ""),
+                       "--out needs a file name prefix")]:
+        res = cardsim(*args)
+        assert res.returncode == 2 and why in res.stderr, (args, res.stderr)
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    shutil.copy(rec / "rank0.cstrace", odd / "rank0.cstrace")
+    (odd / "rank2147483648.cstrace").write_bytes(b"")
+    for cmd in ("info", "replay", "export"):
+        res = cardsim(cmd, odd, *(["--perfetto", tmp_path / "o.json"] if cmd == "export" else []))
+        assert res.returncode == 2 and "rank 2147483648 in the file name is out of range" in res.stderr, res.stderr
+
+
+def test_an_interrupted_replay_leaves_no_process_and_no_temporary_files(tmp_path):
+    """SIGTERM to a replay (as `timeout` sends) mid-run: its rank processes end with it and
+    its temporary directory is removed; a sweep's replays likewise."""
+    import glob
+    import os
+    import signal
+
+    def ours():
+        return set(glob.glob("/tmp/cardsim-replay-*")) | set(glob.glob("/tmp/cardsim-sweep-*"))
+
+    before = ours()
+    for args in (["replay", GOLDEN / "dp_step", "--ranks", "16384"],
+                 ["sweep", GOLDEN / "dp_step", "--ranks", "16384", "--set", "memory.bandwidth=1TB/s,2TB/s",
+                  "--out", tmp_path / "sw"]):
+        p = subprocess.Popen([str(ROOT / ".venv" / "bin" / "cardsim"), *map(str, args)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        kids = []
+        while time.monotonic() < deadline and not kids:   # until its helpers run
+            time.sleep(0.2)
+            kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        assert kids and p.poll() is None, args
+        time.sleep(0.5)
+        os.kill(p.pid, signal.SIGTERM)
+        assert p.wait(timeout=20) == -signal.SIGTERM
+        deadline = time.monotonic() + 10
+        alive = kids
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = [k for k in kids if pathlib.Path(f"/proc/{k}").exists()
+                     and "Z" not in pathlib.Path(f"/proc/{k}/stat").read_text().split()[2]]
+        assert not alive, (args, alive)
+        assert ours() <= before, (args, ours() - before)
