@@ -15,6 +15,15 @@ namespace {
 
 // Why the simulation is unusable after an exception out of sc_start.
 std::string failedInside(const std::exception& e) {
+  // SystemC reports a process's exception as its own (E549), the type lost: the overflow's
+  // words are looked for (model::SimTimeOverflow). Not a model bug: the configuration's.
+  const std::string what = e.what();
+  const std::size_t at = what.find("simulated time overflow: ");
+  if (at != std::string::npos) {
+    const std::size_t end = what.find('\n', at);
+    return what.substr(at, end == std::string::npos ? std::string::npos : end - at) +
+           " SystemC cannot resume a simulation after that: the emulated cards of this process are unusable";
+  }
   return std::string("cardsim: the device model failed inside SystemC (") + e.what() +
          "); SystemC cannot resume a simulation after that, so the emulated cards of this "
          "process are unusable: restart the process (and please report the error)";

@@ -228,7 +228,8 @@ struct RankChild {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cardsim replay: rank %d: %s\n", rank, e.what());
     std::fflush(stderr);
-    std::_Exit(3);
+    // A what-if that carries the simulation past its end is the input's problem (exit 2).
+    std::_Exit(std::strstr(e.what(), "simulated time overflow") ? 2 : 3);
   }
 }
 

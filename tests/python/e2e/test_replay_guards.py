@@ -625,3 +625,16 @@ def test_an_interrupted_replay_leaves_no_process_and_no_temporary_files(tmp_path
                      and "Z" not in pathlib.Path(f"/proc/{k}/stat").read_text().split()[2]]
         assert not alive, (args, alive)
         assert ours() <= before, (args, ours() - before)
+
+
+def test_a_what_if_past_the_simulations_end_fails_at_once_naming_it(tmp_path):
+    """A bandwidth of bytes per second carries the simulation past 2^63 ps: a clear error
+    (exit status 2) at once, not a replay spinning forever; a sweep with such a point fails
+    the same way and writes nothing."""
+    t = time.monotonic()
+    res = cardsim("replay", GOLDEN / "memory_bound", "--set", "memory.bandwidth=10 B/s")
+    assert res.returncode == 2 and "simulated time overflow" in res.stderr, res.stderr[-2000:]
+    assert time.monotonic() - t < 60
+    res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,10B/s", "--out", tmp_path / "sw")
+    assert res.returncode == 2 and "simulated time overflow" in res.stderr, res.stderr[-2000:]
+    assert not list(tmp_path.glob("sw*"))
