@@ -53,6 +53,7 @@ struct FabricClient::Impl {
   std::string in;                    // bytes read that do not make a whole frame yet
   std::set<uint64_t> waiting;        // ids whose callers wait for an answer
   std::map<uint64_t, Result> answered;
+  std::map<uint64_t, std::vector<std::pair<int, std::string>>> gone_answers;   // AskGone's, by id
   uint64_t next_id = 1;
   std::string fatal;   // set once the connection is unusable
   bool closed_by_us = false;
@@ -90,6 +91,12 @@ struct FabricClient::Impl {
       r.completion.algorithm = m.complete().algorithm();
       r.completion.alone_s = m.complete().alone_s();
       r.completion.note = m.complete().note();
+    } else if (m.has_gone()) {
+      const rpc::Gone& g = m.gone();
+      if (waiting.count(g.id()) == 0) return;
+      auto& out = gone_answers[g.id()];
+      for (int i = 0; i < g.ranks_size(); ++i) out.emplace_back(g.ranks(i), i < g.why_size() ? g.why(i) : std::string());
+      return;
     } else if (m.has_revise()) {
       revisions.push_back(Revision{m.revise().group(), m.revise().seq(), m.revise().end_ps()});
       return;
@@ -462,6 +469,33 @@ FabricClient::Completion FabricClient::collective(const Collective& c) {
   // Revisions came before this answer on the socket: the caller applies them with it.
   r.completion.revised = std::exchange(impl_->revisions, {});
   return r.completion;
+}
+
+std::vector<std::pair<int, std::string>> FabricClient::goneOf(const std::vector<int>& ranks, double timeout_s) {
+  uint64_t id;
+  {
+    std::unique_lock<std::mutex> lock(impl_->mutex);
+    if (!impl_->fatal.empty()) throw FabricError(impl_->fatal);
+    id = impl_->next_id++;
+    impl_->waiting.insert(id);
+  }
+  rpc::ToServer m;
+  rpc::AskGone* a = m.mutable_ask_gone();
+  a->set_id(id);
+  for (int r : ranks) a->add_ranks(r);
+  impl_->send(wire::frame(m.SerializeAsString()));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  impl_->pump(lock, deadline, [&] { return impl_->gone_answers.count(id) > 0; });
+  impl_->waiting.erase(id);
+  auto it = impl_->gone_answers.find(id);
+  if (it == impl_->gone_answers.end()) {
+    if (!impl_->fatal.empty()) throw FabricError(impl_->fatal);
+    throw FabricError("no answer from the fabric server at " + address_ + " within " + std::to_string(timeout_s) + " s");
+  }
+  std::vector<std::pair<int, std::string>> out = std::move(it->second);
+  impl_->gone_answers.erase(it);
+  return out;
 }
 
 void FabricClient::traffic(int source, int destination, double bytes, uint64_t start_ps) {

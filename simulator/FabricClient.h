@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cardsim::sim {
@@ -89,6 +90,10 @@ class FabricClient {
   void traffic(int source, int destination, double bytes, uint64_t start_ps);
   uint32_t worldSize() const { return world_size_; }
   uint32_t rank() const { return rank_; }
+
+  // Which of `ranks` (global) have left the job, each with how, as the server saw them go;
+  // waits up to `timeout_s` for the answer. Throws FabricError if the server is gone.
+  std::vector<std::pair<int, std::string>> goneOf(const std::vector<int>& ranks, double timeout_s);
 
   // Tells the server this rank waits (or no longer waits) on something outside it that only
   // another rank's progress ends; does not wait for an answer.

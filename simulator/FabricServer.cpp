@@ -42,6 +42,18 @@ void FabricServer::Impl::onMessage(Session& s, const rpc::ToServer& m) {
   if (!s.hello) return s.fail("the first message must be Hello");
   if (m.has_park()) return onPark(s, m.park().parked());
   if (m.has_traffic()) return onTraffic(s, m.traffic());
+  if (m.has_ask_gone()) {
+    const Job& job = jobs[s.job];
+    rpc::ToClient reply;
+    rpc::Gone* g = reply.mutable_gone();
+    g->set_id(m.ask_gone().id());
+    for (int r : m.ask_gone().ranks())
+      if (auto it = job.gone.find(r); it != job.gone.end()) {
+        g->add_ranks(r);
+        g->add_why(it->second);
+      }
+    return s.send(reply);
+  }
   onArrive(s, m.arrive());
 }
 

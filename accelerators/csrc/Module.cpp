@@ -473,6 +473,14 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     throwIfFailed(shim::fabricPark(parked), "fabricPark");
   });
+  m.def("_fabric_gone", [](std::vector<int> ranks, double timeout_s) {
+    std::vector<std::pair<int, std::string>> gone;
+    {
+      py::gil_scoped_release nogil;
+      throwIfFailed(shim::fabricGone(ranks, timeout_s, &gone), "fabricGone");
+    }
+    return gone;
+  }, py::arg("ranks"), py::arg("timeout_s") = 5.0);
   m.def("_fabric_address", [] {
     std::string a;
     accel::start();

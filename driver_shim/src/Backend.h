@@ -105,6 +105,9 @@ class IBackend {
     return Status::Ok();
   }
   virtual Status fabricPark(bool) { return Status::Ok(); }
+  virtual Status fabricGone(const std::vector<int>&, double, std::vector<std::pair<int, std::string>>*) {
+    return Status(Code::NotSupported, "fabricGone: no fabric server");
+  }
   virtual Status fabricDisconnect() { return Status::Ok(); }
 
   // The vendor's collective library (shim.h, Communicators); only the native backend has one.

@@ -372,6 +372,9 @@ Status fabricConnect(const std::string& address, const std::string& job, int ran
 }
 Status fabricAddress(std::string* address) { CARDSIM_FORWARD(fabricAddress(address)); }
 Status fabricPark(bool parked) { CARDSIM_FORWARD(fabricPark(parked)); }
+Status fabricGone(const std::vector<int>& ranks, double timeout_s, std::vector<std::pair<int, std::string>>* gone) {
+  CARDSIM_FORWARD(fabricGone(ranks, timeout_s, gone));
+}
 Status fabricDisconnect() { CARDSIM_FORWARD(fabricDisconnect()); }
 Status commGetUniqueId(std::string* id) { CARDSIM_FORWARD(commGetUniqueId(id)); }
 Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank) {

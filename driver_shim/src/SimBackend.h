@@ -281,6 +281,8 @@ class SimBackend final : public IBackend {
                        double connect_timeout_s) override;
   Status fabricAddress(std::string* address) override;
   Status fabricPark(bool parked) override;
+  Status fabricGone(const std::vector<int>& ranks, double timeout_s,
+                    std::vector<std::pair<int, std::string>>* gone) override;
   Status fabricDisconnect() override;
 
  private:

@@ -187,6 +187,18 @@ Status SimBackend::fabricPark(bool parked) {
   return Status::Ok();
 }
 
+Status SimBackend::fabricGone(const std::vector<int>& ranks, double timeout_s,
+                              std::vector<std::pair<int, std::string>>* gone) {
+  sim::FabricClient* client = fabricClient();
+  if (!client) return Status(Code::NotSupported, "fabricGone: no fabric server");
+  try {
+    *gone = client->goneOf(ranks, timeout_s);
+  } catch (const std::exception& e) {
+    return Status(Code::CommFailed, e.what());
+  }
+  return Status::Ok();
+}
+
 Status SimBackend::fabricDisconnect() {
   // Closed, not deleted: the exit handler may still reach it (close() is idempotent).
   if (sim::FabricClient* client = fabricClient()) client->close();

@@ -132,6 +132,10 @@ class TraceBackend final : public IBackend {
                        double connect_timeout_s) override;
   Status fabricAddress(std::string* address) override { return inner_->fabricAddress(address); }
   Status fabricPark(bool parked) override { return inner_->fabricPark(parked); }
+  Status fabricGone(const std::vector<int>& ranks, double timeout_s,
+                    std::vector<std::pair<int, std::string>>* gone) override {
+    return inner_->fabricGone(ranks, timeout_s, gone);
+  }
   Status fabricDisconnect() override { return inner_->fabricDisconnect(); }
   // The vendor's collectives (native backend): passed through, not recorded.
   Status commGetUniqueId(std::string* id) override { return inner_->commGetUniqueId(id); }

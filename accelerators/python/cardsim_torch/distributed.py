@@ -318,7 +318,45 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def _wait(self, work):
         # A collective reported to the fabric server completed there, so every member has
         # started Gloo's side of it; one on CPU tensors only was not reported.
-        return work.wait() if getattr(self, "_reported", False) else _parked_wait(work)
+        if not getattr(self, "_reported", False):
+            return _parked_wait(work)
+        try:
+            return work.wait()
+        except RuntimeError as e:
+            raise self._transfer_failure(e) from None
+
+    def _transfer_failure(self, err: Exception) -> Exception:
+        """Gloo's error for a collective whose bytes stopped moving, in the words the fabric
+        server uses for one a member never started: the group, the collective, and which
+        member left (the server saw its connection close) or that none did (one hung)."""
+        op, ranks = getattr(self, "_last", ("collective", self._ranks))
+        text = str(err).strip()
+        first = text.splitlines()[0] if text else type(err).__name__
+        timed_out = "timed out" in text.lower() or "timeout" in text.lower()
+        gone, asked = [], None
+        if _fabric_server:
+            from . import _C
+            import time
+            # A killed member's connection to Gloo may break before the server hears it close.
+            for attempt in range(10):
+                try:
+                    gone = _C._fabric_gone(list(ranks), 5.0)
+                except Exception as q:   # the server itself is gone (its host, rank 0, left)
+                    asked = str(q)
+                    break
+                if gone or timed_out:
+                    break
+                time.sleep(0.1)
+        if gone:
+            why = "; ".join(f"rank {r} {w}" for r, w in gone)
+        elif asked is not None:
+            why = f"the fabric server cannot say which member left ({asked})"
+        elif timed_out:
+            why = ("no member left the job, yet the transfer did not complete within the process group's timeout "
+                   f"({self._timeout_s:g} s): a member stopped answering (hung?)")
+        else:
+            why = "the transfer of its bytes failed"
+        return dist.DistBackendError(f"{self._name}: {op} of process group {list(ranks)}: {why} [{first}]")
 
     def _done(self, h: _Host, work, result):
         # Each collective starts Gloo's transfer first and queues its fabric time while Gloo
@@ -354,6 +392,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def _timed(self, device: int, op: str, nbytes: float, ranks, root: int, peer: int, dtype: str = "",
                p2p: int = 0, tag: int = 0, posted: int = 0, send=None, recv=None) -> None:
         self._reported = True
+        self._last = (op, list(ranks))
         if self._used_device is None:
             self._used_device = device
         try:

@@ -20,6 +20,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cardsim::shim {
@@ -320,6 +321,10 @@ Status fabricAddress(std::string* address);
 // need not wait for this rank's next collective before answering the others'. Nothing
 // without a fabric server.
 Status fabricPark(bool parked);
+// Which of `ranks` (global) have left the job, with how each left, as the fabric server saw
+// them go (asked when a transfer of a collective's bytes failed); waits up to `timeout_s`.
+// NotSupported without a fabric server.
+Status fabricGone(const std::vector<int>& ranks, double timeout_s, std::vector<std::pair<int, std::string>>* gone);
 // Leaves the fabric: what this rank already sent (an eager send whose receiver still needs
 // it) reaches the server first, then the connection closes (bounded: 2 s). The end of the
 // process does this too; call it before leaving by _exit. Nothing without a connection.

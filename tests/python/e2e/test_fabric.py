@@ -216,6 +216,37 @@ elif scenario == "kill":
         # This worker leaves with os._exit (no atexit), so the server rank 0 hosts would go
         # at once; a normal exit keeps it up while other ranks are connected. Stand in for that.
         time.sleep(3)
+elif scenario in ("kill_mid_transfer", "hang_mid_transfer"):
+    # The last rank dies (or stops) while large all_reduces' bytes move on Gloo, after the
+    # fabric server answered them: the others' error still names the group, the
+    # collective, and the rank that left (or that none did).
+    import signal, threading
+    t = torch.ones(1 << 22, device=d)
+    dist.all_reduce(t)
+    mod.synchronize()
+    pidfile = os.path.join(os.environ["OUT_DIR"], "stopped.pid")
+    if rank == world - 1:
+        def leave():
+            time.sleep(1.0)
+            if scenario == "kill_mid_transfer":
+                os._exit(3)
+            with open(pidfile, "w") as f:
+                f.write(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGSTOP)
+        threading.Thread(target=leave, daemon=True).start()
+    t0 = time.monotonic()
+    out["error"] = None
+    while time.monotonic() - t0 < 60:
+        try:
+            dist.all_reduce(t)
+        except Exception as e:
+            out["error"] = f"{type(e).__name__}: {e}"
+            break
+    out["wall_s"] = time.monotonic() - t0
+    if rank == 0 and os.path.exists(pidfile):
+        os.kill(int(open(pidfile).read()), signal.SIGKILL)
+    if rank == 0:
+        time.sleep(1)   # the server rank 0 hosts stays up while the other survivor asks it
 elif scenario in ("p2p_kill", "p2p_hang"):
     t = torch.ones(16, device=d)
     dist.all_reduce(t)
@@ -719,6 +750,22 @@ def test_a_rank_that_dies_fails_the_others_naming_it(tmp_path):
         assert res[r], errs[r]
         e = res[r]["error"]
         assert "all_reduce #1 of process group [0, 1, 2] (the 2nd group created over these ranks)" in e, e
+
+
+@pytest.mark.parametrize("scenario", ["kill_mid_transfer", "hang_mid_transfer"])
+def test_a_rank_lost_while_bytes_move_fails_the_others_naming_the_group_and_it(tmp_path, scenario):
+    world = 3
+    res, errs = run_ranks(tmp_path, world, scenario, timeout=120, PG_TIMEOUT=4, OUT_DIR=tmp_path)
+    for r in range(world - 1):
+        assert res[r], errs[r]
+        e = res[r]["error"]
+        assert e and e.startswith("DistBackendError"), e
+        assert "cncl: all_reduce of process group [0, 1, 2]" in e, e
+        if scenario == "kill_mid_transfer":
+            assert f"rank {world - 1} left the job" in e, e
+        else:   # stopped mid-transfer (Gloo's timeout), or between two (the server's)
+            assert "a member stopped answering" in e or f"waiting for rank(s) [{world - 1}]" in e, e
+        assert res[r]["wall_s"] < 40, res[r]
 
 
 def test_a_rank_that_hangs_fails_the_others_within_the_timeout(tmp_path):
