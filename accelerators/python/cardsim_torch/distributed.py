@@ -196,9 +196,20 @@ def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
     _fabric_server = True
 
 
-# How long the exit handler waits for the process groups to shut down.
+# How long the exit handler waits for the process groups to shut down; once a collective
+# failed for a member's loss (the job is broken: Gloo's transfers with it never end), only
+# briefly, so that a survivor whose error ends the program exits promptly.
 _EXIT_SHUTDOWN_S = 10.0
+_EXIT_SHUTDOWN_BROKEN_S = 1.0
 _exit_handler_registered = False
+_job_broken = False
+
+
+def _broken(err: Exception) -> Exception:
+    """Notes that a collective failed (the exit then waits briefly); returns `err`."""
+    global _job_broken
+    _job_broken = True
+    return err
 
 
 def _destroy_groups_at_exit() -> None:
@@ -212,8 +223,9 @@ def _destroy_groups_at_exit() -> None:
     either. The groups are destroyed on a helper thread so that a peer that never answers
     cannot keep this process from ending: after _EXIT_SHUTDOWN_S the exit goes on.
     """
+    limit = _EXIT_SHUTDOWN_BROKEN_S if _job_broken else _EXIT_SHUTDOWN_S
     if not dist.is_initialized():
-        _gloo_hold.drain(_EXIT_SHUTDOWN_S)   # groups destroyed by the program (gloo_hold)
+        _gloo_hold.drain(limit)   # groups destroyed by the program (gloo_hold)
         return
 
     def shutdown():
@@ -224,12 +236,12 @@ def _destroy_groups_at_exit() -> None:
 
     t = threading.Thread(target=shutdown, name="cardsim-pg-shutdown", daemon=True)
     t.start()
-    t.join(_EXIT_SHUTDOWN_S)
+    t.join(limit)
     if t.is_alive():
-        sys.stderr.write(f"cardsim: the process groups did not shut down within {_EXIT_SHUTDOWN_S:.0f} s "
+        sys.stderr.write(f"cardsim: the process groups did not shut down within {limit:g} s "
                          "at exit (a peer stopped answering); exiting without them\n")
     else:
-        _gloo_hold.drain(_EXIT_SHUTDOWN_S)
+        _gloo_hold.drain(limit)
 
 
 def _register_exit_handler() -> None:
@@ -356,7 +368,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
                    f"({self._timeout_s:g} s): a member stopped answering (hung?)")
         else:
             why = "the transfer of its bytes failed"
-        return dist.DistBackendError(f"{self._name}: {op} of process group {list(ranks)}: {why} [{first}]")
+        return _broken(dist.DistBackendError(f"{self._name}: {op} of process group {list(ranks)}: {why} [{first}]"))
 
     def _done(self, h: _Host, work, result):
         # Each collective starts Gloo's transfer first and queues its fabric time while Gloo
@@ -399,7 +411,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
             self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
                          p2p, tag, posted, send or (), recv or ())
         except dist.DistBackendError as e:
-            raise dist.DistBackendError(f"{self._name}: {e}") from None
+            raise _broken(dist.DistBackendError(f"{self._name}: {e}")) from None
 
     @staticmethod
     def _avg(op) -> bool:

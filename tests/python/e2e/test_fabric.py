@@ -247,6 +247,20 @@ elif scenario in ("kill_mid_transfer", "hang_mid_transfer"):
         os.kill(int(open(pidfile).read()), signal.SIGKILL)
     if rank == 0:
         time.sleep(1)   # the server rank 0 hosts stays up while the other survivor asks it
+elif scenario == "die_uncaught":
+    # The last rank dies; the others' collective error goes uncaught (the program ends by
+    # it), after they note when it came.
+    t = torch.ones(16, device=d)
+    dist.all_reduce(t)
+    mod.synchronize()
+    if rank == world - 1:
+        os._exit(3)
+    time.sleep(0.5)
+    try:
+        dist.all_reduce(t)
+    finally:
+        with open(os.path.join(os.environ["OUT_DIR"], f"error{rank}"), "w") as f:
+            f.write(repr(time.time()))
 elif scenario in ("p2p_kill", "p2p_hang"):
     t = torch.ones(16, device=d)
     dist.all_reduce(t)
@@ -766,6 +780,36 @@ def test_a_rank_lost_while_bytes_move_fails_the_others_naming_the_group_and_it(t
         else:   # stopped mid-transfer (Gloo's timeout), or between two (the server's)
             assert "a member stopped answering" in e or f"waiting for rank(s) [{world - 1}]" in e, e
         assert res[r]["wall_s"] < 40, res[r]
+
+
+def test_a_survivor_whose_error_ends_the_program_exits_promptly(tmp_path):
+    """The exit handler's wait for the process groups is brief once a member was lost (the
+    groups never shut down cleanly then): a survivor ends within seconds of its error, not
+    after the 10 s bound for a healthy job."""
+    script = tmp_path / "fabric_worker.py"
+    script.write_text(WORKER)
+    port = free_port()
+    procs = []
+    for r in range(3):
+        e = _env(dict(RANK=str(r), WORLD_SIZE="3", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      SCENARIO="die_uncaught", OUT_DIR=str(tmp_path)))
+        procs.append(subprocess.Popen([PYTHON, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True, env=e, cwd=str(ROOT), start_new_session=True))
+    ended = {}
+    deadline = time.monotonic() + 120
+    while len(ended) < 3 and time.monotonic() < deadline:
+        for r, p in enumerate(procs):
+            if r not in ended and p.poll() is not None:
+                ended[r] = time.time()
+        time.sleep(0.05)
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    for r in (0, 1):
+        err = procs[r].stderr.read()
+        assert procs[r].returncode == 1 and "rank 2 left the job" in err, (procs[r].returncode, err[-2000:])
+        came = float((tmp_path / f"error{r}").read_text())
+        assert ended[r] - came < 6, (r, ended[r] - came)
 
 
 def test_a_rank_that_hangs_fails_the_others_within_the_timeout(tmp_path):
