@@ -26,7 +26,7 @@ const std::vector<UnitDef>& unitsFor(Dimension d) {
       // bits per second, as link rates are often quoted
       {"Gb/s", 1e9 / 8}, {"Mb/s", 1e6 / 8}, {"Tb/s", 1e12 / 8}};
   static const std::vector<UnitDef> time = {
-      {"ps", 1e-12}, {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}};
+      {"ps", 1e-12}, {"ns", 1e-9}, {"us", 1e-6}, {"\u00b5s", 1e-6}, {"\u03bcs", 1e-6}, {"ms", 1e-3}, {"s", 1}};
   static const std::vector<UnitDef> frequency = {
       {"Hz", 1}, {"kHz", 1e3}, {"MHz", 1e6}, {"GHz", 1e9}};
   static const std::vector<UnitDef> throughput = {

@@ -229,7 +229,8 @@ struct RankChild {
     std::fprintf(stderr, "cardsim replay: rank %d: %s\n", rank, e.what());
     std::fflush(stderr);
     // A what-if that carries the simulation past its end is the input's problem (exit 2).
-    std::_Exit(std::strstr(e.what(), "simulated time overflow") ? 2 : 3);
+    // So is a what-if whose memory cannot hold what the recording allocated.
+    std::_Exit(std::strstr(e.what(), "simulated time overflow") || std::strstr(e.what(), "OutOfMemory") ? 2 : 3);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -146,6 +147,8 @@ void progress(std::size_t done, std::size_t total) {
 }  // namespace
 
 int runSweep(const std::vector<std::string>& argv) {
+  // A reader of the table that goes away (| head) must not cost the CSV and the plot.
+  std::signal(SIGPIPE, SIG_IGN);
   Args a("sweep", kFlags, argv);
   if (a.has("help")) {
     std::fputs(Args::usage("sweep", kFlags).c_str(), stdout);

@@ -219,10 +219,12 @@ std::map<int, std::string> traceRankFiles(const std::string& path, std::map<int,
   // A replay's trace of rank 0 standing for its world (replay --ranks N --keep) is whole alone.
   if (out.size() == 1 && headers.front().replicated()) return out;
   for (int n = 0; n < world; ++n)
-    if (!out.count(n))
+    if (!out.count(n)) {
+      std::string present;
+      for (const auto& [r, f] : out) present += (present.empty() ? "" : ", ") + std::to_string(r);
       throw trace::TraceError(path + "/rank" + std::to_string(n) + trace::kFileExtension + ": missing (world size " +
-                              std::to_string(world) + " in " + first + ", ranks present: " + std::to_string(out.size()) +
-                              ")");
+                              std::to_string(world) + " in " + first + "; rank files present: " + present + ")");
+    }
   if (static_cast<int>(out.size()) > world)
     throw trace::TraceError(out.rbegin()->second + ": rank " + std::to_string(out.rbegin()->first) +
                             " is outside world size " + std::to_string(world));
