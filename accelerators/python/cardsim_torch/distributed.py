@@ -315,8 +315,17 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return self._name
 
     def _host(self) -> _Host:
+        self._refuse_if_unusable()
         self._refuse_in_capture()
         return _Host(self._device_type, self._alias, f"{self._name} {sys._getframe(1).f_code.co_name}")
+
+    def _refuse_if_unusable(self) -> None:
+        # Members that disagreed on a collective some of them had started on Gloo (sizes,
+        # op) left Gloo's transfers out of step: the next collective would pair with the
+        # stale one (a timeout, or an abort on mismatched sizes). The group refuses further
+        # collectives at once instead, as a broken communicator does.
+        if getattr(self, "_unusable", None):
+            raise dist.DistBackendError(self._unusable)
 
     def _refuse_in_capture(self) -> None:
         # Bytes move through Gloo when the call is made, so a graph replay would move none.
@@ -379,6 +388,24 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h.finish()
         return _DoneWork(result)
 
+    def _started(self, start, kind: str, tensors, **charge):
+        """Starts Gloo's transfer (`start()`), then reports the collective (`_charge`): its
+        fabric time is queued while Gloo moves the bytes. A call Gloo refuses on this member
+        alone (an output of the wrong size) is reported all the same, so that the members'
+        sequences of collectives stay aligned: members whose sizes differ fail on every one
+        of them, named by the fabric server, instead of this one failing alone and every
+        later collective of the group pairing with the wrong one."""
+        try:
+            work = start()
+        except Exception as refused:
+            try:
+                self._charge(kind, tensors, **charge)
+            except dist.DistBackendError as named:
+                raise named from refused
+            raise
+        self._charge(kind, tensors, **charge)
+        return work
+
     def _charge(self, kind: str, tensors, root: int = 0, peer: int = 1, ranks=None, p2p: int = 0,
                 tag: int = 0, posted=None, send=None, recv=None) -> None:
         """Queues the collective's fabric time on the device's current stream. `tensors`
@@ -411,6 +438,10 @@ class CardsimProcessGroup(dist.ProcessGroup):
             self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
                          p2p, tag, posted, send or (), recv or ())
         except dist.DistBackendError as e:
+            if "the ranks disagree" in str(e) and op not in ("all_to_all", "send_recv", "barrier"):
+                # Gloo had started it (all_to_all and point to point are reported first).
+                self._unusable = (f"{self._name}: process group {self._ranks} is unusable: its members disagreed on "
+                                  f"an earlier {op} that Gloo had started ({e}); create a new group")
             raise _broken(dist.DistBackendError(f"{self._name}: {e}")) from None
 
     @staticmethod
@@ -433,8 +464,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         host = [h(t, written=True) for t in tensors]
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op)
-        work = self._gloo.allreduce(host, o)
-        self._charge("all_reduce", tensors)   # while Gloo moves the bytes (see _done)
+        work = self._started(lambda: self._gloo.allreduce(host, o),
+                             "all_reduce", tensors)
         self._wait(work)
         # AVG divides on the host views: the vendor libraries average inside the collective,
         # so a division kernel on the stream would cost time the card does not spend.
@@ -462,16 +493,16 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
         ins = [h(t) for t in input_tensors]
-        work = self._gloo.allgather(outs, ins, opts or _AllgatherOptions())
-        self._charge("all_gather", [t for lst in output_tensors for t in lst])
+        work = self._started(lambda: self._gloo.allgather(outs, ins, opts or _AllgatherOptions()),
+                             "all_gather", [t for lst in output_tensors for t in lst])
         return self._done(h, work, output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
         h = self._host()
         # Gloo wants the concatenated form; the stacked (world, *input.shape) form is the same bytes.
-        work = self._gloo._allgather_base(h(output, True).view(-1), h(input).reshape(-1),
-                                          opts or _AllgatherOptions())
-        self._charge("all_gather", output)
+        work = self._started(lambda: self._gloo._allgather_base(h(output, True).view(-1), h(input).reshape(-1),
+                                                                opts or _AllgatherOptions()),
+                             "all_gather", output)
         return self._done(h, work, [output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
@@ -498,8 +529,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
             full = torch.stack([h(t).reshape(-1) for t in ins])
             o = dist.AllreduceOptions()
             o.reduceOp = self._reduce_op(op)
-            work = self._gloo.allreduce([full], o)
-            self._charge("reduce_scatter", ins)
+            work = self._started(lambda: self._gloo.allreduce([full], o),
+                                 "reduce_scatter", ins)
             self._wait(work)
             self._average(op, [full])
             h(out, written=True).copy_(full[self.rank()].reshape(out.shape))
@@ -522,8 +553,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         h = self._host()
         host = [h(t, written=True) for t in tensors]
         opts = opts or dist.BroadcastOptions()
-        work = self._gloo.broadcast(host, opts)
-        self._charge("broadcast", tensors, root=opts.rootRank)
+        work = self._started(lambda: self._gloo.broadcast(host, opts),
+                             "broadcast", tensors, root=opts.rootRank)
         self._done(h, work, tensors)
         return _DoneWork(tensors)
 
@@ -536,8 +567,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         o.reduceOp = self._reduce_op(op)
         o.rootRank = opts.rootRank
         o.rootTensor = opts.rootTensor
-        work = self._gloo.reduce(host, o)
-        self._charge("reduce", tensors, root=opts.rootRank)
+        work = self._started(lambda: self._gloo.reduce(host, o),
+                             "reduce", tensors, root=opts.rootRank)
         self._wait(work)
         if self.rank() == opts.rootRank:
             self._average(op, host)
@@ -549,8 +580,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
         ins = [h(t) for t in input_tensors]
         opts = opts or dist.GatherOptions()
-        work = self._gloo.gather(outs, ins, opts)
-        self._charge("gather", input_tensors, root=opts.rootRank)
+        work = self._started(lambda: self._gloo.gather(outs, ins, opts),
+                             "gather", input_tensors, root=opts.rootRank)
         self._done(h, work, output_tensors)
         return _DoneWork(output_tensors)
 
@@ -559,8 +590,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         outs = [h(t, written=True) for t in output_tensors]
         ins = [[h(t) for t in lst] for lst in input_tensors]
         opts = opts or dist.ScatterOptions()
-        work = self._gloo.scatter(outs, ins, opts)
-        self._charge("scatter", output_tensors, root=opts.rootRank)
+        work = self._started(lambda: self._gloo.scatter(outs, ins, opts),
+                             "scatter", output_tensors, root=opts.rootRank)
         self._done(h, work, output_tensors)
         return _DoneWork(output_tensors)
 
@@ -695,6 +726,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return self.rank() % max(1, module.device_count())
 
     def barrier(self, opts=None):
+        self._refuse_if_unusable()
         self._refuse_in_capture()
         self._reported = False
         module = getattr(torch, self._device_type)

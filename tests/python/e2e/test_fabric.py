@@ -247,6 +247,28 @@ elif scenario in ("kill_mid_transfer", "hang_mid_transfer"):
         os.kill(int(open(pidfile).read()), signal.SIGKILL)
     if rank == 0:
         time.sleep(1)   # the server rank 0 hosts stays up while the other survivor asks it
+elif scenario == "refused_by_one":
+    # Rank 1 gives all_gather_into_tensor an output of the wrong size, which Gloo refuses on
+    # rank 1 alone before any byte moves: reported all the same, the members' sizes differ,
+    # and both fail naming them; the group, whose Gloo transfers are now out of step, then
+    # refuses collectives at once (no timeout, no abort); a new group works.
+    x = torch.ones(10, device=d)
+    try:
+        dist.all_gather_into_tensor(torch.empty(7 if rank == 1 else 20, device=d), x)
+        out["first"] = None
+    except Exception as e:
+        out["first"] = f"{type(e).__name__}: {e}"
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4, device=d))
+        out["next"] = None
+    except Exception as e:
+        out["next"] = f"{type(e).__name__}: {e}"
+    out["next_s"] = time.monotonic() - t0
+    fresh = dist.new_group([0, 1])
+    y = torch.ones(4, device=d)
+    dist.all_reduce(y, group=fresh)
+    out["fresh"] = y.cpu().tolist()
 elif scenario == "die_uncaught":
     # The last rank dies; the others' collective error goes uncaught (the program ends by
     # it), after they note when it came.
@@ -780,6 +802,18 @@ def test_a_rank_lost_while_bytes_move_fails_the_others_naming_the_group_and_it(t
         else:   # stopped mid-transfer (Gloo's timeout), or between two (the server's)
             assert "a member stopped answering" in e or f"waiting for rank(s) [{world - 1}]" in e, e
         assert res[r]["wall_s"] < 40, res[r]
+
+
+def test_a_call_gloo_refuses_on_one_member_fails_every_member_and_the_group_says_so(tmp_path):
+    res, errs = run_ranks(tmp_path, 2, "refused_by_one", timeout=120, PG_TIMEOUT=20)
+    for r in (0, 1):
+        assert res[r], errs[r]
+        first, nxt = res[r]["first"], res[r]["next"]
+        assert first and "the ranks disagree" in first and "all_gather #0 of process group [0, 1]" in first, first
+        assert "28 bytes" in first and "80 bytes" in first, first
+        assert nxt and "process group [0, 1] is unusable" in nxt and "create a new group" in nxt, nxt
+        assert res[r]["next_s"] < 5, res[r]
+        assert res[r]["fresh"] == [2.0] * 4, res[r]
 
 
 def test_a_survivor_whose_error_ends_the_program_exits_promptly(tmp_path):
