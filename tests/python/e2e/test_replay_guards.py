@@ -592,6 +592,19 @@ def test_outputs_never_replace_a_recording_and_empty_or_bad_names_are_refused(tm
         assert res.returncode == 2 and "rank 2147483648 in the file name is out of range" in res.stderr, res.stderr
 
 
+def _children(pid: int) -> list:
+    """The pids whose parent is `pid` (from /proc: no procps needed)."""
+    kids = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == str(pid):
+            kids.append(stat.parent.name)
+    return kids
+
+
 def test_an_interrupted_replay_leaves_no_process_and_no_temporary_files(tmp_path):
     """SIGTERM to a replay (as `timeout` sends) mid-run: its rank processes end with it and
     its temporary directory is removed; a sweep's replays likewise."""
@@ -612,7 +625,7 @@ def test_an_interrupted_replay_leaves_no_process_and_no_temporary_files(tmp_path
         kids = []
         while time.monotonic() < deadline and not kids:   # until its helpers run
             time.sleep(0.2)
-            kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+            kids = _children(p.pid)
         assert kids and p.poll() is None, args
         time.sleep(0.5)
         os.kill(p.pid, signal.SIGTERM)
