@@ -262,6 +262,11 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
       a = meta.add_attr();
       a->set_name("world_size");
       a->set_int64_val(rank.header.world_size());
+      if (rank.header.replicated()) {   // rank 0 of a replay --ranks N, standing for all N
+        a = meta.add_attr();
+        a->set_name("cardsim_replicated");
+        a->set_int64_val(1);
+      }
     }
     appendDelimited(meta, &out);
 

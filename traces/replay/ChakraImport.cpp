@@ -619,7 +619,10 @@ ChakraImport importChakra(const std::string& path, const std::string& out_dir) {
   while (isFile(prefix + "." + std::to_string(siblings) + ".et")) ++siblings;
   out.world_size = std::max(static_cast<int>(sources.size()), siblings);
   std::string world_from = "its files";
+  bool replicated = false;   // one rank's file standing for its world (cardsim replay --ranks N --keep)
   for (const auto& a : files.begin()->second.meta.attr()) {
+    if (a.name() == "cardsim_replicated" && a.value_case() == chakra::AttributeProto::kInt64Val)
+      replicated = a.int64_val() != 0;
     if (a.name() == "world_size" && a.value_case() == chakra::AttributeProto::kInt64Val && a.int64_val() > 0) {
       out.world_size = static_cast<int>(a.int64_val());
       world_from = "the metadata's world_size";
@@ -628,7 +631,7 @@ ChakraImport importChakra(const std::string& path, const std::string& out_dir) {
   }
   // A PREFIX stands for the whole job, as a trace directory does: every rank's file is there
   // (one .et file given alone is one rank standing for the job).
-  if (!one_file && static_cast<int>(files.size()) < out.world_size)
+  if (!one_file && !(replicated && files.size() == 1) && static_cast<int>(files.size()) < out.world_size)
     throw TraceError(prefix + "." + std::to_string(files.size()) + ".et: missing (the job has " +
                      std::to_string(out.world_size) + " ranks by " + world_from + "; " +
                      (files.size() == 1 ? "only " + prefix + ".0.et is"

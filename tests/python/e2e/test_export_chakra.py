@@ -542,3 +542,17 @@ def test_a_sweep_replays_chakra_files_as_replay_does(tmp_path):
     assert fast == pytest.approx(single["total_us"], abs=1e-6)
     bad = cardsim("sweep", tmp_path / "nothing", "--set", "memory.bandwidth=1TB/s,2TB/s", "--out", tmp_path / "x")
     assert bad.returncode == 2 and "nothing" in bad.stderr, bad.stderr
+
+
+def test_the_export_of_a_replicated_replay_replays_by_its_prefix(tmp_path):
+    """`replay --ranks N --keep` keeps rank 0's trace standing for all N; its Chakra export
+    (one .et file, marked so) replays by its prefix as the one file does: the same run."""
+    golden = CARDSIM_BIN.parents[2] / "tests" / "data" / "golden" / "traces" / "dp_step"
+    kept = tmp_path / "k4"
+    replay(golden, "--ranks", "4", "--keep", kept)
+    export_chakra(kept, tmp_path / "k4et")
+    assert not (tmp_path / "k4et.1.et").exists()
+    by_prefix = replay_json(tmp_path / "k4et", tmp=tmp_path)
+    by_file = replay_json(tmp_path / "k4et.0.et", tmp=tmp_path)
+    assert by_prefix["total_us"] == by_file["total_us"] > 0, (by_prefix["total_us"], by_file["total_us"])
+    assert by_prefix["world_size"] == 4, by_prefix["world_size"]
