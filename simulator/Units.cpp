@@ -95,6 +95,12 @@ std::optional<double> parseQuantity(const std::string& raw, Dimension d, std::st
     return std::nullopt;
   };
   if (text.empty()) return fail("empty value");
+  // Decimal only: strtod would also read hexadecimal ("0x10 GB/s" as 16 GB/s) and "inf"/"nan".
+  {
+    const size_t at = text[0] == '-' || text[0] == '+' ? 1 : 0;
+    if (text.size() > at + 1 && text[at] == '0' && (text[at + 1] == 'x' || text[at + 1] == 'X'))
+      return fail("\"" + text + "\" is hexadecimal; give a decimal number");
+  }
   const char* begin = text.c_str();
   char* end = nullptr;
   const double number = std::strtod(begin, &end);

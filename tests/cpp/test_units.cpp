@@ -132,6 +132,16 @@ TEST(ParseQuantityTime, AllUnits) {
   EXPECT_DOUBLE_EQ(ok("2 s", Dimension::Time), 2.0);
   EXPECT_DOUBLE_EQ(ok("0.5us", Dimension::Time), 0.5e-6);
   EXPECT_DOUBLE_EQ(ok("0 us", Dimension::Time), 0.0);  // zero is a valid time; callers check > 0
+  EXPECT_DOUBLE_EQ(ok("4 \u00b5s", Dimension::Time), 4e-6);   // micro sign, as the docs write it
+  EXPECT_DOUBLE_EQ(ok("4\u03bcs", Dimension::Time), 4e-6);    // Greek mu
+}
+
+TEST(ParseQuantity, HexadecimalIsRefusedNamingIt) {
+  std::string why;
+  EXPECT_FALSE(parseQuantity("0x10 GB/s", Dimension::Bandwidth, &why).has_value());
+  EXPECT_NE(why.find("hexadecimal"), std::string::npos) << why;
+  EXPECT_FALSE(parseQuantity("-0X1 s", Dimension::Time, nullptr).has_value());
+  EXPECT_DOUBLE_EQ(ok("0.5 GB/s", Dimension::Bandwidth), 0.5e9);   // a decimal starting with 0 is fine
 }
 
 // ---- Frequency -------------------------------------------------------------------------

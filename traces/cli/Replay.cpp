@@ -58,7 +58,7 @@ const std::vector<FlagSpec> kFlags = {
     {"preset", true, false, "replay on this preset instead of the recording's resolved configuration"},
     {"set", true, true, "key.path=value override, applied after the preset (the what-if)"},
     {"ranks", true, false, "replicate the recorded data-parallel rank 0 to N ranks"},
-    {"json", true, false, "also write the report as JSON to FILE"},
+    {"json", true, false, "also write the report as JSON to FILE (-: to stdout, the table then to stderr)"},
     {"keep", true, false, "keep the replayed traces in DIR (for cardsim info / export)"},
     {"help", false, false, "this help"},
 };
@@ -425,7 +425,7 @@ int runReplay(const std::vector<std::string>& argv) {
     throw UsageError("cardsim replay: --ranks " + a.get("ranks") + " is over the limit of " +
                      std::to_string(sim::FabricModel::kMaxRanks) +
                      " (the fabric model's routes take memory growing as the square of the ranks)");
-  if (a.has("json"))
+  if (a.has("json") && a.get("json") != "-")
     if (const std::string why = unwritableReason(a.get("json")); !why.empty())
       throw UsageError("cardsim replay: --json " + a.get("json") + ": cannot write there: " + why);
   Job job;
@@ -697,9 +697,15 @@ int runReplay(const std::vector<std::string>& argv) {
   std::string what = path;
   if (job.scale > 0)
     what += " (rank " + std::to_string(run.begin()->first) + " replicated to " + std::to_string(job.scale) + " ranks)";
-  printReport(report, what, stdout);
-  if (a.has("json"))
+  // --json -: the JSON on stdout, for a pipe; the table then goes to stderr.
+  const bool json_to_stdout = a.has("json") && a.get("json") == "-";
+  printReport(report, what, json_to_stdout ? stderr : stdout);
+  if (json_to_stdout) {
+    const std::string json = jsonReport(report, path, job.scale);
+    std::fwrite(json.data(), 1, json.size(), stdout);
+  } else if (a.has("json")) {
     timeline::writeOutputFile(a.get("json"), [&](std::ostream& out) { out << jsonReport(report, path, job.scale); });
+  }
   return 0;
 }
 

@@ -651,3 +651,11 @@ def test_a_what_if_past_the_simulations_end_fails_at_once_naming_it(tmp_path):
     res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,10B/s", "--out", tmp_path / "sw")
     assert res.returncode == 2 and "simulated time overflow" in res.stderr, res.stderr[-2000:]
     assert not list(tmp_path.glob("sw*"))
+
+
+def test_json_dash_writes_the_report_to_stdout_and_the_table_to_stderr(tmp_path):
+    res = cardsim("replay", GOLDEN / "dp_step", "--json", "-")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["total_us"] == pytest.approx(recorded_total_us(GOLDEN / "dp_step"), abs=1e-6)
+    assert "total_us:" in res.stderr and not (pathlib.Path.cwd() / "-").exists()
