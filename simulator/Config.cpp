@@ -373,6 +373,8 @@ void applyOverride(config::Preset& preset, const std::string& assignment,
   const std::string value = trim(assignment.substr(eq + 1));
   if (key.empty()) throw ConfigError(origin + ": \"" + assignment + "\" has no key");
   if (value.empty()) throw ConfigError(origin + ": key '" + key + "' has no value");
+  if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos)
+    throw ConfigError(origin + ": key '" + key + "' has an empty segment (a stray '.')");
 
   pb::Message* msg = preset.mutable_device();
   std::stringstream ss(key);

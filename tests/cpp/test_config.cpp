@@ -842,6 +842,8 @@ TEST(ApplyOverride, MalformedAssignments) {
   EXPECT_TRUE(contains(configError([&] { applyOverride(p, "memory.bandwidth=  ", "cli"); }),
                        "no value"));
   EXPECT_TRUE(contains(configError([&] { applyOverride(p, "sources=x", "cli"); }), "sources"));
+  for (const char* stray : {"memory.bandwidth.=1TB/s", ".memory.bandwidth=1TB/s", "memory..bandwidth=1TB/s"})
+    EXPECT_TRUE(contains(configError([&] { applyOverride(p, stray, "cli"); }), "empty segment")) << stray;
 }
 
 TEST(ApplyOverride, WrongUnitIsReportedByToDeviceParamsWithOrigin) {
