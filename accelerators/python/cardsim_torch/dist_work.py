@@ -67,8 +67,8 @@ class PendingWork(dist._Work):
             except RuntimeError as e:
                 if not self._what:
                     raise
-                from .distributed import _broken
-                raise _broken(p2p_failure(self._what, self._peer, e)) from e
+                from .dist_exit import broken
+                raise broken(p2p_failure(self._what, self._peer, e)) from e
             self._finish()
             self._done = True
         return True

@@ -24,10 +24,8 @@ finishes before its sender began. ``recv_anysource`` stays timed on its own rank
 """
 from __future__ import annotations
 
-import atexit
 import os
 import sys
-import threading
 import uuid
 from datetime import timedelta
 
@@ -35,8 +33,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
-from . import checker as _checker
 from . import gloo_hold as _gloo_hold
+from .dist_host import Host as _Host, TimingGloo as _TimingGloo
+from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
 from .dist_work import DoneWork as _DoneWork, PendingWork as _PendingWork
 
 # torch.distributed does not export AllgatherOptions (the other collectives' options it does).
@@ -44,13 +43,6 @@ _AllgatherOptions = getattr(dist, "AllgatherOptions", None) or torch._C._distrib
 
 _GLOO_OPS = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND,
              ReduceOp.BOR, ReduceOp.BXOR)
-
-
-# Timing mode: which argument of each Gloo call holds the bytes every rank contributes alike
-# (so that all ranks make the same choice below); None: no bytes. Calls not listed (all to
-# all, whose ranks may send different amounts) never move bytes in timing mode.
-_SYMMETRIC_ARG = {"allreduce": 0, "broadcast": 0, "reduce": 0, "allgather": 1, "_allgather_base": 1,
-                  "gather": 1, "scatter": 0, "send": 0, "recv": 0, "recv_anysource": 0, "barrier": None}
 
 
 def _parked_wait(work, timeout: timedelta | None = None):
@@ -65,84 +57,6 @@ def _parked_wait(work, timeout: timedelta | None = None):
         return work.wait() if timeout is None else work.wait(timeout)
     finally:
         _C._fabric_park(False)
-
-
-class _TimingGloo:
-    """Timing mode: a collective of at most the shim's carried bytes per rank (1 MiB) moves
-    its bytes through Gloo, so that what ranks exchange about their own bookkeeping (lengths,
-    ids, flags: values copied from the host, which the card carries) arrives, and its results
-    are noted as carried data; a larger one moves nothing (its results read as zeros, like
-    everything the card computes)."""
-
-    CARRIED_BYTES = 1 << 20
-
-    def __init__(self, gloo):
-        self._gloo = gloo
-        self._note = None
-        # The next call moves its bytes whatever its kind and size (the caller decided: an
-        # all_to_all its members agreed to carry).
-        self.carry_next = False
-
-    def _noter(self):
-        if self._note is None:
-            import ctypes
-            from . import _C
-            f = ctypes.CDLL(_C.__file__).cardsim_timing_note_host_write
-            f.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-            f.restype = ctypes.c_int
-            self._note = f
-        return self._note
-
-    def __getattr__(self, name):
-        real = getattr(self._gloo, name)
-        arg = _SYMMETRIC_ARG.get(name, -1)
-
-        def call(*args, **kwargs):
-            carry, self.carry_next = self.carry_next, False
-            if arg == -1 and not carry:
-                return _DoneWork(None)
-            nbytes = 0 if arg in (None, -1) else sum(t.numel() * t.element_size() for t in _gloo_hold.tensors(args[arg]))
-            if nbytes > self.CARRIED_BYTES and not carry:
-                return _DoneWork(None)
-            work = real(*args, **kwargs)
-            note = self._noter()
-            for t in _gloo_hold.tensors(args):
-                if t.numel():
-                    note(t.data_ptr(), t.numel() * t.element_size())
-            return work
-        return call
-
-
-class _Host:
-    """Maps device tensors to CPU tensors Gloo can use, and writes results back."""
-
-    def __init__(self, device_type: str, alias, what: str = "a collective"):
-        self.device_type, self.alias, self.what = device_type, alias, what
-        self.writebacks: list[tuple[torch.Tensor, torch.Tensor]] = []
-        # Under the async checker, Gloo's threads touch device memory through the host views
-        # until finish(): the runtime's own access, like a kernel's.
-        self._window = _checker.open_window()
-
-    def __call__(self, t: torch.Tensor, written: bool = False) -> torch.Tensor:
-        if t.device.type != self.device_type:
-            return t
-        if (c := _checker.active()) is not None:   # the collective uses it on the current stream
-            c.operand(t, written, self.what)
-        if t.is_contiguous():
-            return self.alias(t)
-        packed = t.contiguous()
-        if written:
-            self.writebacks.append((t, packed))
-        return self.alias(packed)
-
-    def finish(self) -> None:
-        for dst, packed in self.writebacks:
-            dst.copy_(packed)
-        self.writebacks.clear()
-        self._window = _checker.close_window(self._window)
-
-    def __del__(self):
-        self._window = _checker.close_window(getattr(self, "_window", None))
 
 
 # torch.distributed's collectives as the fabric model names them; gather and scatter are
@@ -194,62 +108,6 @@ def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
     # hand that is not there, or not answering).
     _C._fabric_connect(where, job, rank, size, timeout.total_seconds())
     _fabric_server = True
-
-
-# How long the exit handler waits for the process groups to shut down; once a collective
-# failed for a member's loss (the job is broken: Gloo's transfers with it never end), only
-# briefly, so that a survivor whose error ends the program exits promptly.
-_EXIT_SHUTDOWN_S = 10.0
-_EXIT_SHUTDOWN_BROKEN_S = 1.0
-_exit_handler_registered = False
-_job_broken = False
-
-
-def _broken(err: Exception) -> Exception:
-    """Notes that a collective failed (the exit then waits briefly); returns `err`."""
-    global _job_broken
-    _job_broken = True
-    return err
-
-
-def _destroy_groups_at_exit() -> None:
-    """Destroys every process group while the interpreter is still whole.
-
-    A program that ends without destroy_process_group() (most training scripts) would
-    otherwise leave Gloo's worker threads holding tensors until interpreter finalization,
-    and tearing those down then aborts the process ("terminate called without an active
-    exception", exit status -6) at random: a run that succeeded would fail under its
-    launcher. The vendor's library has no such failure, so the emulated backend must not
-    either. The groups are destroyed on a helper thread so that a peer that never answers
-    cannot keep this process from ending: after _EXIT_SHUTDOWN_S the exit goes on.
-    """
-    limit = _EXIT_SHUTDOWN_BROKEN_S if _job_broken else _EXIT_SHUTDOWN_S
-    if not dist.is_initialized():
-        _gloo_hold.drain(limit)   # groups destroyed by the program (gloo_hold)
-        return
-
-    def shutdown():
-        try:
-            dist.destroy_process_group()
-        except Exception as e:  # a group already broken: nothing left to release cleanly
-            sys.stderr.write(f"cardsim: destroying the process groups at exit: {e}\n")
-
-    t = threading.Thread(target=shutdown, name="cardsim-pg-shutdown", daemon=True)
-    t.start()
-    t.join(limit)
-    if t.is_alive():
-        sys.stderr.write(f"cardsim: the process groups did not shut down within {limit:g} s "
-                         "at exit (a peer stopped answering); exiting without them\n")
-    else:
-        _gloo_hold.drain(limit)
-
-
-def _register_exit_handler() -> None:
-    global _exit_handler_registered
-    if not _exit_handler_registered:
-        # Registered after torch.distributed's import, so it runs before anything torch registered.
-        atexit.register(_destroy_groups_at_exit)
-        _exit_handler_registered = True
 
 
 class _PostingMarker:
