@@ -111,7 +111,7 @@ TEST(FabricServer, AnUnevenAllToAllIsTimedFromEveryMembersSends) {
   Fixture fx;
   const std::vector<int> ranks = {0, 1, 2, 3};
   // Rank r sends 6 MiB to rank r + 2 (on the other card) and 1 MiB to each other rank.
-  const double mib = 1 << 20;
+  constexpr double mib = 1 << 20;
   std::vector<double> pairs(16, 0.0);
   std::vector<std::vector<double>> rows(4, std::vector<double>(4, mib));
   for (int r = 0; r < 4; ++r) {
@@ -133,51 +133,41 @@ TEST(FabricServer, AnUnevenAllToAllIsTimedFromEveryMembersSends) {
     done[r] = std::async(std::launch::async, [&clients, r, c] { return clients[r]->collective(c); });
   }
   for (int r = 0; r < 4; ++r) EXPECT_EQ(done[r].get().end_ps, 4'000'000 + model::secondsToPs(uneven)) << r;
-  // Members that disagree on the splits (rank 1 expects 2 MiB from rank 0, which sends it 1)
-  // fail it, every one of them, naming both sides.
-  {
+  // Both members' all_to_all of 2 MiB over group "split", each shaped by `shape(rank, c)`,
+  // fail on both members with `expected` in their error.
+  auto bothFail = [&clients](const auto& shape, const std::string& expected) {
     std::vector<std::future<std::string>> failed(2);
     for (int r = 0; r < 2; ++r) {
       FabricClient::Collective c = allReduce({0, 1}, 1'000'000, 2 * mib);
       c.group = "split";
       c.op = "all_to_all";
-      c.send_bytes = {mib, mib};
-      c.recv_bytes = r == 0 ? std::vector<double>{mib, mib} : std::vector<double>{2 * mib, mib};
+      shape(r, c);
       c.seq = clients[r]->nextSeq(c.group);
       failed[r] = std::async(std::launch::async, [&clients, r, c] { return errorOf([&] { clients[r]->collective(c); }); });
     }
     for (int r = 0; r < 2; ++r) {
       const std::string why = failed[r].get();
-      EXPECT_NE(why.find("the ranks disagree on its splits: rank 0 sends rank 1 1048576 bytes, but rank 1 expects "
-                         "2097152 bytes from rank 0"),
-                std::string::npos)
-          << r << ": " << why;
+      EXPECT_NE(why.find(expected), std::string::npos) << r << ": " << why;
     }
-  }
+  };
+  // Members that disagree on the splits (rank 1 expects 2 MiB from rank 0, which sends it 1)
+  // fail it, every one of them, naming both sides.
+  bothFail(
+      [](int r, FabricClient::Collective& c) {
+        c.send_bytes = {mib, mib};
+        c.recv_bytes = r == 0 ? std::vector<double>{mib, mib} : std::vector<double>{2 * mib, mib};
+      },
+      "the ranks disagree on its splits: rank 0 sends rank 1 1048576 bytes, but rank 1 expects 2097152 bytes from rank 0");
   // A member that gave no rows (the even exchange of its 2 MiB) expects 1 MiB from each:
   // a peer sending it 512 KiB fails the exchange on both, named as the peer's.
-  {
-    std::vector<std::future<std::string>> failed(2);
-    for (int r = 0; r < 2; ++r) {
-      FabricClient::Collective c = allReduce({0, 1}, 1'000'000, 2 * mib);
-      c.group = "split";
-      c.op = "all_to_all";
-      if (r == 0) {
+  bothFail(
+      [](int r, FabricClient::Collective& c) {
+        if (r != 0) return;
         c.send_bytes = {mib, mib / 2};
         c.recv_bytes = {mib, mib};
         c.bytes = 1.5 * mib;
-      }
-      c.seq = clients[r]->nextSeq(c.group);
-      failed[r] = std::async(std::launch::async, [&clients, r, c] { return errorOf([&] { clients[r]->collective(c); }); });
-    }
-    for (int r = 0; r < 2; ++r) {
-      const std::string why = failed[r].get();
-      EXPECT_NE(why.find("the ranks disagree on its splits: rank 0 sends rank 1 524288 bytes, but rank 1 expects "
-                         "1048576 bytes from rank 0"),
-                std::string::npos)
-          << r << ": " << why;
-    }
-  }
+      },
+      "the ranks disagree on its splits: rank 0 sends rank 1 524288 bytes, but rank 1 expects 1048576 bytes from rank 0");
   // A member's sizes must be one per member, and only an all_to_all has them.
   FabricClient::Collective bad = allReduce({0, 1}, 0, mib);
   bad.send_bytes = {mib, mib, mib};
