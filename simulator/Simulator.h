@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,14 @@ struct FabricParams;
 }  // namespace cardsim::fabric
 
 namespace cardsim::sim {
+
+// The simulation would pass its end (2^63 ps): the configuration's fault (a what-if far
+// outside a card's range), not the model's. The simulation is unusable after it, as after
+// any failure inside SystemC.
+class SimulationOverflow : public std::overflow_error {
+ public:
+  using std::overflow_error::overflow_error;
+};
 
 using model::Command;
 using model::CollectiveEnd;

@@ -111,6 +111,7 @@ struct Simulator::Impl : model::ICompletionSink {
   std::vector<TimePs> last_end;        // per (device, queue): end of the latest completed command
   std::vector<PendingWait> waits;
   std::string fatal;
+  std::atomic<bool> fatal_overflow{false};   // fatal is a SimulationOverflow (set before any reply)
 
   // Answered collective ends a run stops at unless its requests need more (holdCollectiveEnd).
   CollectiveEndLedger ends;

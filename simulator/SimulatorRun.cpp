@@ -13,13 +13,15 @@ using model::index;
 
 namespace {
 
-// Why the simulation is unusable after an exception out of sc_start.
-std::string failedInside(const std::exception& e) {
+// Why the simulation is unusable after an exception out of sc_start; `overflow` if it was
+// model::SimTimeOverflow (the configuration's fault, not a model bug).
+std::string failedInside(const std::exception& e, std::atomic<bool>* overflow) {
   // SystemC reports a process's exception as its own (E549), the type lost: the overflow's
-  // words are looked for (model::SimTimeOverflow). Not a model bug: the configuration's.
+  // words are looked for. From here on the type travels (SimulationOverflow).
   const std::string what = e.what();
   const std::size_t at = what.find("simulated time overflow: ");
   if (at != std::string::npos) {
+    overflow->store(true);
     const std::size_t end = what.find('\n', at);
     return what.substr(at, end == std::string::npos ? std::string::npos : end - at) +
            " SystemC cannot resume a simulation after that: the emulated cards of this process are unusable";
@@ -99,7 +101,7 @@ void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
     try {
       runTo(deferred, deferred);   // a wait answered at once asked for it
     } catch (const std::exception& e) {
-      fatal = failedInside(e);
+      fatal = failedInside(e, &fatal_overflow);
     }
   }
   // Commands: run every event before their ready times, not at them, so that a later
@@ -163,7 +165,7 @@ void Simulator::Impl::simulate(std::vector<Item>& batch, TimePs deferred) {
   } catch (const std::exception& e) {
     // An exception out of sc_start leaves SystemC's scheduler mid-delta; it cannot resume
     // (one simulation context per process, no restart), so later calls fail with this.
-    fatal = failedInside(e);
+    fatal = failedInside(e, &fatal_overflow);
   }
   if (!fatal.empty()) {
     for (Request* r : requests) r->reply.set_value(Reply{false, 0, fatal, {}});
@@ -330,7 +332,10 @@ Reply Simulator::Impl::ask(Request& r) {
   push(std::move(item), &answered);
   if (answered) return Reply{true, r.at_ps, {}, {}};
   Reply rep = r.reply.get();
-  if (!rep.error.empty()) throw std::runtime_error("cardsim: " + rep.error);
+  if (!rep.error.empty()) {
+    if (fatal_overflow.load()) throw SimulationOverflow("cardsim: " + rep.error);
+    throw std::runtime_error("cardsim: " + rep.error);
+  }
   return rep;
 }
 

@@ -179,6 +179,7 @@ const char* codeName(Code c) {
     case Code::KernelFailed: return "KernelFailed";
     case Code::Internal: return "Internal";
     case Code::CommFailed: return "CommFailed";
+    case Code::TimeOverflow: return "TimeOverflow";
   }
   return "Unknown";
 }

@@ -332,6 +332,8 @@ class SimBackend final : public IBackend {
   Status guard(F&& f) {
     try {
       return f();
+    } catch (const sim::SimulationOverflow& e) {
+      return Status(Code::TimeOverflow, e.what());
     } catch (const std::exception& e) {
       return Status(Code::Internal, e.what());
     }

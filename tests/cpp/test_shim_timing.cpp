@@ -563,3 +563,17 @@ TEST(ShimTiming, ManyHostThreadsDrivingTheSimulationThemselves) {
     GTEST_SKIP() << "needs a process without a simulator (ctest runs each test alone)";
   EXPECT_EQ(inChildRun(manyHostThreadsOnTheirOwnStreams, "caller"), "");
 }
+
+TEST(ShimTiming, WorkThatWouldPassTheSimulationsEndFailsAsTimeOverflow) {
+  // A cost far outside the card's range (about 10^16 s of GEMM): the wait would pass 2^63 ps.
+  // The runtime names it, with its own code (the configuration's fault, not a model bug).
+  startRuntime("mlu370-x8", 1);
+  shim::KernelCost c = computeBound(1e30, 8);
+  ASSERT_SHIM_OK(shim::launchKernel(nullptr, "gemm", c, {}));
+  const shim::Status s = shim::deviceSynchronize();
+  EXPECT_EQ(s.code(), shim::Code::TimeOverflow) << s.toString();
+  EXPECT_NE(s.message().find("simulated time overflow"), std::string::npos) << s.toString();
+  // The simulation cannot resume after that: later calls fail the same way, not hang.
+  const shim::Status again = shim::deviceSynchronize();
+  EXPECT_EQ(again.code(), shim::Code::TimeOverflow) << again.toString();
+}

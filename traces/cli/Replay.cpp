@@ -226,12 +226,14 @@ struct RankChild {
     std::fprintf(stderr, "cardsim replay: rank %d: %s\n", rank, e.what());
     std::fflush(stderr);
     std::_Exit(2);
+  } catch (const replay::WhatIfError& e) {   // the what-if's fault, as bad input is: exit 2
+    std::fprintf(stderr, "cardsim replay: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    std::_Exit(2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cardsim replay: rank %d: %s\n", rank, e.what());
     std::fflush(stderr);
-    // A what-if that carries the simulation past its end is the input's problem (exit 2).
-    // So is a what-if whose memory cannot hold what the recording allocated.
-    std::_Exit(std::strstr(e.what(), "simulated time overflow") || std::strstr(e.what(), "OutOfMemory") ? 2 : 3);
+    std::_Exit(3);
   }
 }
 

@@ -92,8 +92,11 @@ void RankReplayer::check(shim::Status s, const trace::Envelope& e, const char* w
     throw trace::TraceError(path_ + ": record " + std::to_string(record_) + " (call " + std::to_string(e.call()) +
                             ", " + what + "): the other ranks' files never reach this collective: " + text +
                             "; the rank files are not of one recording");
-  throw std::runtime_error(path_ + ": record " + std::to_string(record_) + " (call " + std::to_string(e.call()) +
-                           ", " + what + "): the replay failed: " + s.toString());
+  const std::string where =
+      path_ + ": record " + std::to_string(record_) + " (call " + std::to_string(e.call()) + ", " + what + "): ";
+  if (s.code() == shim::Code::OutOfMemory || s.code() == shim::Code::TimeOverflow)
+    throw WhatIfError(where + "the what-if cannot replay it: " + s.toString());
+  throw std::runtime_error(where + "the replay failed: " + s.toString());
 }
 
 shim::Stream RankReplayer::stream(uint32_t id, const trace::Envelope& e) {

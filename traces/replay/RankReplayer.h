@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,14 @@
 #include "traces/proto/trace.pb.h"
 
 namespace cardsim::replay {
+
+// The what-if cannot hold the recording: its memory is too small for what the recording
+// allocated, or its rates carry simulated time past its end. The input's problem (as a bad
+// trace is), not the replay's.
+class WhatIfError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct ReplayOptions {
   // >0: the trace is one rank of a data-parallel job of its world size, replicated to this

@@ -37,6 +37,8 @@ enum class Code : int {
   KernelFailed,     // a kernel's host callable threw
   Internal,
   CommFailed,       // a collective failed across ranks: a member left, timed out or disagreed
+  TimeOverflow,     // simulated time would pass its end (2^63 ps): a configuration far outside
+                    // the card's range; the emulated cards of the process are unusable after it
 };
 const char* codeName(Code c);
 

@@ -653,6 +653,15 @@ def test_a_what_if_past_the_simulations_end_fails_at_once_naming_it(tmp_path):
     assert not list(tmp_path.glob("sw*"))
 
 
+def test_a_what_if_too_small_for_the_recordings_memory_fails_naming_the_allocation():
+    """A what-if whose memory cannot hold what the recording allocated is the input's fault
+    (exit status 2, as bad input), naming the record and the sizes; not a replay failure (3)."""
+    res = cardsim("replay", GOLDEN / "memory_bound", "--set", "memory.capacity=1 KiB")
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "record 1 (call 1, malloc): the what-if cannot replay it: OutOfMemory" in res.stderr, res.stderr[-2000:]
+    assert "(16777216 bytes)" in res.stderr and "(1024 bytes) total" in res.stderr, res.stderr[-2000:]
+
+
 def test_json_dash_writes_the_report_to_stdout_and_the_table_to_stderr(tmp_path):
     res = cardsim("replay", GOLDEN / "dp_step", "--json", "-")
     assert res.returncode == 0, res.stderr
