@@ -457,6 +457,11 @@ TEST(TraceFormat, ImpossibleValuesInWellFormedRecordsAreCorruptNamingTheRecord) 
       {"the kernel's flops", [&](trace::Envelope& e) { e.set_call(1); e.mutable_kernel()->set_flops(nan); }},
       {"the kernel's bytes_read", [](trace::Envelope& e) { e.set_call(1); e.mutable_kernel()->set_bytes_read(-4); }},
       {"the collective's bytes", [](trace::Envelope& e) { e.set_call(1); e.mutable_collective()->set_bytes(-1); }},
+      {"the kernel launch uses name id 7, which no earlier Name record defines",
+       [](trace::Envelope& e) { e.set_call(1); e.mutable_kernel()->set_name(7); }},
+      {"the device command uses name id 3, which no earlier Name record defines",
+       [](trace::Envelope& e) { e.mutable_command()->set_name(3); }},
+      {"a Name record with id 0", [](trace::Envelope& e) { e.mutable_name()->set_text("gemm"); }},
       {"returns (host 3 ps) before it begins (7 ps)", [](trace::Envelope& e) {
          e.set_call(1);
          e.set_host_begin_ps(7);

@@ -305,7 +305,7 @@ std::string TraceReader::commandTimesProblem(uint64_t start_ps, uint64_t end_ps)
   return "the device command ends at " + std::to_string(end_ps) + " ps, past the simulated clock's range (2^63 ps)";
 }
 
-void TraceReader::checkValues(const Envelope& e, uint64_t at) const {
+void TraceReader::checkValues(const Envelope& e, uint64_t at) {
   // Values no recorder writes and every consumer would mistime: a record whose bytes parse
   // (its CRC may even be right, if it was written so) but that says something impossible.
   const auto bad = [&](const std::string& what) {
@@ -324,12 +324,24 @@ void TraceReader::checkValues(const Envelope& e, uint64_t at) const {
         std::to_string(e.host_begin_ps()) + " ps)");
   if (e.host_end_ps() > kMaxTimePs)
     bad("the call returns at host " + std::to_string(e.host_end_ps()) + " ps, past the simulated clock's range (2^63 ps)");
+  // A name is defined before its first use (0: none given); one never defined is a file
+  // spliced or corrupted, which every consumer would show under another name.
+  const auto named = [&](uint32_t id, const char* what) {
+    if (id != 0 && !names_.count(id))
+      bad(std::string(what) + " uses name id " + std::to_string(id) + ", which no earlier Name record defines");
+  };
   switch (e.record_case()) {
+    case Envelope::kName:
+      if (e.name().id() == 0) bad("a Name record with id 0 (ids start at 1)");
+      names_.insert(e.name().id());
+      break;
     case Envelope::kCommand:
       if (e.command().end_ps() < e.command().start_ps() || e.command().end_ps() > kMaxTimePs)
         bad(commandTimesProblem(e.command().start_ps(), e.command().end_ps()));
+      named(e.command().name(), "the device command");
       break;
     case Envelope::kKernel:
+      named(e.kernel().name(), "the kernel launch");
       amount(e.kernel().flops(), "the kernel's flops");
       amount(e.kernel().bytes_read(), "the kernel's bytes_read");
       amount(e.kernel().bytes_written(), "the kernel's bytes_written");

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <google/protobuf/arena.h>
@@ -74,7 +75,8 @@ class TraceReader {
   // Up to `n` bytes of the (decompressed) file into `dst`; 0 at its end.
   std::size_t readSome(uint8_t* dst, std::size_t n);
   void open();    // the constructor's checks, after the file is open
-  void checkValues(const Envelope& e, uint64_t at) const;   // throws on impossible values
+  void checkValues(const Envelope& e, uint64_t at);   // throws on impossible values
+  std::unordered_set<uint32_t> names_;   // Name ids defined so far (each before its first use)
   static std::string commandTimesProblem(uint64_t start_ps, uint64_t end_ps);
   void close();
   std::string where() const;
