@@ -108,9 +108,12 @@ uint32_t Simulator::deviceCount() const { return impl_->devices; }
 
 TimePs Simulator::hostNow() const { return hostclock::now(); }
 
-void Simulator::hostAdvance(double seconds) {
-  hostclock::advance(model::secondsToPs(seconds) + hostclock::measuredSinceLastReturn());
+void Simulator::hostAdvance(double seconds) { hostclock::advance(model::secondsToPs(seconds)); }
+
+void Simulator::hostCallBegins() {
+  if (hostclock::measuredFactor() > 0) hostclock::advance(hostclock::measuredSinceLastReturn());
 }
+void Simulator::hostCallReturns() { hostclock::noteReturn(); }
 
 double Simulator::measuredHostFactor() const { return hostclock::measuredFactor(); }
 void Simulator::hostClockJoin(TimePs t) { hostclock::raise(t); }

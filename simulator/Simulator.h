@@ -107,6 +107,12 @@ class Simulator {
   void hostClockJoin(TimePs t);
   // CARDSIM_HOST_TIME: 0 for the modelled host (default), else the factor on measured time.
   double measuredHostFactor() const;
+  // CARDSIM_HOST_TIME=measured: a runtime call of the calling thread begins (its clock takes
+  // the wall time the thread spent outside the runtime since its last call returned, times
+  // the factor, before anything of the call) and returns (that time counts again from here).
+  // Outermost calls only; no-ops in the default mode.
+  void hostCallBegins();
+  void hostCallReturns();
   // Whether the calling thread has a clock yet (has called into the runtime).
   bool hostClockStarted() const;
 

@@ -90,6 +90,9 @@ class IBackend {
   virtual Status hostClockShareEnd() = 0;
   virtual Status hostClockJoin(uint64_t ps) = 0;
   virtual Status hostThreadClock(uint64_t* ps, bool* started) = 0;
+  // The calling thread's outermost runtime call begins / returns (measured host time).
+  virtual void hostCallBegins() {}
+  virtual void hostCallReturns() {}
   virtual Status setActivityRecording(bool on) = 0;
   virtual Status drainActivities(std::vector<ActivityRecord>* out) = 0;
 

@@ -114,11 +114,30 @@ IBackend* backend(Status* why) {
   return g_backend.get();
 }
 
+// The outermost runtime call of a thread, begun and returned (measured host time counts the
+// time between calls: the program's own work, not the runtime's).
+thread_local int t_call_depth = 0;
+class CallScope {
+ public:
+  explicit CallScope(IBackend* b) : b_(b) {
+    if (t_call_depth++ == 0) b_->hostCallBegins();
+  }
+  ~CallScope() {
+    if (--t_call_depth == 0) b_->hostCallReturns();
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  IBackend* b_;
+};
+
 #define CARDSIM_FORWARD(call)          \
   do {                                 \
     Status why_;                       \
     IBackend* b_ = backend(&why_);     \
     if (!b_) return remember(why_);    \
+    CallScope scope_(b_);              \
     return remember(b_->call);         \
   } while (0)
 
@@ -142,6 +161,7 @@ AsyncChecker::StreamRef refOf(IBackend* b, Stream s) {
     Status why_;                                                                \
     IBackend* b_ = backend(&why_);                                              \
     if (!b_) return remember(why_);                                             \
+    CallScope scope_(b_);                                                       \
     const uint64_t site_ = checkCurrentSite();                                  \
     Status s_ = b_->call;                                                       \
     if (s_.ok() && g_check_on.load(std::memory_order_relaxed)) {                \

@@ -271,6 +271,8 @@ class SimBackend final : public IBackend {
   Status hostClockShareEnd() override;
   Status hostClockJoin(uint64_t ps) override;
   Status hostThreadClock(uint64_t* ps, bool* started) override;
+  void hostCallBegins() override { sim_.hostCallBegins(); }
+  void hostCallReturns() override { sim_.hostCallReturns(); }
   Status setActivityRecording(bool on) override;
   Status drainActivities(std::vector<ActivityRecord>* out) override;
   Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override;

@@ -122,6 +122,8 @@ class TraceBackend final : public IBackend {
   Status hostClockShareEnd() override;
   Status hostClockJoin(uint64_t ps) override;
   Status hostThreadClock(uint64_t* ps, bool* started) override { return inner_->hostThreadClock(ps, started); }
+  void hostCallBegins() override { inner_->hostCallBegins(); }
+  void hostCallReturns() override { inner_->hostCallReturns(); }
   Status setActivityRecording(bool on) override;
   Status drainActivities(std::vector<ActivityRecord>* out) override;
 

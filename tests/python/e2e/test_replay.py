@@ -119,6 +119,18 @@ def test_replay_on_the_recorded_configuration_reproduces_the_recorded_times(tmp_
     assert {u["device"] for u in rep["ranks"][0]["utilization"]} == {0, 1}
 
 
+def test_a_recording_with_measured_host_time_replays_to_its_recorded_times(tmp_path):
+    """CARDSIM_HOST_TIME=measured charges the program's own time between calls: a replay keeps
+    it (as the gaps between calls), so the replay's total is the recorded one, sleeps and all,
+    with the same two streams, events, copies and synchronizations."""
+    code = TWO_STREAMS.replace("    y = (x @ x).relu()", "    time.sleep(0.01)\n    y = (x @ x).relu()")
+    code = code.replace("import torch, torch_mlu", "import time, torch, torch_mlu")
+    trace = record(tmp_path, "measured", code, extra={"CARDSIM_HOST_TIME": "measured"})
+    recorded = recorded_total_us(trace)
+    assert recorded > 4 * 10_000, recorded          # the four 10 ms sleeps are host time
+    assert replay(tmp_path, trace)["total_us"] == pytest.approx(recorded, abs=1e-6)
+
+
 def test_replay_of_a_two_rank_job_joins_the_ranks_collectives_exactly(tmp_path):
     trace = record(tmp_path, "dp", DP_STEP, world=2)
     listing = cardsim("info", trace / "rank0.cstrace", "--records")
