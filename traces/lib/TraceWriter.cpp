@@ -1,6 +1,7 @@
 #include "traces/lib/TraceWriter.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -53,12 +54,27 @@ TraceWriter::TraceWriter(const std::string& path, Header header, Compression com
     }
     deflated_.resize(deflateBound(gz_, kBufferBytes) + 64);
   }
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
+  // Truncated only once this process holds the file: two live processes of one rank (a
+  // child the program started, another job into the same directory) would interleave their
+  // records into one unreadable file. The lock lasts until the file is closed (the process
+  // ends): a later run into the directory replaces the file, as before.
+  const auto fail = [&](const std::string& why) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
     if (gz_) deflateEnd(gz_);
     delete gz_;
-    throw TraceError(path + ": cannot create the trace file: " + std::strerror(errno));
-  }
+    gz_ = nullptr;
+    throw TraceError(path + ": " + why);
+  };
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(std::string("cannot create the trace file: ") + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
+    fail(errno == EWOULDBLOCK
+             ? "another live process is recording into this file (a process the program started, with the "
+               "same rank, or another job recording into the same directory); this one is not recorded: give "
+               "it its own CARDSIM_TRACE directory"
+             : std::string("cannot lock the trace file: ") + std::strerror(errno));
+  if (::ftruncate(fd_, 0) != 0) fail(std::string("cannot truncate the trace file: ") + std::strerror(errno));
   std::memcpy(buffer_.data(), kMagic, kMagicSize);
   used_ = kMagicSize;
   header.set_format_major(kFormatMajor);

@@ -131,6 +131,27 @@ def test_a_recording_with_measured_host_time_replays_to_its_recorded_times(tmp_p
     assert replay(tmp_path, trace)["total_us"] == pytest.approx(recorded, abs=1e-6)
 
 
+def test_a_child_process_of_the_same_rank_does_not_spoil_the_recording(tmp_path):
+    """A recorded program that starts a process using the card (same environment, so the
+    same rank file): the child is not recorded and says so; the parent's recording is whole
+    and replays to its recorded times."""
+    code = r'''
+import subprocess, sys, torch, torch_mlu
+x = torch.randn(256, 256, device="mlu")
+y = x @ x
+torch.mlu.synchronize()
+r = subprocess.run([sys.executable, "-c", "import torch, torch_mlu; print(float(torch.ones(10, device='mlu').sum()))"],
+                   capture_output=True, text=True)
+assert r.returncode == 0 and r.stdout.strip() == "10.0", r
+assert "not recording" in r.stderr and "another live process is recording into this file" in r.stderr, r.stderr
+y = y @ x
+torch.mlu.synchronize()
+'''
+    trace = record(tmp_path, "parent", code)
+    assert sorted(p.name for p in trace.iterdir()) == ["rank0.cstrace"]
+    assert replay(tmp_path, trace)["total_us"] == pytest.approx(recorded_total_us(trace), abs=1e-6)
+
+
 def test_replay_of_a_two_rank_job_joins_the_ranks_collectives_exactly(tmp_path):
     trace = record(tmp_path, "dp", DP_STEP, world=2)
     listing = cardsim("info", trace / "rank0.cstrace", "--records")
