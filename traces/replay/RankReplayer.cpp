@@ -405,9 +405,10 @@ void RankReplayer::replay(const trace::Envelope& e) {
         case trace::GraphOp::LAUNCH: {
           auto it = graphs_.find(op.graph());
           if (it == graphs_.end())
-            throw std::runtime_error(path_ + ": record " + std::to_string(record_) + ": graph " +
-                                     std::to_string(op.graph()) + " was captured before the recording started; "
-                                     "its nodes are not in the trace");
+            throw trace::TraceError(path_ + ": record " + std::to_string(record_) + ": graph " +
+                              std::to_string(op.graph()) + " was captured before the recording started; "
+                              "its nodes are not in the trace, so it cannot be replayed: start the recording "
+                              "before the capture (or record the whole run with CARDSIM_TRACE)");
           check(shim::graphLaunch(it->second, stream(op.stream(), e)), e, "graphLaunch");
           return;
         }

@@ -570,6 +570,30 @@ def test_a_partial_recording_replays_exactly_with_memory_streams_and_events_from
     assert "host_pinned: true" in records, records[-2000:]
 
 
+def test_a_graph_captured_before_a_partial_recording_is_refused_naming_it(tmp_path):
+    """A graph captured before record_trace has no nodes in the trace: its launch cannot be
+    replayed, and the replay says so (exit status 2, the input's limit) with what to do."""
+    script = tmp_path / "graph_before.py"
+    script.write_text(r'''
+import sys, torch, torch_mlu
+x = torch.randn(256, 256, device="mlu")
+g = torch.mlu.MLUGraph()
+with torch.mlu.graph(g):
+    y = x * 2 + 1
+with torch.mlu.record_trace(sys.argv[1]):
+    g.replay()
+torch.mlu.synchronize()
+''')
+    out = tmp_path / "graph_before"
+    res = subprocess.run([PYTHON, str(script), str(out)], cwd=str(ROOT), env=_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = cardsim("replay", out)
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert "was captured before the recording started" in res.stderr
+    assert "start the recording before the capture" in res.stderr
+
+
 ALL_REDUCES_THEN_A_BARRIER = r'''
 import torch, torch_mlu
 import torch.distributed as dist
