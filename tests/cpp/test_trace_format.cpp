@@ -2,6 +2,7 @@
 // version, and detection of foreign, truncated and corrupted files.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +11,8 @@
 #include <limits>
 #include <iterator>
 #include <string>
+#include <thread>
+#include <chrono>
 
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceFormat.h"
@@ -484,4 +487,27 @@ TEST(TraceFormat, ImpossibleValuesInWellFormedRecordsAreCorruptNamingTheRecord) 
     EXPECT_NE(err.find(c.what), std::string::npos) << err;
     std::remove(path.c_str());
   }
+}
+
+TEST(TraceFormat, ASlowWritersRecordsReachTheFileWithinAboutASecond) {
+  // A slow program fills the 1 MiB buffer in minutes: its records are written out at least
+  // every second all the same, so that a process killed outright keeps them.
+  const std::string path = tempPath("slow");
+  trace::TraceWriter w(path, sampleHeader());
+  const auto size = [&] {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
+  };
+  const long long header_only = size();
+  trace::Envelope e;
+  e.set_call(1);
+  e.mutable_kernel()->set_flops(1);
+  for (int i = 0; i < 200; ++i) w.write(e);
+  EXPECT_EQ(size(), header_only);   // buffered: not a second yet
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  for (int i = 0; i < 256; ++i) w.write(e);   // looked at once among these, a second on
+  EXPECT_GT(size(), header_only + 200 * 4);
+  w.close(trace::End());
+  EXPECT_EQ(readError(path), "");
+  std::remove(path.c_str());
 }

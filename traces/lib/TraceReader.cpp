@@ -206,6 +206,14 @@ std::string TraceReader::where() const {
   return path_ + ": record #" + std::to_string(index_) + " at offset " + std::to_string(offset_);
 }
 
+// The file ends inside a record: the records before it are whole. A process killed while it
+// wrote its buffer out leaves such a file (a write cut short at a page), as does a copy cut.
+std::string TraceReader::endsInside(const std::string& how) const {
+  return where() + ": incomplete: the file ends inside this record (" + how + "); the " + std::to_string(index_) +
+         " records before it are whole: the recording process did not finish (killed while writing) or the file "
+         "was cut";
+}
+
 void TraceReader::crcUpTo(std::size_t end) {
   if (end > crc_from_ && !skip_crc_)
     crc_ = static_cast<uint32_t>(::crc32(crc_, buffer_.data() + crc_from_, static_cast<uInt>(end - crc_from_)));
@@ -237,8 +245,7 @@ bool TraceReader::readRecord(Envelope* record, bool only_end) {
   uint64_t len = 0;
   std::size_t i = 0;
   for (int shift = 0;; shift += 7, ++i) {
-    if (pos_ + i >= size_)
-      throw TraceError(where() + ": truncated inside the record's length prefix");
+    if (pos_ + i >= size_) throw TraceError(endsInside("truncated inside the record's length prefix"));
     if (i >= 10) throw TraceError(where() + ": corrupt length prefix (more than 10 bytes)");
     const uint8_t b = buffer_[pos_ + i];
     len |= static_cast<uint64_t>(b & 0x7f) << shift;
@@ -249,8 +256,8 @@ bool TraceReader::readRecord(Envelope* record, bool only_end) {
     throw TraceError(where() + ": corrupt length prefix (" + std::to_string(len) +
                      " bytes, over the format's limit of " + std::to_string(kMaxRecordBytes) + ")");
   if (!fill(prefix + len))
-    throw TraceError(where() + ": truncated: the record needs " + std::to_string(len) + " bytes, " +
-                     std::to_string(size_ - pos_ - prefix) + " left in the file");
+    throw TraceError(endsInside("truncated: the record needs " + std::to_string(len) + " bytes, " +
+                                std::to_string(size_ - pos_ - prefix) + " left in the file"));
   const uint8_t* body = buffer_.data() + pos_ + prefix;
   if (only_end && !hasEndField(body, body + len)) {
     record->clear_record();

@@ -79,6 +79,7 @@ class TraceReader {
   std::unordered_set<uint32_t> names_;   // Name ids defined so far (each before its first use)
   static std::string commandTimesProblem(uint64_t start_ps, uint64_t end_ps);
   void close();
+  std::string endsInside(const std::string& how) const;
   std::string where() const;
 
   std::string path_;

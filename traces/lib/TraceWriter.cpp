@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -102,6 +103,13 @@ TraceWriter::~TraceWriter() {
 void TraceWriter::write(const Envelope& record) {
   if (fd_ < 0) throw TraceError(path_ + ": write after the trace was closed");
   append(record);
+  // A slow program's buffer can take minutes to fill: written out at least every second
+  // (looked at every few hundred records), so that a process killed outright keeps its past.
+  constexpr uint64_t kRecordsPerLook = 256;
+  if (records_ % kRecordsPerLook == 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_flush_ >= std::chrono::seconds(1)) flush();
+  }
 }
 
 void TraceWriter::append(const Envelope& record) {
@@ -123,6 +131,7 @@ void TraceWriter::flush() {
   crc_ = static_cast<uint32_t>(::crc32(crc_, buffer_.data(), static_cast<uInt>(used_)));
   writeOut(buffer_.data(), used_);
   used_ = 0;
+  last_flush_ = std::chrono::steady_clock::now();
 }
 
 void TraceWriter::writeOut(const uint8_t* data, std::size_t size, bool finish) {

@@ -12,6 +12,7 @@
 // incomplete. Not thread-safe: the caller serializes writes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -64,6 +65,7 @@ class TraceWriter {
   std::vector<uint8_t> buffer_;
   std::size_t used_ = 0;
   uint64_t records_ = 0;
+  std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
   uint32_t crc_ = 0;   // of every byte handed to the file so far (before compression)
   z_stream_s* gz_ = nullptr;        // the deflate stream, when compressing
   std::vector<uint8_t> deflated_;   // its output, on its way to the file
