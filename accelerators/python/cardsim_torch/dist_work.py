@@ -52,10 +52,10 @@ def p2p_failure(what: str, peer: int, err: Exception) -> Exception:
 class PendingWork(dist._Work):
     """A point-to-point transfer in flight on Gloo; copies back on completion."""
 
-    def __init__(self, inner, finish, result, what: str = "", peer: int = -1):
+    def __init__(self, inner, finish, result, what: str = "", peer: int = -1, peer_in_group: int | None = None):
         super().__init__()
         self._inner, self._finish, self._result, self._done = inner, finish, result, False
-        self._what, self._peer = what, peer
+        self._what, self._peer, self._peer_in_group = what, peer, peer_in_group
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         if not self._done:
@@ -72,6 +72,14 @@ class PendingWork(dist._Work):
             self._finish()
             self._done = True
         return True
+
+    def _source_rank(self) -> int:
+        """The group rank the transfer came from (a receive; from any rank: known once it
+        arrived, so this waits for it), as Gloo's own works answer it."""
+        self.wait()
+        if self._peer_in_group is not None:
+            return self._peer_in_group
+        return self._inner._source_rank()
 
     def is_completed(self) -> bool:
         return self._done or self._inner.is_completed()

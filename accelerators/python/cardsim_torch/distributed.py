@@ -639,7 +639,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
             h.finish()
 
         return _PendingWork(self._gloo.recv(host, src, tag), finish, tensors,
-                            self._p2p_what("recv from", src, tensors, tag), self._ranks[src])
+                            self._p2p_what("recv from", src, tensors, tag), self._ranks[src], peer_in_group=src)
 
     def _p2p_what(self, verb: str, peer: int, tensors, tag: int) -> str:
         nbytes = sum(t.numel() * t.element_size() for t in tensors)

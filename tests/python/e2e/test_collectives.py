@@ -196,6 +196,20 @@ def worker(rank, world, q):
             dist.recv(t, src=0)
             eq(t, base(0) * 3)
 
+    def t_recv_any():
+        # A receive from any rank answers who sent it, as Gloo's does.
+        if rank == 0:
+            dist.send(base(0).to(d) * 5, dst=n - 1)
+            dist.send(base(0).to(d) * 7, dst=n - 1)
+        elif rank == n - 1:
+            t = torch.empty(6, device=d)
+            assert dist.recv(t) == 0
+            eq(t, base(0) * 5)
+            w = dist.irecv(t, src=0)
+            w.wait()
+            assert w._source_rank() == 0
+            eq(t, base(0) * 7)
+
     def t_isend_irecv():
         nxt, prv = (rank + 1) % n, (rank - 1) % n
         t = torch.empty(6, device=d)
@@ -372,7 +386,7 @@ if __name__ == "__main__":
 COLLECTIVES = ["backend", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather",
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
-               "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "isend_irecv", "barrier", "objects",
+               "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "recv_any", "isend_irecv", "barrier", "objects",
                "async_op", "direct_calls", "non_contiguous", "capture_refused"]
 
 WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
