@@ -11,6 +11,11 @@ std::string portShortage(const FabricParams& p) {
     return std::to_string(links) + " link(s) x " + std::to_string(lanes) + " lane(s) = " +
            std::to_string(links * lanes) + " ports";
   };
+  if ((p.shape == NodeShape::FullMesh || p.shape == NodeShape::CardGroup) && p.devices_per_node > kMaxMeshDevices)
+    return std::string("a ") + shapeName(p.shape) + " of " + std::to_string(p.devices_per_node) +
+           " devices per node (devices_per_node) is past this shape's " + std::to_string(kMaxMeshDevices) +
+           ": its links grow as the square of its devices; use more nodes (fabric.nodes, CARDSIM_NODES) or a "
+           "switch (fabric.shape)";
   if (p.ports > 0) {
     // What one device (card) of the shape wires into the fabric.
     uint64_t links = 1;

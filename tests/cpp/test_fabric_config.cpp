@@ -332,3 +332,19 @@ TEST(FabricModel, RememberedAlgorithmChoicesAnswerAsAFreshModel) {
   }
   EXPECT_EQ(algorithms, (std::set<std::string>{"ring", "switch"}));   // by size, as the tuner chooses
 }
+
+TEST(FabricConfig, AMeshIsRefusedPastItsPortsAndPastItsSizeLimit) {
+  // The MLU-Link bridge fully connects 4 cards: a card has links to 3 others.
+  EXPECT_NE(errorOf({"fabric.devices_per_node=16"}, "mlu370-x8")
+                .find("each card of a card_group of 16 devices needs 7 link(s) x 1 lane(s) = 7 ports, more than its "
+                      "3 (fabric.ports)"),
+            std::string::npos);
+  EXPECT_EQ(errorOf({"fabric.devices_per_node=4"}, "mlu370-x8"), "");
+  // A mesh's links grow as the square of its devices: refused by key past 1024 a node, at once.
+  for (const char* preset : {"mlu590", "mlu370-x8"}) {
+    const std::string why = errorOf({"fabric.devices_per_node=100000", "fabric.ports=1000000"}, preset);
+    EXPECT_NE(why.find("100000 devices per node (devices_per_node) is past this shape's 1024"), std::string::npos)
+        << preset << ": " << why;
+  }
+  EXPECT_EQ(errorOf({"fabric.devices_per_node=1024"}, "mlu590"), "");
+}
