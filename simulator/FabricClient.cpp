@@ -271,6 +271,11 @@ std::vector<Endpoint> resolve(const std::string& address) {
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size())
     throw FabricError("fabric server address '" + address + "' is not host:port (nor unix:PATH)");
   const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  // getaddrinfo takes a port number past 65535 (modulo 2^16), or a service name: a number
+  // is checked here, so that a typo is named rather than met as "connection refused".
+  if (port.find_first_not_of("0123456789") == std::string::npos &&
+      (port.size() > 5 || std::stoul(port) < 1 || std::stoul(port) > 65535))
+    throw FabricError("fabric server address '" + address + "': port " + port + " is not 1..65535");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

@@ -116,9 +116,14 @@ const ICollectiveAlgorithm& pickAlgorithm(const std::string& forced, const Colle
                                           const Topology& t) {
   if (forced.empty()) return chooseAlgorithm(r, t);
   const ICollectiveAlgorithm& a = algorithm(forced);
-  if (std::string why = a.unsupported(r, t); !why.empty())
+  if (std::string why = a.unsupported(r, t); !why.empty()) {
+    std::string can;   // what the user may force instead
+    for (const auto& other : instances())
+      if (other->unsupported(r, t).empty()) can += (can.empty() ? "" : ", ") + std::string(other->name());
     throw std::invalid_argument("collective algorithm '" + forced + "' cannot run " + opName(r.op) +
-                                " on these ranks: " + why);
+                                " on these ranks: " + why + " (algorithms that can: " +
+                                (can.empty() ? std::string("none") : can) + ")");
+  }
   return a;
 }
 

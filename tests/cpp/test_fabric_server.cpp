@@ -409,6 +409,12 @@ TEST(FabricServer, AClientOfAnUnreachableServerGetsAClearError) {
   EXPECT_NE(e.find("cannot connect to the fabric server at 127.0.0.1:" + std::to_string(port)), std::string::npos) << e;
   const std::string bad = errorOf([] { FabricClient("no-port", FabricClient::Identity{"job", 0, 1, kPreset}, 0.3); });
   EXPECT_NE(bad.find("is not host:port"), std::string::npos) << bad;
+  for (const char* port : {"99999", "0", "123456"}) {
+    const std::string out = errorOf([&] {
+      FabricClient(std::string("127.0.0.1:") + port, FabricClient::Identity{"job", 0, 1, kPreset}, 0.3);
+    });
+    EXPECT_NE(out.find(std::string("port ") + port + " is not 1..65535"), std::string::npos) << out;
+  }
 }
 
 TEST(FabricServer, CollectivesOfTwoGroupsOverlappingInTimeShareTheLinksTheyCross) {

@@ -258,6 +258,7 @@ def test_a_preferred_algorithm_from_the_configuration_or_the_environment():
     assert bad.returncode == 2 and "fabric.algorithm" in bad.stderr and "ring, tree" in bad.stderr, bad.stderr
     refused = run(*args, "--op", "all_gather", "--algo", "tree")
     assert refused.returncode == 2 and "tree does not do all_gather" in refused.stderr, refused.stderr
+    assert "(algorithms that can: ring, direct" in refused.stderr, refused.stderr   # what to force instead
 
 
 def test_sizes_take_iec_suffixes_and_the_rank_count_is_bounded():
