@@ -20,12 +20,14 @@
 #include <thread>
 
 #include "simulator/Config.h"
+#include "simulator/FabricConfig.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
 #include "traces/cli/LiveCollbench.h"
 #include "traces/cli/TraceFiles.h"
 #include "traces/replay/ChakraImport.h"
 #include "traces/export/OutputFile.h"
+#include "traces/lib/TraceReader.h"
 
 namespace cardsim::cli {
 
@@ -157,6 +159,7 @@ int runSweep(const std::vector<std::string>& argv) {
   if (a.positional().size() != 1)
     throw UsageError("cardsim sweep: expected one PATH (a trace directory, a rank file, or Chakra traces' PREFIX)");
   const std::string path = a.positional()[0];
+  std::string recorded_preset;   // the recording's preset by name (its values are checked on it)
   // A bad trace fails here, once, not in every replay.
   if (replay::isChakraPath(path)) {
     char tmpl[] = "/tmp/cardsim-sweep-check-XXXXXX";
@@ -169,8 +172,10 @@ int runSweep(const std::vector<std::string>& argv) {
       throw;
     }
     removeTree(check);
+    recorded_preset.clear();
   } else {
-    (void)traceRankFiles(path);
+    const std::map<int, std::string> files = traceRankFiles(path);
+    recorded_preset = trace::TraceReader(files.begin()->second).header().preset();
   }
 
   std::vector<Dimension> dims;
@@ -202,6 +207,35 @@ int runSweep(const std::vector<std::string>& argv) {
     sim::SimOptions so;
     so.preset = a.get("preset");
     (void)sim::loadDeviceParams(so);   // ConfigError names an unknown preset
+  }
+  // Every value of every swept key, checked before any replay runs (a replay would refuse
+  // it by key, after the points before it ran): on the preset, or on the recorded preset's
+  // namesake (a recording with a configuration of its own leaves its values to the replays).
+  {
+    sim::SimOptions so;
+    so.preset = a.has("preset") ? a.get("preset") : recorded_preset;
+    bool checkable = !so.preset.empty(), has_fabric = true;
+    if (checkable) {
+      try {
+        (void)sim::loadDeviceParams(so);
+      } catch (const sim::ConfigError&) {
+        checkable = a.has("preset");   // a named preset was checked above; a recorded one may be its own
+      }
+      try {
+        (void)sim::loadFabricParams(so);
+      } catch (const std::exception&) {
+        has_fabric = false;
+      }
+    }
+    for (const Dimension& d : dims) {
+      if (!checkable) break;
+      for (const std::string& v : d.values) {
+        so.overrides = fixed;
+        so.overrides.push_back(d.key + "=" + v);
+        (void)sim::loadDeviceParams(so);   // ConfigError names the key and the value
+        if (has_fabric) (void)sim::loadFabricParams(so);
+      }
+    }
   }
   // Its outputs' places, checked before any replay runs.
   std::vector<std::string> outputs = {prefix + ".csv"};

@@ -506,6 +506,10 @@ def test_sweep_bad_input(tmp_path):
     assert not (tmp_path / "x.csv").exists()
     res = cardsim("sweep", tmp_path / "nothing", "--set", "memory.bandwidth=1 TB/s,2 TB/s")
     assert res.returncode == 2 and "nothing" in res.stderr, res.stderr
+    # one bad value among good ones: refused by key and value before any replay runs
+    res = cardsim("sweep", trace, "--set", "memory.bandwidth=1 TB/s,-5 GB/s,2 TB/s", "--out", tmp_path / "y")
+    assert res.returncode == 2 and 'device.memory.bandwidth: "-5 GB/s" is negative' in res.stderr, res.stderr
+    assert "replays done" not in res.stderr and not list(tmp_path.glob("y.*")), res.stderr
 
 
 GOLDEN_DP_STEP = ROOT / "tests" / "data" / "golden" / "traces" / "dp_step"
