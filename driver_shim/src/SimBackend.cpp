@@ -120,6 +120,7 @@ Status SimBackend::launchKernel(Stream stream, std::string_view kname, const Ker
   cmd.kernel.bytes_read = cost.bytes_read;
   cmd.kernel.bytes_written = cost.bytes_written;
   cmd.kernel.tiles = cost.tiles;
+  cmd.in_graph = cost.graph_node;
   if (capturing(s)) return record(s, kname, work, std::move(cmd), /*held_only=*/timing_);
   if (work && !timing_) {
     try {
@@ -130,7 +131,7 @@ Status SimBackend::launchKernel(Stream stream, std::string_view kname, const Ker
       return Status(Code::KernelFailed, "kernel '" + std::string(kname) + "' failed");
     }
   }
-  return submitAndMaybeWait(s, std::move(cmd), kname, params_.host.launch_overhead_s, false);
+  return submitAndMaybeWait(s, std::move(cmd), kname, cost.graph_node ? 0.0 : params_.host.launch_overhead_s, false);
 }
 
 Status SimBackend::launchCollective(Stream stream, std::string_view cname, double seconds) {

@@ -359,6 +359,7 @@ Status TraceBackend::launchKernel(Stream stream, std::string_view kname, const K
     k->set_bytes_read(cost.bytes_read);
     k->set_bytes_written(cost.bytes_written);
     k->set_tiles(cost.tiles);
+    k->set_graph_node(cost.graph_node);
   });
 }
 

@@ -332,9 +332,15 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
           // What cardsim replay needs to re-time the command as the model did (a graph's
           // kernel: what its captured launch said).
           const trace::Envelope* call = c.call != RunTimeline::kNone ? &calls[c.call].record : nullptr;
-          if (auto k = captured.find(order[idx]); k != captured.end()) call = &calls[k->second].record;
+          bool graph_node = false;
+          if (auto k = captured.find(order[idx]); k != captured.end()) {
+            call = &calls[k->second].record;
+            graph_node = true;
+          }
           if (call && call->record_case() == trace::Envelope::kKernel) {
             const trace::KernelLaunch& k = call->kernel();
+            // Dispatched as a graph's node (its latency, not a launch's): replayed so.
+            if (graph_node || k.graph_node()) attr(&n, "cardsim_graph_node")->set_bool_val(true);
             attr(&n, "cardsim_kernel_class")->set_int64_val(k.kernel_class());
             attr(&n, "cardsim_dtype")->set_int64_val(k.dtype());
             attr(&n, "cardsim_bytes_read")->set_double_val(k.bytes_read());

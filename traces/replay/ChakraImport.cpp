@@ -448,6 +448,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         k->set_flops(numberOr(n, "num_ops", 0));
         k->set_bytes_read(numberOr(n, "cardsim_bytes_read", numberOr(n, "tensor_size", 0)));
         k->set_bytes_written(numberOr(n, "cardsim_bytes_written", 0));
+        k->set_graph_node(numberOr(n, "cardsim_graph_node", 0) != 0);
         k->set_tiles(static_cast<uint32_t>(numberOr(n, "cardsim_tiles", 0)));
         w.write(e);
         break;

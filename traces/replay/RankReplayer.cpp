@@ -316,6 +316,7 @@ void RankReplayer::replay(const trace::Envelope& e) {
       cost.bytes_read = k.bytes_read();
       cost.bytes_written = k.bytes_written();
       cost.tiles = k.tiles();
+      cost.graph_node = k.graph_node();
       if (options_.keep_shapes && k.shapes_size() > 0) {   // the replay's own trace keeps them, as the recording did
         std::vector<std::vector<int64_t>> shapes;
         shapes.reserve(static_cast<std::size_t>(k.shapes_size()));

@@ -236,6 +236,9 @@ struct KernelCost {
   double bytes_read = 0;
   double bytes_written = 0;
   uint32_t tiles = 0;    // 0: let the model tile it
+  // A node of a captured graph, launched on its own (a replay of a Chakra trace whose
+  // kernels a graph launched): the graph's dispatch latency, and no host launch cost.
+  bool graph_node = false;
 };
 
 // Runs `work` now, on this thread (the result is exact and visible at once), and queues

@@ -324,6 +324,8 @@ def test_copies_and_graph_launches_replay_from_chakra_as_recorded(tmp_path):
     assert len(graph_kernels) >= 6
     for n in graph_kernels:
         assert "cardsim_kernel_class" in n["attr"] and "cardsim_bytes_read" in n["attr"], n
+        assert n["attr"]["cardsim_graph_node"] == ("bool", True), n   # dispatched as a graph's node
+    assert not any("cardsim_graph_node" in n["attr"] for n in nodes if n not in graph_kernels)
     copies = [n for n in nodes if n["attr"]["cardsim_kind"][1] == "MEMCPY_HTOD"]
     assert len(copies) == 3 and all(n["attr"]["cardsim_host_pinned"][1] == 1 for n in copies), copies
     direct = replay_json(trace, tmp=tmp_path)
@@ -332,6 +334,13 @@ def test_copies_and_graph_launches_replay_from_chakra_as_recorded(tmp_path):
     by_name = lambda rep: {k["name"]: k for k in rep["top_kernels"]}
     for name in ("aten::mm", "aten::sin"):
         assert by_name(chakra)[name]["time_us"] == pytest.approx(by_name(direct)[name]["time_us"], rel=1e-9), name
+    # and through a second round (the Chakra replay's own trace, exported again): the same
+    replay(tmp_path / "cg", "--keep", tmp_path / "cg-kept")
+    export_chakra(tmp_path / "cg-kept", tmp_path / "cg-again")
+    again = read_et(tmp_path / "cg-again.0.et")[1]
+    dur = lambda ns: sorted((n["name"], n["attr"]["cardsim_duration_ps"][1]) for n in ns
+                            if n["name"] in ("aten::mm", "aten::sin"))
+    assert dur(again) == dur(graph_kernels)
     assert direct["breakdown"]["copies_us"] > 0
     assert chakra["breakdown"]["copies_us"] == pytest.approx(direct["breakdown"]["copies_us"], rel=1e-9)
 
