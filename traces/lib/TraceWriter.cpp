@@ -69,12 +69,11 @@ TraceWriter::TraceWriter(const std::string& path, Header header, Compression com
   };
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) fail(std::string("cannot create the trace file: ") + std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
-    fail(errno == EWOULDBLOCK
-             ? "another live process is recording into this file (a process the program started, with the "
-               "same rank, or another job recording into the same directory); this one is not recorded: give "
-               "it its own CARDSIM_TRACE directory"
-             : std::string("cannot lock the trace file: ") + std::strerror(errno));
+  // (A file system without locks, ENOLCK or EOPNOTSUPP, records unguarded, as before.)
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK)
+    fail("another live process is recording into this file (a process the program started, with the "
+         "same rank, or another job recording into the same directory); this one is not recorded: give "
+         "it its own CARDSIM_TRACE directory");
   if (::ftruncate(fd_, 0) != 0) fail(std::string("cannot truncate the trace file: ") + std::strerror(errno));
   std::memcpy(buffer_.data(), kMagic, kMagicSize);
   used_ = kMagicSize;
