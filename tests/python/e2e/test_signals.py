@@ -87,8 +87,11 @@ def test_a_signal_completes_the_trace_and_removes_the_status_file(tmp_path, sig,
     assert res.returncode == 0, res.stderr
     j = json.loads(res.stdout)
     assert [f["ended"] for f in j["files"]] == [ended]
-    # Everything done before the signal is in it: the five matmuls and some of the loop.
-    assert j["records"]["kernel_launch"] > 5 and j["records"]["device_command"] == j["records"]["kernel_launch"]
+    # Everything done before the signal is in it: the five matmuls and some of the loop. The
+    # signal may land inside a launch, after its kernel reached the card and before the call
+    # returned to be recorded: at most that one command has no call.
+    launches, commands = j["records"]["kernel_launch"], j["records"]["device_command"]
+    assert launches > 5 and launches <= commands <= launches + 1, (launches, commands)
     # Its replay says that the run was cut short (a signal that ends it), in the table and the JSON.
     rep = subprocess.run([str(ROOT / ".venv" / "bin" / "cardsim"), "replay", tmp_path / "trace", "--json",
                           tmp_path / "rep.json"], capture_output=True, text=True)
