@@ -172,7 +172,6 @@ int runSweep(const std::vector<std::string>& argv) {
       throw;
     }
     removeTree(check);
-    recorded_preset.clear();
   } else {
     const std::map<int, std::string> files = traceRankFiles(path);
     recorded_preset = trace::TraceReader(files.begin()->second).header().preset();
@@ -217,9 +216,9 @@ int runSweep(const std::vector<std::string>& argv) {
     bool checkable = !so.preset.empty(), has_fabric = true;
     if (checkable) {
       try {
-        (void)sim::loadDeviceParams(so);
+        (void)sim::loadDeviceParams(so);   // (a named preset passed above)
       } catch (const sim::ConfigError&) {
-        checkable = a.has("preset");   // a named preset was checked above; a recorded one may be its own
+        checkable = false;   // the recording's own configuration, not a preset of this name
       }
       try {
         (void)sim::loadFabricParams(so);
