@@ -93,6 +93,9 @@ class IBackend {
   // The calling thread's outermost runtime call begins / returns (measured host time).
   virtual void hostCallBegins() {}
   virtual void hostCallReturns() {}
+  // Whether it wants those two at all (read once at initialization: a call costs nothing
+  // more when host time is modelled, the default).
+  virtual bool measuresHostCalls() const { return false; }
   virtual Status setActivityRecording(bool on) = 0;
   virtual Status drainActivities(std::vector<ActivityRecord>* out) = 0;
 

@@ -44,6 +44,8 @@ std::unique_ptr<IBackend> g_backend;
 // it; a lock per call cost a few percent of a replay). Set under g_mutex whenever g_backend
 // changes; a backend it pointed to lives on (inside the TraceBackend that wraps it).
 std::atomic<IBackend*> g_current{nullptr};
+// Whether runtime calls tell the backend when they begin and return (measured host time).
+std::atomic<bool> g_call_scopes{false};
 // Set in a child forked after initialization: the simulation thread stayed in the parent.
 std::atomic<bool> g_forked_child{false};
 InitOptions g_options;
@@ -78,6 +80,7 @@ Status initLocked(const InitOptions& in) {
     if (!g_backend) return why;
     g_backend = wrapForTracing(std::move(g_backend), options);   // CARDSIM_TRACE
     g_current.store(g_backend.get(), std::memory_order_release);
+    g_call_scopes.store(g_backend->measuresHostCalls(), std::memory_order_relaxed);
     if (options.status_board) StatusBoard::startForProcess(g_backend.get());
     static std::once_flag at_fork;
     std::call_once(at_fork, [] { pthread_atfork(nullptr, nullptr, [] { g_forked_child = true; }); });
@@ -119,11 +122,11 @@ IBackend* backend(Status* why) {
 thread_local int t_call_depth = 0;
 class CallScope {
  public:
-  explicit CallScope(IBackend* b) : b_(b) {
-    if (t_call_depth++ == 0) b_->hostCallBegins();
+  explicit CallScope(IBackend* b) : b_(g_call_scopes.load(std::memory_order_relaxed) ? b : nullptr) {
+    if (b_ && t_call_depth++ == 0) b_->hostCallBegins();
   }
   ~CallScope() {
-    if (--t_call_depth == 0) b_->hostCallReturns();
+    if (b_ && --t_call_depth == 0) b_->hostCallReturns();
   }
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;

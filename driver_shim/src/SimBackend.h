@@ -273,6 +273,7 @@ class SimBackend final : public IBackend {
   Status hostThreadClock(uint64_t* ps, bool* started) override;
   void hostCallBegins() override { sim_.hostCallBegins(); }
   void hostCallReturns() override { sim_.hostCallReturns(); }
+  bool measuresHostCalls() const override { return sim_.measuredHostFactor() > 0; }
   Status setActivityRecording(bool on) override;
   Status drainActivities(std::vector<ActivityRecord>* out) override;
   Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override;

@@ -124,6 +124,7 @@ class TraceBackend final : public IBackend {
   Status hostThreadClock(uint64_t* ps, bool* started) override { return inner_->hostThreadClock(ps, started); }
   void hostCallBegins() override { inner_->hostCallBegins(); }
   void hostCallReturns() override { inner_->hostCallReturns(); }
+  bool measuresHostCalls() const override { return inner_->measuresHostCalls(); }
   Status setActivityRecording(bool on) override;
   Status drainActivities(std::vector<ActivityRecord>* out) override;
 
