@@ -34,6 +34,7 @@
 #include "traces/cli/LinkLoads.h"
 #include "traces/cli/ReplayOutput.h"
 #include "traces/cli/TraceFiles.h"
+#include "traces/cli/WhatIf.h"
 #include "traces/export/OutputFile.h"
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceFormat.h"
@@ -329,37 +330,19 @@ int runReplay(const std::vector<std::string>& argv) {
   so.preset = job.preset;
   so.overrides = job.overrides;
   // Validates the preset and overrides (ConfigError names the key) before any process starts.
-  try {
-    (void)sim::loadDeviceParams(so);
-  } catch (const sim::ConfigError& e) {
-    std::string msg = e.what();
-    const std::string label = "the configuration recorded in " + files.begin()->second;
-    relabel(msg, a.has("preset") ? std::string() : job.preset, label);
-    throw sim::ConfigError(msg);
-  }
+  // A preset without a fabric replays all but collectives (they fail in the ranks, naming it).
+  if (job.env.count("CARDSIM_NODES")) ::setenv("CARDSIM_NODES", job.env["CARDSIM_NODES"].c_str(), 1);
   fabric::FabricParams fp;
-  bool have_fabric = true;
+  bool have_fabric = false;
   try {
-    if (job.env.count("CARDSIM_NODES")) ::setenv("CARDSIM_NODES", job.env["CARDSIM_NODES"].c_str(), 1);
-    fp = sim::loadFabricParams(so);
+    if (auto checked = checkWhatIf(so)) {
+      fp = *checked;
+      have_fabric = true;
+    }
   } catch (const std::exception& e) {
-    // A preset without a fabric replays all but collectives (they fail in the ranks, naming
-    // it); a fabric the overrides break is the user's input, refused now by key.
-    sim::SimOptions plain = so;
-    plain.overrides.clear();
-    bool preset_has_fabric = true;
-    try {
-      (void)sim::loadFabricParams(plain);
-    } catch (const std::exception&) {
-      preset_has_fabric = false;
-    }
-    if (preset_has_fabric && !so.overrides.empty()) {
-      std::string msg = e.what();
-      relabel(msg, a.has("preset") ? std::string() : job.preset,
-              "the configuration recorded in " + files.begin()->second);
-      throw sim::ConfigError(msg);
-    }
-    have_fabric = false;
+    std::string msg = e.what();
+    relabel(msg, a.has("preset") ? std::string() : job.preset, "the configuration recorded in " + files.begin()->second);
+    throw sim::ConfigError(msg);
   }
   if (job.scale > 0 && have_fabric) {
     const uint32_t need = fabric::nodesFor(fp, static_cast<uint64_t>(job.scale));

@@ -25,6 +25,7 @@
 #include "traces/cli/Commands.h"
 #include "traces/cli/LiveCollbench.h"
 #include "traces/cli/TraceFiles.h"
+#include "traces/cli/WhatIf.h"
 #include "traces/replay/ChakraImport.h"
 #include "traces/export/OutputFile.h"
 #include "traces/lib/TraceReader.h"
@@ -213,17 +214,12 @@ int runSweep(const std::vector<std::string>& argv) {
   {
     sim::SimOptions so;
     so.preset = a.has("preset") ? a.get("preset") : recorded_preset;
-    bool checkable = !so.preset.empty(), has_fabric = true;
+    bool checkable = !so.preset.empty();
     if (checkable) {
       try {
         (void)sim::loadDeviceParams(so);   // (a named preset passed above)
       } catch (const sim::ConfigError&) {
         checkable = false;   // the recording's own configuration, not a preset of this name
-      }
-      try {
-        (void)sim::loadFabricParams(so);
-      } catch (const std::exception&) {
-        has_fabric = false;
       }
     }
     for (const Dimension& d : dims) {
@@ -231,8 +227,7 @@ int runSweep(const std::vector<std::string>& argv) {
       for (const std::string& v : d.values) {
         so.overrides = fixed;
         so.overrides.push_back(d.key + "=" + v);
-        (void)sim::loadDeviceParams(so);   // ConfigError names the key and the value
-        if (has_fabric) (void)sim::loadFabricParams(so);
+        (void)checkWhatIf(so);   // ConfigError names the key and the value
       }
     }
   }
