@@ -28,8 +28,11 @@ extern char** environ;
 
 namespace cardsim::shim {
 
-namespace {
+// A recorded CREATE's flags are these, as the trace format reads them.
+static_assert(kEventDisableTiming == trace::kEventFlagDisableTiming && kEventRuntimeMarker == trace::kEventFlagRuntimeMarker,
+              "the trace format's event flags are the shim's");
 
+namespace {
 
 
 // The program's setActivityRecording, also before a TraceBackend existed.

@@ -66,7 +66,7 @@ uint64_t TraceRecorder::writeCall(trace::Envelope* e, const Host& host) {
 }
 
 void TraceRecorder::noteSubmission(int device, uint32_t stream, uint64_t call, const Host& host) {
-  spans_[StreamKey{device, stream}].push_back(Span{call, host.begin_ps, host.end_ps});
+  spans_[StreamKey{device, stream}].push_back(Span{call, host.begin_ps, host.end_ps, 0});
   devices_.insert(device);
 }
 
@@ -79,7 +79,15 @@ bool TraceRecorder::match(const ActivityRecord& a, uint64_t* call) {
   // have no commands left.
   while (!q.empty() && q.front().end_ps < a.submit_ps) q.pop_front();
   if (q.empty()) return false;
-  if (q.front().begin_ps < a.submit_ps) *call = q.front().call;
+  // A call that costs the host no time (a runtime marker's event record) spans none: its
+  // command, submitted at the instant the call before it returned, comes after that call's
+  // own (the stream keeps their order).
+  const auto instant = [&](const Span& s) { return s.begin_ps == a.submit_ps && s.end_ps == a.submit_ps; };
+  if (q.size() > 1 && q.front().matched > 0 && q.front().end_ps == a.submit_ps && instant(q[1])) q.pop_front();
+  if (q.front().begin_ps < a.submit_ps || instant(q.front())) {
+    *call = q.front().call;
+    ++q.front().matched;
+  }
   return true;   // matched, or submitted before any recorded call (before recording began)
 }
 

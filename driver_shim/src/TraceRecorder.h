@@ -76,6 +76,7 @@ class TraceRecorder {
  private:
   struct Span {
     uint64_t call, begin_ps, end_ps;
+    uint64_t matched = 0;   // commands given this call so far
   };
   struct StreamKey {
     int device;

@@ -174,6 +174,39 @@ TEST(TraceRecording, RecordsCallsAndTiesEveryCommandToItsCall) {
   }
 }
 
+TEST(TraceRecording, ARuntimeMarkersRecordIsTiedToItsOwnCall) {
+  // Recording a runtime marker costs the host no time: its call spans no time, at the
+  // instant the call before it (on the same stream) returned and submitted its own command.
+  startRuntime("mlu370-x8", 1);
+  const std::string dir = tempDir("marker");
+  ASSERT_SHIM_OK(shim::traceStart(dir));
+  shim::Stream s = nullptr;
+  shim::Event mine = nullptr, marker = nullptr;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  ASSERT_SHIM_OK(shim::eventCreate(&mine));
+  ASSERT_SHIM_OK(shim::eventCreate(&marker, shim::kEventRuntimeMarker | shim::kEventDisableTiming));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "k", cost(1e9), nullptr));
+  ASSERT_SHIM_OK(shim::eventRecord(mine, s));
+  ASSERT_SHIM_OK(shim::eventRecord(marker, s));
+  ASSERT_SHIM_OK(shim::eventRecord(marker, nullptr));   // alone on its stream
+  ASSERT_SHIM_OK(shim::deviceSynchronize());
+  std::string path;
+  ASSERT_TRUE(shim::traceActive(&path));
+  ASSERT_SHIM_OK(shim::traceStop());
+
+  const Read t = readTrace(path);
+  std::vector<uint64_t> record_calls;   // the RECORD calls, in order
+  for (const auto& [n, call] : t.calls)
+    if (call.has_event() && call.event().op() == trace::EventOp::RECORD) record_calls.push_back(n);
+  ASSERT_EQ(record_calls.size(), 3u);
+  EXPECT_EQ(t.calls.at(record_calls[1]).host_begin_ps(), t.calls.at(record_calls[1]).host_end_ps());
+  std::vector<uint64_t> command_calls;
+  for (const trace::DeviceCommand& c : t.commands)
+    if (c.kind() == trace::DeviceCommand::EVENT_RECORD) command_calls.push_back(c.call());
+  std::sort(command_calls.begin(), command_calls.end());
+  EXPECT_EQ(command_calls, record_calls);
+}
+
 TEST(TraceRecording, RecordingDoesNotChangeSimulatedTimes) {
   const uint64_t plain = inChild([] {
     startRuntime("mlu370-x8", 1);

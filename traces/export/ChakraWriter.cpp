@@ -214,6 +214,36 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
       }
       mine.erase(i);
     }
+    // The runtime's own event records and waits (RunTimeline::Command::runtime_marker) are no
+    // nodes: what depends on one depends on what it depended on. (Dependencies point back in
+    // submission order, so the first pass in that order resolves chains of them; one that
+    // ties with its dependent takes another.)
+    bool any_marker = false;
+    for (bool again = true; again;) {
+      again = false;
+      for (std::size_t i : submitted) {
+        std::set<std::size_t>& mine = deps[i];
+        std::set<std::size_t> through;
+        for (auto it = mine.begin(); it != mine.end();) {
+          if (!commands[*it].runtime_marker) {
+            ++it;
+            continue;
+          }
+          const std::set<std::size_t>& theirs = deps[*it];
+          through.insert(theirs.begin(), theirs.end());
+          it = mine.erase(it);
+        }
+        through.erase(i);
+        for (std::size_t t : through) again = again || commands[t].runtime_marker;
+        mine.insert(through.begin(), through.end());
+        any_marker = any_marker || commands[i].runtime_marker;
+      }
+    }
+    if (any_marker) {
+      order.erase(std::remove_if(order.begin(), order.end(), [&](std::size_t i) { return commands[i].runtime_marker; }),
+                  order.end());
+      for (auto it = deps.begin(); it != deps.end();) it = commands[it->first].runtime_marker ? deps.erase(it) : std::next(it);
+    }
 
     // Node numbers: a topological order, completion order where the dependencies leave a
     // choice (a wait of no duration can end at the very picosecond its record does).
@@ -375,6 +405,8 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
       attr(&n, "cardsim_stream")->set_int64_val(d.stream());
       attr(&n, "cardsim_start_ps")->set_uint64_val(d.start_ps());
       const bool marker = d.kind() == trace::DeviceCommand::EVENT_RECORD || d.kind() == trace::DeviceCommand::EVENT_WAIT;
+      // Which of the program's events (a replay waits on the record of the same one).
+      if (marker && c.event != 0) attr(&n, "cardsim_event")->set_int64_val(c.event);
       attr(&n, "cardsim_duration_ps")->set_uint64_val(marker ? 0 : d.end_ps() - std::min(d.end_ps(), d.start_ps()));
       appendDelimited(n, &out);
       ++s.nodes;

@@ -4,8 +4,10 @@
 #include <cctype>
 #include <deque>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
+#include "traces/lib/TraceFormat.h"
 #include "traces/lib/TraceReader.h"
 
 namespace cardsim::timeline {
@@ -156,6 +158,7 @@ void RunTimeline::readRank(int rank, const std::string& file) {
   // Calls in the order they returned: an event's latest record before a wait is the one it
   // waits for; a group's collectives are numbered in this order on every member.
   std::unordered_map<uint32_t, std::size_t> last_record;   // event -> its EVENT_RECORD command
+  std::unordered_set<uint32_t> runtime_events;               // created with kEventRuntimeMarker
   std::map<std::string, uint64_t> group_counts;
   struct Live {
     int device;
@@ -175,14 +178,21 @@ void RunTimeline::readRank(int rank, const std::string& file) {
     switch (c.record_case()) {
       case trace::Envelope::kEvent: {
         const trace::EventOp& ev = c.event();
-        if (ev.op() == trace::EventOp::RECORD) {
+        if (ev.op() == trace::EventOp::CREATE) {
+          if (ev.flags() & trace::kEventFlagRuntimeMarker) runtime_events.insert(ev.event());
+          else runtime_events.erase(ev.event());
+        } else if (ev.op() == trace::EventOp::RECORD) {
           const std::size_t cmd = commandOf(i, trace::DeviceCommand::EVENT_RECORD);
-          if (cmd != kNone) commands_[cmd].event = ev.event();
+          if (cmd != kNone) {
+            commands_[cmd].event = ev.event();
+            commands_[cmd].runtime_marker = runtime_events.count(ev.event()) > 0;
+          }
           last_record[ev.event()] = cmd;
         } else if (ev.op() == trace::EventOp::WAIT) {
           const std::size_t cmd = commandOf(i, trace::DeviceCommand::EVENT_WAIT);
           if (cmd == kNone) break;
           commands_[cmd].event = ev.event();
+          commands_[cmd].runtime_marker = runtime_events.count(ev.event()) > 0;
           auto rec = last_record.find(ev.event());
           if (rec != last_record.end() && rec->second != kNone)
             dependencies_.push_back(Dependency{DependencyKind::kEventWait, rec->second, cmd});

@@ -43,6 +43,9 @@ class RunTimeline {
     std::size_t call = kNone; // index into calls() of the call that submitted it (for a
                               // COLLECTIVE, the collective call paired with it by order)
     uint32_t event = 0;       // EVENT_RECORD / EVENT_WAIT: the event, when its call says so
+    bool runtime_marker = false;   // ... of an event the runtime made for itself (created with
+                                   // trace::kEventFlagRuntimeMarker: a receive's posting marker, a
+                                   // Chakra import's ordering between streams), not the program
     std::string group;        // COLLECTIVE: the process group's key (or its ranks, "0,1,")
     uint64_t group_seq = 0;   // COLLECTIVE: its number among the group's collectives, from 0
   };

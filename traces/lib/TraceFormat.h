@@ -19,6 +19,11 @@ constexpr uint32_t kFormatMinor = 6;
 constexpr char kMagic[] = "CSTRACE\n";
 constexpr std::size_t kMagicSize = 8;
 
+// EventOp.flags of a CREATE (the shim's EventFlags, which the recorder checks against these):
+// an event the runtime made for itself, not the program (shim kEventRuntimeMarker).
+constexpr uint32_t kEventFlagDisableTiming = 1;
+constexpr uint32_t kEventFlagRuntimeMarker = 8;
+
 // "rank<N>.cstrace" in a trace directory.
 constexpr char kFileExtension[] = ".cstrace";
 

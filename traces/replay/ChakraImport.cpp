@@ -227,7 +227,17 @@ class RankConverter {
     int device = 0;
     uint32_t stream = 0;     // cardsim stream id in the converted trace (0: the device's default)
     bool record_after = false;
-    uint32_t event = 0;
+    uint32_t event = 0;      // the replay's own event after it (an ordering between streams)
+    // cardsim's own export: an event record of the program (its marker node), recorded again
+    // at its place for the program's event waits (so an export of the replay has them too).
+    uint32_t program_event = 0;
+    bool program_wait = false;   // an event wait of the program: waits on its record node's event
+    double recorded_event = -1;  // cardsim_event: the program's event of a record or wait (-1: not said)
+    // Whether this program wait waits on record node q's event (the one of the same program
+    // event; any record it depends on when the export did not say).
+    bool waitsOn(const Plan& q) const {
+      return program_wait && q.program_event != 0 && (recorded_event < 0 || q.recorded_event == recorded_event);
+    }
   };
 
   std::string where(const chakra::Node& n) const {
@@ -387,11 +397,16 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       if (number(n, key, &e) && !(e >= -1 && e < kMaxDevices))
         throw TraceError(where(n) + ": " + key + " " + std::to_string(e) + " is not a device");
     devices = std::max(devices, p.device + 1);
-    // A dependency on another stream: an event after it.
+    const std::string kind = text(n, "cardsim_kind");
+    if (kind == "EVENT_RECORD") p.program_event = next_event++;
+    p.program_wait = kind == "EVENT_WAIT";
+    if (!number(n, "cardsim_event", &p.recorded_event)) p.recorded_event = -1;
+    // A dependency on another stream: an event after it (the program's own, or one of the replay's).
     std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
     deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
     for (uint64_t d : deps) {
       Plan& q = plan[index_.at(d)];
+      if (p.waitsOn(q)) continue;
       if ((q.stream != p.stream || q.device != p.device) && !q.record_after) {
         q.record_after = true;
         q.event = next_event++;
@@ -426,10 +441,11 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
     for (uint64_t d : deps) {
       const Plan& q = plan[index_.at(d)];
-      if (q.stream == p.stream && q.device == p.device) continue;   // stream order has it
+      const bool program = p.waitsOn(q);
+      if (!program && q.stream == p.stream && q.device == p.device) continue;   // stream order has it
       trace::Envelope e = call(p.device);
       e.mutable_event()->set_op(trace::EventOp::WAIT);
-      e.mutable_event()->set_event(q.event);
+      e.mutable_event()->set_event(program ? q.program_event : q.event);
       e.mutable_event()->set_stream(p.stream);
       w.write(e);
     }
@@ -563,10 +579,24 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         break;
       }
     }
+    if (p.program_event != 0) {
+      trace::Envelope create = call(p.device);
+      create.mutable_event()->set_op(trace::EventOp::CREATE);
+      create.mutable_event()->set_event(p.program_event);
+      w.write(create);
+      trace::Envelope e = call(p.device);
+      e.mutable_event()->set_op(trace::EventOp::RECORD);
+      e.mutable_event()->set_event(p.program_event);
+      e.mutable_event()->set_stream(p.stream);
+      w.write(e);
+    }
     if (p.record_after) {
       trace::Envelope create = call(p.device);
       create.mutable_event()->set_op(trace::EventOp::CREATE);
       create.mutable_event()->set_event(p.event);
+      // The replay's own ordering, not the workload's: a record that costs the host nothing,
+      // which an export leaves out again (keeping the dependency it carries).
+      create.mutable_event()->set_flags(trace::kEventFlagRuntimeMarker | trace::kEventFlagDisableTiming);
       w.write(create);
       trace::Envelope e = call(p.device);
       e.mutable_event()->set_op(trace::EventOp::RECORD);

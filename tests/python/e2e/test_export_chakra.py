@@ -7,6 +7,7 @@ with its recorded time, collectives as COMM_COLL_NODEs with Chakra's comm_type, 
 and a pg_name the groups file resolves to the ranks, and data_deps that keep stream order,
 event waits and host synchronizations, with no cycle."""
 import json
+import pathlib
 
 import pytest
 import struct
@@ -14,6 +15,8 @@ import subprocess
 
 from test_export_perfetto import CARDSIM as CARDSIM_BIN
 from test_export_perfetto import DP, TWO_STREAMS, cardsim, record, recorded
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 # ---- a protobuf wire decoder, for Chakra's schema -------------------------------------------
 
@@ -294,6 +297,27 @@ def test_an_export_replays_to_the_same_graph(tmp_path):
             assert again == first
         assert (tmp_path / f"{name}-again.comm_groups.json").read_text() == \
             (tmp_path / f"{name}.comm_groups.json").read_text()
+
+
+def test_orderings_from_host_synchronizations_come_back_as_they_were(tmp_path):
+    """Streams (of two cards) that meet through host synchronizations, not events: the replay
+    orders them with events of its own, which the second export leaves out again, keeping
+    the dependencies; the program's own event records and waits come back one for one."""
+    golden = ROOT / "tests" / "data" / "golden" / "traces" / "two_streams"
+    export_chakra(golden, tmp_path / "first")
+    first = read_et(tmp_path / "first.0.et")[1]
+    # The program's last copy waits (through the host) for both other streams' last work.
+    cards_streams = {(n["attr"]["cardsim_device"][1], n["attr"]["cardsim_stream"][1]) for n in first}
+    assert len(cards_streams) == 3, cards_streams
+    byid = {n["id"]: n for n in first}
+    last = max(first, key=lambda n: n["attr"]["cardsim_start_ps"][1])
+    crossing = {(byid[d]["attr"]["cardsim_device"][1], byid[d]["attr"]["cardsim_stream"][1]) for d in last["data_deps"]}
+    assert len(crossing) == 3, crossing
+    replay(tmp_path / "first", "--keep", tmp_path / "kept")
+    out = export_chakra(tmp_path / "kept", tmp_path / "again")
+    again = read_et(tmp_path / "again.0.et")[1]
+    assert len(again) == len(first), out
+    assert canonical(again) == canonical(first)
 
 
 COPIES_AND_A_GRAPH = r'''
