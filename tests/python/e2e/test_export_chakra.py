@@ -282,10 +282,30 @@ def replay(path, *extra):
     return res
 
 
+# Point to point: a receive posts a marker of the runtime's own (no node of the export).
+P2P = r'''
+import torch, torch_mlu
+import torch.distributed as dist
+dist.init_process_group("cncl")
+rank = dist.get_rank()
+torch.mlu.set_device(0)
+x = torch.randn(256, 256, device="mlu")
+for _ in range(2):
+    y = x @ x
+    if rank == 0:
+        dist.send(y, 1)
+    else:
+        dist.recv(y, 0)
+    x = y.tanh()
+torch.mlu.synchronize()
+dist.destroy_process_group()
+'''
+
+
 def test_an_export_replays_to_the_same_graph(tmp_path):
     """record -> export --chakra -> replay the Chakra files -> export the replayed run: the
     same nodes with the same work and dependencies, on one rank and on two."""
-    for name, code, world in (("streams", TWO_STREAMS, 1), ("dp", DP, 2)):
+    for name, code, world in (("streams", TWO_STREAMS, 1), ("dp", DP, 2), ("p2p", P2P, 2)):
         trace = record(tmp_path, name, code, world=world)
         export_chakra(trace, tmp_path / name)
         out = replay(tmp_path / name, "--keep", tmp_path / f"{name}-kept")
