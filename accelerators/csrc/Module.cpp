@@ -446,6 +446,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("_posting_marker_destroy", [](uintptr_t ev) {
     throwIfFailed(shim::eventDestroy(reinterpret_cast<shim::Event>(ev)), "eventDestroy");
   });
+  // A collective's Work waited on from another stream: that stream waits for the marker
+  // recorded after the collective (a stream wait of the program's, as the vendor library's
+  // wait() makes one).
+  m.def("_stream_wait_marker", [](int64_t d, uintptr_t ev) {
+    const c10::DeviceIndex dev = resolve(d);
+    c10::DeviceGuard guard(c10::Device(kDev, dev));
+    throwIfFailed(shim::streamWaitEvent(kernels::currentStream(dev), reinterpret_cast<shim::Event>(ev)),
+                  "streamWaitEvent");
+  });
   // Holds the device's current stream for `seconds` of device time (no compute or memory
   // used): `cardsim collbench` queues its timed calls behind one, so that they run back to
   // back as the device gets to them, not as the host issues them.

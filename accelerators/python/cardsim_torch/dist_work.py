@@ -10,15 +10,20 @@ import torch.distributed as dist
 
 
 class DoneWork(dist._Work):
-    """A finished collective: wait() returns at once, the future holds the outputs."""
+    """A collective finished on the host: wait() orders the caller's current stream after it
+    on the card (`end`: distributed._CollectiveEnd; None for one that ran on no card) and
+    returns at once; the future holds the outputs."""
 
-    def __init__(self, result):
+    def __init__(self, result, end=None):
         super().__init__()
         self._result = result
+        self._end = end
         self._fut = torch.futures.Future()
         self._fut.set_result(result)
 
     def wait(self, timeout: timedelta | None = None) -> bool:
+        if self._end is not None:
+            self._end.order_current_stream()
         return True
 
     def is_completed(self) -> bool:

@@ -126,6 +126,23 @@ class _PostingMarker:
             pass
 
 
+class _CollectiveEnd:
+    """Where a collective ended on its stream: a runtime marker after it. Its Work, waited on
+    from another stream, makes that stream wait for it (as the vendor libraries' wait()
+    does); waited on from the same stream, stream order has it already."""
+
+    def __init__(self, module, device: int):
+        from . import _C
+        self._module, self._device = module, device
+        self._stream_id = module.current_stream(device).stream_id
+        self._marker = _PostingMarker(device)
+        self._wait_marker = _C._stream_wait_marker
+
+    def order_current_stream(self) -> None:
+        if self._module.current_stream(self._device).stream_id != self._stream_id:
+            self._wait_marker(self._device, self._marker.event_id)
+
+
 class CardsimProcessGroup(dist.ProcessGroup):
     def __init__(self, store, rank: int, size: int, timeout: timedelta, backend_name: str,
                  device_type: str, global_ranks=None):
@@ -153,6 +170,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         from . import execution_mode
         self._timing = execution_mode() == "timing"
         self._used_device = None   # the first device a collective of the group ran on (barrier's)
+        self._ended = None         # where the last collective ended on its card (_CollectiveEnd)
         gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank, size, timeout)
         # Every tensor given to Gloo is held until its worker let go (gloo_hold).
         self._timing_gloo = _TimingGloo(gloo) if self._timing else None
@@ -244,7 +262,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         # process group's timeout.)
         self._wait(work)
         h.finish()
-        return _DoneWork(result)
+        return self._work(result)
 
     def _started(self, start, kind: str, tensors, **charge):
         """Starts Gloo's transfer (`start()`), then reports the collective (`_charge`): its
@@ -272,6 +290,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         join the two sides of a point-to-point transfer; `send` and `recv`, an all_to_all's
         bytes to and from each group rank where its splits are uneven."""
         self._reported = False
+        self._ended = None
         if not p2p:
             self._p2p_batch = None
         if tensors is None:
@@ -301,6 +320,12 @@ class CardsimProcessGroup(dist.ProcessGroup):
                 self._unusable = (f"{self._name}: process group {self._ranks} is unusable: its members disagreed on "
                                   f"an earlier {op} that Gloo had started ({e}); create a new group")
             raise _broken(dist.DistBackendError(f"{self._name}: {e}")) from None
+        if not p2p:
+            self._ended = _CollectiveEnd(getattr(torch, self._device_type), device)
+
+    def _work(self, result):
+        """The Work of a collective that finished on the host (see _CollectiveEnd)."""
+        return _DoneWork(result, self._ended)
 
     @staticmethod
     def _avg(op) -> bool:
@@ -329,7 +354,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         # so a division kernel on the stream would cost time the card does not spend.
         self._average(op, host)
         h.finish()
-        return _DoneWork(tensors)
+        return self._work(tensors)
 
     def _average(self, op, host_tensors) -> None:
         if not self._avg(op):
@@ -345,7 +370,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
             o = dist.AllreduceOptions()
             o.reduceOp = opts.reduceOp
             self.allreduce([t], o)
-        return _DoneWork(tensors)
+        return self._work(tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         h = self._host()
@@ -366,12 +391,12 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         for o, i in zip(outputs, inputs):
             self._allgather_base(o, i, opts)
-        return _DoneWork(outputs)
+        return self._work(outputs)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         for outs, inp in zip(output_lists, input_list):
             self.allgather([outs], [inp], opts)
-        return _DoneWork(output_lists)
+        return self._work(output_lists)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.ReduceScatterOptions()
@@ -393,19 +418,19 @@ class CardsimProcessGroup(dist.ProcessGroup):
             self._average(op, [full])
             h(out, written=True).copy_(full[self.rank()].reshape(out.shape))
             h.finish()
-        return _DoneWork(output_tensors)
+        return self._work(output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         opts = opts or dist.ReduceScatterOptions()
         n = self.size()
         chunks = list(input.reshape(n, -1).unbind(0))
         self.reduce_scatter([output.reshape(-1)], [chunks], opts)
-        return _DoneWork([output])
+        return self._work([output])
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         for o, i in zip(outputs, inputs):
             self._reduce_scatter_base(o, i, opts)
-        return _DoneWork(outputs)
+        return self._work(outputs)
 
     def broadcast(self, tensors, opts=None):
         h = self._host()
@@ -414,7 +439,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         work = self._started(lambda: self._gloo.broadcast(host, opts),
                              "broadcast", tensors, root=opts.rootRank)
         self._done(h, work, tensors)
-        return _DoneWork(tensors)
+        return self._work(tensors)
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
@@ -431,7 +456,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         if self.rank() == opts.rootRank:
             self._average(op, host)
         h.finish()
-        return _DoneWork(tensors)
+        return self._work(tensors)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         h = self._host()
@@ -441,7 +466,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         work = self._started(lambda: self._gloo.gather(outs, ins, opts),
                              "gather", input_tensors, root=opts.rootRank)
         self._done(h, work, output_tensors)
-        return _DoneWork(output_tensors)
+        return self._work(output_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         h = self._host()
@@ -451,7 +476,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         work = self._started(lambda: self._gloo.scatter(outs, ins, opts),
                              "scatter", output_tensors, root=opts.rootRank)
         self._done(h, work, output_tensors)
-        return _DoneWork(output_tensors)
+        return self._work(output_tensors)
 
     def _a2a_carried(self, send, recv) -> bool:
         """Timing mode: whether an all_to_all moves its bytes (every member's send and receive
@@ -503,7 +528,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         self._charge("all_to_all", input_tensors, **self._a2a_sizes(send, recv))
         if self._timing and not self._a2a_carried(send, recv):
             h.finish()
-            return _DoneWork(output_tensors)
+            return self._work(output_tensors)
         flat = torch.cat(ins) if ins else torch.empty(0)
         outs = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat.dtype)
         if self._timing:
@@ -518,7 +543,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
             if self._timing and view.numel():   # carried: the card holds these values
                 self._timing_gloo._noter()(view.data_ptr(), view.numel() * view.element_size())
         h.finish()
-        return _DoneWork(output_tensors)
+        return self._work(output_tensors)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         h = self._host()
@@ -536,7 +561,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         self._charge("all_to_all", input, **self._a2a_sizes(send, recv))
         if self._timing and not self._a2a_carried(send, recv):
             h.finish()
-            return _DoneWork([output])
+            return self._work([output])
         if self._timing:
             self._timing_gloo.carry_next = True
         work = self._gloo.alltoall_base(out_h, in_h, list(output_split_sizes), list(input_split_sizes),
@@ -564,7 +589,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         pass
 
     def _end_coalescing(self, device):
-        return _DoneWork([])
+        return self._work([])
 
     def _barrier_device(self, opts, module) -> int:
         """The device a barrier runs on, by torch's rule for the vendor backends: the one
@@ -591,7 +616,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         if module.is_initialized():
             self._timed(self._barrier_device(opts, module), "barrier", 4.0, self._ranks, 0, 1 if self.size() > 1 else 0)
         self._wait(self._gloo.barrier(dist.BarrierOptions()))
-        return _DoneWork([])
+        return self._work([])
 
     # -- point to point ------------------------------------------------------------------
 

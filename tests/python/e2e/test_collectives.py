@@ -249,6 +249,29 @@ def worker(rank, world, q):
         pg.allreduce([t]).wait()
         eq(t, sum(base(r) for r in range(n)))
 
+    def t_async_wait_orders_streams():
+        # wait() on a collective issued on another stream: the caller's stream goes on only
+        # after it on the card (as NCCL's wait()); from the same stream, no wait is added.
+        t = torch.ones(1 << 20, device=d)
+        side = mod.Stream()
+        side.wait_stream(mod.current_stream())
+        ended = mod.Event(enable_timing=True)
+        after = mod.Event(enable_timing=True)
+        with mod.stream(side):
+            w = dist.all_reduce(t, async_op=True)
+            ended.record()
+        w.wait()
+        after.record()
+        t.mul_(2)
+        mod.synchronize()
+        assert ended.elapsed_time(after) >= 0, ended.elapsed_time(after)
+        eq(t[:3], torch.full((3,), 2.0 * n))
+        from cardsim_torch import _C
+        with mod.stream(side):
+            before = _C._host_time_ns()
+            w.wait()                  # from the collective's own stream: stream order has it
+            assert _C._host_time_ns() == before, _C._host_time_ns() - before
+
     def t_async_op():
         t = base(rank).to(d)
         w = dist.all_reduce(t, async_op=True)
@@ -387,7 +410,7 @@ COLLECTIVES = ["backend", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesc
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
                "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "recv_any", "isend_irecv", "barrier", "objects",
-               "async_op", "direct_calls", "non_contiguous", "capture_refused"]
+               "async_op", "async_wait_orders_streams", "direct_calls", "non_contiguous", "capture_refused"]
 
 WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
 
