@@ -135,6 +135,7 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
   for (const auto& c : commands) {
     if (c.command.kind() != trace::DeviceCommand::COLLECTIVE || c.call == RunTimeline::kNone) continue;
     const trace::Collective& coll = calls[c.call].record.collective();
+    if (coll.op() == "send_recv") continue;   // a send/recv node names its peers, not a group
     std::vector<int>& ranks = group_ranks[c.group];
     if (ranks.empty()) ranks.assign(coll.ranks().begin(), coll.ranks().end());
   }

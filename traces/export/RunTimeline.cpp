@@ -66,6 +66,13 @@ std::string callName(const trace::Envelope& e, const std::map<uint32_t, std::str
 // The group a collective belongs to: its key, or its ranks when it has none (as the shim
 // and the fabric identify it).
 std::string groupKey(const trace::Collective& c) {
+  // Point to point: a key per direction and tag, so that a send and its receive are the same
+  // transfer of it on both ranks (an exchange's two directions count apart, as they match).
+  if (c.op() == "send_recv" && c.ranks_size() >= 2) {
+    const int src = c.ranks(std::clamp(static_cast<int>(c.root()), 0, c.ranks_size() - 1));
+    const int dst = c.ranks(std::clamp(static_cast<int>(c.peer()), 0, c.ranks_size() - 1));
+    return "p2p " + std::to_string(src) + "->" + std::to_string(dst) + " tag " + std::to_string(c.tag());
+  }
   if (!c.group().empty()) return c.group();
   std::string key;
   for (int m : c.ranks()) key += std::to_string(m) + ",";

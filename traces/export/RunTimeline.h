@@ -46,7 +46,8 @@ class RunTimeline {
     bool runtime_marker = false;   // ... of an event the runtime made for itself (created with
                                    // trace::kEventFlagRuntimeMarker: a receive's posting marker, a
                                    // Chakra import's ordering between streams), not the program
-    std::string group;        // COLLECTIVE: the process group's key (or its ranks, "0,1,")
+    std::string group;        // COLLECTIVE: the process group's key (or its ranks, "0,1,"); a send/recv:
+                              // "p2p SRC->DST tag T", one per direction
     uint64_t group_seq = 0;   // COLLECTIVE: its number among the group's collectives, from 0
   };
 

@@ -282,7 +282,8 @@ def replay(path, *extra):
     return res
 
 
-# Point to point: a receive posts a marker of the runtime's own (no node of the export).
+# Point to point: a receive posts a marker of the runtime's own (no node of the export); an
+# exchange's two directions are two transfers, each side's tag its own direction's count.
 P2P = r'''
 import torch, torch_mlu
 import torch.distributed as dist
@@ -297,6 +298,11 @@ for _ in range(2):
     else:
         dist.recv(y, 0)
     x = y.tanh()
+    # An exchange: both directions at once (each side's send pairs with the other's receive).
+    z = torch.empty_like(x)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, 1 - rank), dist.P2POp(dist.irecv, z, 1 - rank)]):
+        w.wait()
+    x = x + z
 torch.mlu.synchronize()
 dist.destroy_process_group()
 '''
