@@ -247,8 +247,10 @@ struct Order {
   int64_t dur_key = 0;    // longest first among class 0 (and 1, to keep their slices' order)
   uint64_t seq = 0;
   uint32_t sub = 0;       // a slice's flow events after it
+  uint64_t ps = 0;        // the exact time: within a nanosecond, what begins first comes first
+                          // (a host call before the command it submits a picosecond later)
   bool operator<(const Order& o) const {
-    return std::tie(ns, cls, dur_key, seq, sub) < std::tie(o.ns, o.cls, o.dur_key, o.seq, o.sub);
+    return std::tie(ns, ps, cls, dur_key, seq, sub) < std::tie(o.ns, o.ps, o.cls, o.dur_key, o.seq, o.sub);
   }
 };
 
@@ -277,8 +279,8 @@ struct Slice {
   uint32_t flow_events = 0;
 
   bool positive() const { return dur.ns > 0; }
-  Order order() const { return {ts.ns, positive() ? 0 : 2, positive() ? -dur.ns : 0, seq, 0}; }
-  Order flowOrder() { return {ts.ns, positive() ? 1 : 2, positive() ? -dur.ns : 0, seq, ++flow_events}; }
+  Order order() const { return {ts.ns, positive() ? 0 : 2, positive() ? -dur.ns : 0, seq, 0, begin}; }
+  Order flowOrder() { return {ts.ns, positive() ? 1 : 2, positive() ? -dur.ns : 0, seq, ++flow_events, begin}; }
 };
 
 struct Track {
@@ -320,9 +322,14 @@ PerfettoWriter::Summary PerfettoWriter::write(std::ostream& out) const {
 
   // Slices: host calls, then device commands.
   std::vector<Slice> slices;
-  std::vector<std::size_t> call_slice(run_.calls().size()), command_slice(run_.commands().size());
+  // The runtime's own event markers (RunTimeline's runtime_marker: their records; a wait on
+  // one is the program's) are not shown: not the program's, they cost it no time (and, at the instant of the work after them, would take
+  // that work's arrows in Perfetto, which binds an arrow to the slice on top of its track).
+  constexpr std::size_t kNoSlice = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> call_slice(run_.calls().size(), kNoSlice), command_slice(run_.commands().size(), kNoSlice);
   for (std::size_t i = 0; i < run_.calls().size(); ++i) {
     const RunTimeline::HostCall& c = run_.calls()[i];
+    if (c.runtime_marker) continue;
     Slice s;
     s.index = i;
     s.track = {c.rank, -1, c.record.thread(), 0};
@@ -333,6 +340,7 @@ PerfettoWriter::Summary PerfettoWriter::write(std::ostream& out) const {
   }
   for (std::size_t i = 0; i < run_.commands().size(); ++i) {
     const RunTimeline::Command& c = run_.commands()[i];
+    if (c.runtime_marker && c.command.kind() == trace::DeviceCommand::EVENT_RECORD) continue;
     Slice s;
     s.device = true;
     s.index = i;
@@ -448,6 +456,7 @@ PerfettoWriter::Summary PerfettoWriter::write(std::ostream& out) const {
   // before its start, and draws every arrow forward in time anyway), the finish on the other.
   uint64_t flow_id = 0;
   auto flow = [&](std::size_t a, std::size_t b, const char* cat) {
+    if (a == kNoSlice || b == kNoSlice) return;
     if (slices[b].order() < slices[a].order()) std::swap(a, b);
     const uint64_t id = ++flow_id;
     for (std::size_t k : {a, b}) {
@@ -474,7 +483,7 @@ PerfettoWriter::Summary PerfettoWriter::write(std::ostream& out) const {
                        : m.kind == trace::MEMORY_HOST_PINNED ? "pinned host memory"
                                                              : "registered host memory";
     const Time ts = usTime(m.ps);
-    events.push_back({Order{ts.ns, 2, 0, seq++, 0},
+    events.push_back({Order{ts.ns, 2, 0, seq++, 0, m.ps},
                       "{\"ph\":\"C\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(pid) +
                           ",\"ts\":" + ts.text + ",\"name\":\"" + name + "\",\"args\":{\"bytes_in_use\":" +
                           std::to_string(m.bytes) + "}}"});
@@ -503,7 +512,7 @@ PerfettoWriter::Summary PerfettoWriter::write(std::ostream& out) const {
         const Time ts = usTime(ps);
         char value[32];
         std::snprintf(value, sizeof value, "%.6f", level);
-        events.push_back({Order{ts.ns, 2, 0, seq++, 0},
+        events.push_back({Order{ts.ns, 2, 0, seq++, 0, ps},
                           "{\"ph\":\"C\",\"pid\":" + std::to_string(fabric_pid) + ",\"tid\":" +
                               std::to_string(fabric_pid) + ",\"ts\":" + ts.text + ",\"name\":" +
                               jsonString("link " + name) + ",\"args\":{\"utilization\":" + value + "}}"});

@@ -188,7 +188,10 @@ void RunTimeline::readRank(int rank, const std::string& file) {
         if (ev.op() == trace::EventOp::CREATE) {
           if (ev.flags() & trace::kEventFlagRuntimeMarker) runtime_events.insert(ev.event());
           else runtime_events.erase(ev.event());
-        } else if (ev.op() == trace::EventOp::RECORD) {
+        }
+        // (A wait on one is the program's: a Work's wait() from another stream.)
+        calls_[i].runtime_marker = ev.op() != trace::EventOp::WAIT && runtime_events.count(ev.event()) > 0;
+        if (ev.op() == trace::EventOp::RECORD) {
           const std::size_t cmd = commandOf(i, trace::DeviceCommand::EVENT_RECORD);
           if (cmd != kNone) {
             commands_[cmd].event = ev.event();

@@ -34,6 +34,8 @@ class RunTimeline {
     std::size_t rank = 0;     // index into ranks()
     trace::Envelope record;
     std::string name;         // "launch aten::mm", "memcpyAsync HtoD", "event record", ...
+    bool runtime_marker = false;   // a create, record or destroy of an event the runtime made
+                                   // for itself (Command::runtime_marker), not the program's
   };
 
   struct Command {

@@ -34,15 +34,17 @@ def cardsim(*args):
     return subprocess.run([str(CARDSIM), *map(str, args)], capture_output=True, text=True, env=_env(), timeout=300)
 
 
-def record(tmp_path, name, code, world=1):
-    """Runs `code` on `world` ranks with CARDSIM_TRACE; returns the trace directory."""
+def record(tmp_path, name, code, world=1, in_code=False):
+    """Runs `code` on `world` ranks with CARDSIM_TRACE (or, `in_code`, with TRACE_DIR for the
+    code's own record_trace); returns the trace directory."""
     out = tmp_path / name
     script = tmp_path / f"{name}.py"
     script.write_text(code)
     port = free_port()
+    where = dict(TRACE_DIR=str(out)) if in_code else dict(CARDSIM_TRACE=str(out))
     procs = [subprocess.Popen([str(PYTHON), str(script)], cwd=str(ROOT), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
-                              env=_env(dict(CARDSIM_TRACE=str(out), CARDSIM_DEVICES="2" if world == 1 else "1",
+                              env=_env(dict(**where, CARDSIM_DEVICES="2" if world == 1 else "1",
                                             RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK="0",
                                             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))))
              for r in range(world)]
@@ -65,12 +67,14 @@ def info_json(path):
     return json.loads(res.stdout)
 
 
-def recorded(path):
+def recorded(path, shown=False):
     """(rank, start, end, kind) of every device command and (rank, call, begin, end) of every
-    host call, from `cardsim info PATH --records`."""
+    host call, from `cardsim info PATH --records`; `shown`: those a timeline shows, without
+    the runtime's own event markers (created with flags & 8; their records, not waits)."""
     res = cardsim("info", path, "--records")
     assert res.returncode == 0, res.stderr
     commands, calls = [], []
+    runtime_events, runtime_calls = set(), set()
     for line in res.stdout.splitlines():
         m = re.match(r"^(\S*rank(\d+)\.cstrace) #(\d+) (.*)$", line)
         if not m or m.group(3) == "0":
@@ -78,9 +82,19 @@ def recorded(path):
         rank, text = int(m.group(2)), m.group(4)
         if text.startswith("command {"):
             f = dict(re.findall(r"(\w+): (\S+)", text[len("command {"):text.rindex("}")]))
+            if shown and (rank, int(f.get("call", 0))) in runtime_calls and f.get("kind") == "EVENT_RECORD":
+                continue
             commands.append((rank, int(f.get("start_ps", 0)), int(f.get("end_ps", 0)), f.get("kind", "KERNEL")))
         elif "}" in text and not text.startswith("name {"):
             f = dict(re.findall(r"(\w+): (\S+)", text[text.rindex("}") + 1:]))
+            if text.startswith("event {"):
+                ev = dict(re.findall(r"(\w+): (\S+)", text[len("event {"):text.index("}")]))
+                if "op" not in ev and int(ev.get("flags", 0)) & 8:
+                    runtime_events.add((rank, ev["event"]))
+                if ev.get("op") != "WAIT" and (rank, ev["event"]) in runtime_events:
+                    runtime_calls.add((rank, int(f["call"])))
+                    if shown:
+                        continue
             if "call" in f:
                 calls.append((rank, int(f["call"]), int(f.get("host_begin_ps", 0)), int(f.get("host_end_ps", 0))))
     return sorted(commands), sorted(calls)
@@ -187,6 +201,10 @@ def check_timeline(doc):
         if e["ph"] in ("s", "f"):
             ends[e["id"]].append(e["ph"])
     assert all(sorted(v) == ["f", "s"] for v in ends.values()), ends
+    # ... every arrow forward in time, to the picosecond
+    at = {(e["id"], e["ph"]): e["ts"] for e in events if e["ph"] in ("s", "f")}
+    assert all(at[(i, "s")] <= at[(i, "f")] for i in ends), [(i, at[(i, "s")], at[(i, "f")]) for i in ends
+                                                            if at[(i, "s")] > at[(i, "f")]]
     # ... and Perfetto keeps every slice and binds every flow, finish after start
     dropped, flows = perfetto_import(doc)
     assert dropped == []
@@ -210,11 +228,9 @@ def check_timeline(doc):
 
 def check_against_trace(doc, trace):
     """Device and host slices are the trace's commands and calls at their recorded times."""
-    j = info_json(trace)
     dev, host = slices(doc, "device"), slices(doc, "host")
-    assert len(dev) == j["device_commands"] > 0
-    assert len(host) == j["host_calls"]
-    commands, calls = recorded(trace)
+    commands, calls = recorded(trace, shown=True)
+    assert len(dev) == len(commands) > 0 and len(host) == len(calls)
     assert sorted((e["args"]["rank"], ps(e["ts"]), ps(e["ts"]) + ps(e["dur"]), e["args"]["kind"]) for e in dev) == commands
     ranks = rank_of(doc)
     assert sorted((ranks[e["pid"]], e["args"]["call"], ps(e["ts"]), ps(e["ts"]) + ps(e["dur"])) for e in host) == calls
@@ -286,6 +302,30 @@ for _ in range(2):
 torch.mlu.synchronize()
 dist.destroy_process_group()
 '''
+
+
+PARTIAL_COLLECTIVES = r'''
+import os, torch, torch_mlu
+import torch.distributed as dist
+dist.init_process_group("cncl")
+rank = dist.get_rank()
+torch.mlu.set_device(0)
+t = torch.ones(64 * 1024, device="mlu")
+with torch.mlu.record_trace(os.environ["TRACE_DIR"]):
+    dist.all_reduce(t)      # begins on an idle stream: the collective starts 1 ps into its call
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, t, 1 - rank),
+                                     dist.P2POp(dist.irecv, torch.empty_like(t), 1 - rank)]):
+        w.wait()
+    torch.mlu.synchronize()
+dist.destroy_process_group()
+'''
+
+
+def test_a_partial_recordings_collectives_export_with_arrows_forward(tmp_path):
+    trace = record(tmp_path, "partial", PARTIAL_COLLECTIVES, world=2, in_code=True)
+    doc = export(trace, tmp_path / "partial.json")
+    flows, cats = check_timeline(doc)
+    assert sorted(cats.values()).count("collective") == 3, cats   # the all_reduce and both directions
 
 
 def test_collectives_are_joined_across_ranks(tmp_path):
