@@ -77,9 +77,24 @@ std::map<std::size_t, std::size_t> ChakraWriter::capturedKernelCalls(std::size_t
   const auto& calls = run_.calls();
   const auto& commands = run_.commands();
   const auto& names = run_.ranks()[r].names;
-  auto kernelName = [&](const trace::Envelope& e) {
+  // What pairs a graph's command with its captured call: a kernel's name; a copy's or
+  // memset's bytes (their commands' names are their kinds').
+  auto capturedKey = [&](const trace::Envelope& e) {
+    if (e.record_case() == trace::Envelope::kMemcpy) return "#copy " + std::to_string(e.memcpy().bytes());
+    if (e.record_case() == trace::Envelope::kMemset) return "#set " + std::to_string(e.memset().bytes());
     auto it = names.find(e.kernel().name());
     return it == names.end() ? std::string() : it->second;
+  };
+  auto commandKey = [&](const RunTimeline::Command& c) {
+    switch (c.command.kind()) {
+      case trace::DeviceCommand::KERNEL: return c.name;
+      case trace::DeviceCommand::MEMCPY_HTOD:
+      case trace::DeviceCommand::MEMCPY_DTOH:
+      case trace::DeviceCommand::MEMCPY_DTOD:
+      case trace::DeviceCommand::MEMCPY_PEER: return "#copy " + std::to_string(c.command.bytes());
+      case trace::DeviceCommand::MEMSET: return "#set " + std::to_string(c.command.bytes());
+      default: return std::string();
+    }
   };
   std::set<std::size_t> ran;   // calls that submitted a command
   for (const auto& c : commands)
@@ -101,24 +116,31 @@ std::map<std::size_t, std::size_t> ChakraWriter::capturedKernelCalls(std::size_t
         open.erase(g.stream());
         opened.erase(std::remove(opened.begin(), opened.end(), g.stream()), opened.end());
       }
-    } else if (e.record_case() == trace::Envelope::kKernel && !opened.empty() && !ran.count(i)) {
+    } else if ((e.record_case() == trace::Envelope::kKernel || e.record_case() == trace::Envelope::kMemcpy ||
+                e.record_case() == trace::Envelope::kMemset) &&
+               !opened.empty() && !ran.count(i)) {
       // On a capturing stream, or on one the capture forked to (the latest capture's).
-      const uint32_t stream = open.count(e.kernel().stream()) ? e.kernel().stream() : opened.back();
-      open[stream][kernelName(e)].push_back(i);
+      const uint32_t on = e.record_case() == trace::Envelope::kKernel   ? e.kernel().stream()
+                          : e.record_case() == trace::Envelope::kMemcpy ? e.memcpy().stream()
+                                                                        : e.memset().stream();
+      const uint32_t stream = open.count(on) ? on : opened.back();
+      open[stream][capturedKey(e)].push_back(i);
     }
   }
   std::map<std::size_t, std::size_t> out;
   std::map<std::size_t, std::map<std::string, std::size_t>> used;   // per launch call: kernels taken, by name
   for (std::size_t i = 0; i < commands.size(); ++i) {
     const auto& c = commands[i];
-    if (c.rank != r || c.call == RunTimeline::kNone || c.command.kind() != trace::DeviceCommand::KERNEL) continue;
+    if (c.rank != r || c.call == RunTimeline::kNone) continue;
+    const std::string key = commandKey(c);
+    if (key.empty()) continue;
     const trace::Envelope& e = calls[c.call].record;
     if (e.record_case() != trace::Envelope::kGraph || e.graph().op() != trace::GraphOp::LAUNCH) continue;
     auto g = graphs.find(e.graph().graph());
     if (g == graphs.end()) continue;
-    auto k = g->second.find(c.name);
+    auto k = g->second.find(key);
     if (k == g->second.end()) continue;
-    std::size_t& n = used[c.call][c.name];
+    std::size_t& n = used[c.call][key];
     if (n < k->second.size()) out[i] = k->second[n++];
   }
   return out;

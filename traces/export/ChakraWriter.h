@@ -53,7 +53,7 @@ class ChakraWriter {
   // Rank `r`'s commands of graph launches that are kernels, each with the kernel call its
   // graph captured (whose cost the launch ran): the launch's n-th kernel of a name is the
   // capture's n-th of that name, the capture's kernels being the calls between its begin
-  // and end that ran nothing.
+  // and end that ran nothing; copies and memsets likewise, by their bytes.
   std::map<std::size_t, std::size_t> capturedKernelCalls(std::size_t r) const;
 
   const RunTimeline& run_;

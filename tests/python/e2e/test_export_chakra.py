@@ -353,9 +353,11 @@ d = torch.empty(1 << 20, device="mlu")
 for _ in range(3):
     d.copy_(h, non_blocking=True)
 x = torch.randn(512, 512, device="mlu")
+out = torch.empty(512, 512).pin_memory()
 g = torch.mlu.MLUGraph()
 with torch.mlu.graph(g):
     y = (x @ x).sin()
+    out.copy_(y, non_blocking=True)                # a pinned copy inside the graph
 for _ in range(3):
     g.replay()
 torch.mlu.synchronize()
@@ -378,6 +380,8 @@ def test_copies_and_graph_launches_replay_from_chakra_as_recorded(tmp_path):
     assert not any("cardsim_graph_node" in n["attr"] for n in nodes if n not in graph_kernels)
     copies = [n for n in nodes if n["attr"]["cardsim_kind"][1] == "MEMCPY_HTOD"]
     assert len(copies) == 3 and all(n["attr"]["cardsim_host_pinned"][1] == 1 for n in copies), copies
+    graph_copies = [n for n in nodes if n["attr"]["cardsim_kind"][1] == "MEMCPY_DTOH"]   # what the graph's replays ran
+    assert len(graph_copies) == 3 and all(n["attr"]["cardsim_host_pinned"][1] == 1 for n in graph_copies), graph_copies
     direct = replay_json(trace, tmp=tmp_path)
     (tmp_path / "report.json").unlink()
     chakra = replay_json(tmp_path / "cg", tmp=tmp_path)
