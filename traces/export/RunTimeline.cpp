@@ -143,6 +143,7 @@ void RunTimeline::readRank(int rank, const std::string& file) {
     q.pop_front();
     if (calls_[commands_[i].call].record.call() != d.call()) ++repaired_;
   }
+  tieGraphCommands(first_call, first_command);
   std::unordered_map<std::size_t, std::vector<std::size_t>> commands_of_call;   // by kind below
   for (std::size_t i = first_command; i < commands_.size(); ++i) {
     if (commands_[i].call == kNone) {
@@ -244,6 +245,86 @@ void RunTimeline::readRank(int rank, const std::string& file) {
         break;
       }
       default: break;
+    }
+  }
+  linkGraphEvents(first_call, commands_of_call);
+}
+
+void RunTimeline::tieGraphCommands(std::size_t first_call, std::size_t first_command) {
+  // A graph's commands on the streams it forked to inside are tied to no call (no host call
+  // submits to those streams): its launch submitted them, within the launch's host span.
+  std::vector<std::size_t> launches;   // in host order
+  for (std::size_t i = first_call; i < calls_.size(); ++i) {
+    const trace::Envelope& c = calls_[i].record;
+    if (c.status() == 0 && c.record_case() == trace::Envelope::kGraph && c.graph().op() == trace::GraphOp::LAUNCH)
+      launches.push_back(i);
+  }
+  if (launches.empty()) return;
+  for (std::size_t i = first_command; i < commands_.size(); ++i) {
+    Command& c = commands_[i];
+    if (c.call != kNone || c.command.kind() == trace::DeviceCommand::COLLECTIVE) continue;
+    const uint64_t ready = c.command.ready_ps();
+    auto it = std::upper_bound(launches.begin(), launches.end(), ready, [&](uint64_t t, std::size_t l) {
+      return t <= calls_[l].record.host_begin_ps();
+    });
+    if (it == launches.begin()) continue;
+    const trace::Envelope& launch = calls_[*std::prev(it)].record;
+    if (ready <= launch.host_end_ps()) c.call = *std::prev(it);
+  }
+}
+
+void RunTimeline::linkGraphEvents(std::size_t first_call,
+                                  const std::unordered_map<std::size_t, std::vector<std::size_t>>& commands_of_call) {
+  // Per graph, the event records and waits its capture took (calls that ran nothing), in
+  // capture order. Each launch runs them as commands in that order (its commands are ready
+  // in capture order): the n-th record (wait) command is the n-th captured record (wait),
+  // and a wait waits for the latest record of its event before it.
+  struct Captured {
+    bool record;
+    uint32_t event;
+  };
+  std::map<uint32_t, std::vector<Captured>> graphs, open;   // by graph; by capturing stream
+  for (std::size_t i = first_call; i < calls_.size(); ++i) {
+    const trace::Envelope& c = calls_[i].record;
+    if (c.status() != 0) continue;
+    if (c.record_case() == trace::Envelope::kGraph) {
+      if (c.graph().op() == trace::GraphOp::CAPTURE_BEGIN) open[c.graph().stream()].clear();
+      if (c.graph().op() == trace::GraphOp::CAPTURE_END && open.count(c.graph().stream())) {
+        graphs[c.graph().graph()] = std::move(open[c.graph().stream()]);
+        open.erase(c.graph().stream());
+      }
+    } else if (c.record_case() == trace::Envelope::kEvent && !open.empty() && !commands_of_call.count(i) &&
+               (c.event().op() == trace::EventOp::RECORD || c.event().op() == trace::EventOp::WAIT)) {
+      open.rbegin()->second.push_back(Captured{c.event().op() == trace::EventOp::RECORD, c.event().event()});
+    }
+  }
+  for (std::size_t i = first_call; i < calls_.size(); ++i) {
+    const trace::Envelope& c = calls_[i].record;
+    if (c.record_case() != trace::Envelope::kGraph || c.graph().op() != trace::GraphOp::LAUNCH) continue;
+    auto g = graphs.find(c.graph().graph());
+    auto mine = commands_of_call.find(i);
+    if (g == graphs.end() || mine == commands_of_call.end()) continue;
+    std::vector<std::size_t> records, waits;
+    std::vector<std::size_t> in_order = mine->second;
+    std::stable_sort(in_order.begin(), in_order.end(), [&](std::size_t a, std::size_t b) {
+      return commands_[a].command.ready_ps() < commands_[b].command.ready_ps();
+    });
+    for (std::size_t k : in_order) {
+      if (commands_[k].command.kind() == trace::DeviceCommand::EVENT_RECORD) records.push_back(k);
+      if (commands_[k].command.kind() == trace::DeviceCommand::EVENT_WAIT) waits.push_back(k);
+    }
+    std::size_t r = 0, w = 0;
+    std::unordered_map<uint32_t, std::size_t> latest;   // event -> its latest record command
+    for (const Captured& op : g->second) {
+      if (op.record && r < records.size()) {
+        commands_[records[r]].event = op.event;
+        latest[op.event] = records[r++];
+      } else if (!op.record && w < waits.size()) {
+        commands_[waits[w]].event = op.event;
+        auto rec = latest.find(op.event);
+        if (rec != latest.end()) dependencies_.push_back(Dependency{DependencyKind::kEventWait, rec->second, waits[w]});
+        ++w;
+      }
     }
   }
 }

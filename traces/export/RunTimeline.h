@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "traces/proto/trace.pb.h"
@@ -94,6 +95,9 @@ class RunTimeline {
 
  private:
   void readRank(int rank, const std::string& file);
+  void tieGraphCommands(std::size_t first_call, std::size_t first_command);
+  void linkGraphEvents(std::size_t first_call,
+                       const std::unordered_map<std::size_t, std::vector<std::size_t>>& commands_of_call);
   void linkCollectives();
 
   std::vector<Rank> ranks_;

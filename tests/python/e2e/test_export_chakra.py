@@ -399,6 +399,56 @@ def test_copies_and_graph_launches_replay_from_chakra_as_recorded(tmp_path):
     assert chakra["breakdown"]["copies_us"] == pytest.approx(direct["breakdown"]["copies_us"], rel=1e-9)
 
 
+GRAPH_FORK = r'''
+import torch, torch_mlu
+x = torch.randn(256, 256, device="mlu")
+w = torch.randn(256, 256, device="mlu")
+g = torch.mlu.MLUGraph()
+side = torch.mlu.Stream()
+with torch.mlu.graph(g):
+    a = x @ w
+    side.wait_stream(torch.mlu.current_stream())       # the capture forks to a side stream
+    with torch.mlu.stream(side):
+        b = a.relu() * 3
+    c = a + 1
+    torch.mlu.current_stream().wait_stream(side)       # and joins back
+    o = b + c
+g.replay()
+g.replay()
+torch.mlu.synchronize()
+'''
+
+
+def test_a_graph_that_forks_to_a_side_stream_keeps_its_event_dependencies(tmp_path):
+    """A graph's commands on the stream it forked to belong to its launch (as its kernels'
+    attributes say), and its waits depend on their records: the Chakra replay runs the side
+    stream's work after what it reads, the join after the side stream, as recorded."""
+    trace = record(tmp_path, "fork", GRAPH_FORK)
+    export_chakra(trace, tmp_path / "fork")
+    nodes = read_et(tmp_path / "fork.0.et")[1]
+    byid = {n["id"]: n for n in nodes}
+    where = lambda n: (n["attr"]["cardsim_device"][1], n["attr"]["cardsim_stream"][1])
+    waits = [n for n in nodes if n["name"] == "event wait"]
+    assert len(waits) == 4
+    for n in waits:   # each on its record, on the other stream
+        recs = [byid[d] for d in n["data_deps"] if byid[d]["name"] == "event record" and where(byid[d]) != where(n)]
+        assert len(recs) == 1 and recs[0]["attr"]["cardsim_event"] == n["attr"]["cardsim_event"], n
+    graph_kernels = [n for n in nodes if n["name"] in ("aten::mm", "aten::relu", "aten::mul.Tensor", "aten::add.Tensor")]
+    assert len(graph_kernels) == 10
+    for n in graph_kernels:
+        assert "cardsim_kernel_class" in n["attr"] and n["attr"]["cardsim_graph_node"] == ("bool", True), n
+    replay(tmp_path / "fork", "--keep", tmp_path / "kept")
+    export_chakra(tmp_path / "kept", tmp_path / "again")
+    assert canonical(read_et(tmp_path / "again.0.et")[1]) == canonical(nodes)
+    # the Chakra replay's kernels take their recorded times, each after what it depends on
+    kept = {}
+    for n in read_et(tmp_path / "again.0.et")[1]:
+        kept.setdefault(n["name"], []).append(n["attr"]["cardsim_duration_ps"][1])
+    for n in nodes:
+        if n["name"].startswith("aten::"):
+            assert n["attr"]["cardsim_duration_ps"][1] in kept[n["name"]], n
+
+
 # A Chakra writer of our own, for graphs no cardsim run made (ASTRA-sim's style: no cardsim
 # attributes, no preset in the metadata).
 
