@@ -335,7 +335,9 @@ class CardsimProcessGroup(dist.ProcessGroup):
         if op == ReduceOp.AVG:
             return ReduceOp.SUM
         if not any(op == k for k in _GLOO_OPS):
-            raise ValueError(f"{self._name}: reduce op {op} is not supported")
+            name = str(getattr(op, "op", op)).rsplit(".", 1)[-1]   # a ReduceOp object shows no name of its own
+            valid = ", ".join(str(k).rsplit(".", 1)[-1] for k in _GLOO_OPS) + ", AVG"
+            raise ValueError(f"{self._name}: reduce op {name} is not supported (supported: {valid})")
         return op
 
     # -- collectives ---------------------------------------------------------------------

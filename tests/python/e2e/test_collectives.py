@@ -249,6 +249,13 @@ def worker(rank, world, q):
         pg.allreduce([t]).wait()
         eq(t, sum(base(r) for r in range(n)))
 
+    def t_unsupported_op_named():
+        try:
+            dist.all_reduce(base(rank).to(d), op=dist._make_nccl_premul_sum(2.0))
+            raise AssertionError("PREMUL_SUM ran")
+        except ValueError as e:
+            assert "reduce op PREMUL_SUM is not supported" in str(e) and "AVG" in str(e), e
+
     def t_async_wait_orders_streams():
         # wait() on a collective issued on another stream: the caller's stream goes on only
         # after it on the card (as NCCL's wait()); from the same stream, no wait is added.
@@ -410,7 +417,7 @@ COLLECTIVES = ["backend", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesc
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
                "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "recv_any", "isend_irecv", "barrier", "objects",
-               "async_op", "async_wait_orders_streams", "direct_calls", "non_contiguous", "capture_refused"]
+               "async_op", "async_wait_orders_streams", "unsupported_op_named", "direct_calls", "non_contiguous", "capture_refused"]
 
 WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
 
