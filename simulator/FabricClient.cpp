@@ -243,6 +243,10 @@ struct FabricClient::Impl {
 
 namespace {
 
+// How long past a collective's timeout a member waits for the server's answer before it
+// takes the server for stopped.
+constexpr double kBackstopGraceS = 2.0;
+
 struct Endpoint {
   int family, type, protocol;
   sockaddr_storage addr;
@@ -455,9 +459,11 @@ FabricClient::Completion FabricClient::collective(const Collective& c) {
   }
   impl_->send(arriveFrame(c, id, false));
   // The server enforces the timeout and names the missing ranks; this is the backstop for
-  // a server that stopped answering.
+  // a server that stopped answering. (Its timer started at the first member's arrival, no
+  // later than this one's: its answer is due by then; the grace covers a loaded machine.)
+  const double backstop_s = c.timeout_s + kBackstopGraceS;
   const auto deadline = c.timeout_s > 0 ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                             std::chrono::duration<double>(c.timeout_s + 10))
+                                                             std::chrono::duration<double>(backstop_s))
                                         : Clock::time_point::max();
   std::unique_lock<std::mutex> lock(impl_->mutex);
   impl_->pump(lock, deadline, [&] { return impl_->answered.count(id) > 0; });
@@ -465,8 +471,11 @@ FabricClient::Completion FabricClient::collective(const Collective& c) {
   auto it = impl_->answered.find(id);
   if (it == impl_->answered.end()) {
     if (!impl_->fatal.empty()) throw FabricError(named(c, impl_->fatal));
-    throw FabricError(describe(c) + ": no answer from the fabric server at " + address_ + " within " +
-                      std::to_string(static_cast<int>(c.timeout_s + 10)) + " s");
+    char within[32];
+    std::snprintf(within, sizeof within, "%g", backstop_s);
+    throw FabricError(describe(c) + ": no answer from the fabric server at " + address_ + " within " + within +
+                      " s: the process hosting it stopped answering (a job's own server runs in rank 0's "
+                      "process; a hand-started one in its cardsim fabricd)");
   }
   Impl::Result r = std::move(it->second);
   impl_->answered.erase(it);
