@@ -215,11 +215,13 @@ class CardsimProcessGroup(dist.ProcessGroup):
     def _wait(self, work):
         # A collective reported to the fabric server completed there, so every member has
         # started Gloo's side of it; one on CPU tensors only was not reported.
-        if not getattr(self, "_reported", False):
-            return _parked_wait(work)
         try:
+            if not getattr(self, "_reported", False):
+                return _parked_wait(work)
             return work.wait()
-        except RuntimeError as e:
+        except dist.DistBackendError:
+            raise
+        except RuntimeError as e:   # Gloo's words, for CPU tensors too: the group's instead
             raise self._transfer_failure(e) from None
 
     def _transfer_failure(self, err: Exception) -> Exception:
@@ -291,6 +293,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         bytes to and from each group rank where its splits are uneven."""
         self._reported = False
         self._ended = None
+        self._last = (_FABRIC_OP.get(kind, kind), list(self._ranks if ranks is None else ranks))
         if not p2p:
             self._p2p_batch = None
         if tensors is None:

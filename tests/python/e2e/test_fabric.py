@@ -216,6 +216,16 @@ elif scenario == "kill":
         # This worker leaves with os._exit (no atexit), so the server rank 0 hosts would go
         # at once; a normal exit keeps it up while other ranks are connected. Stand in for that.
         time.sleep(3)
+elif scenario == "kill_cpu":
+    # The same over CPU tensors (the backends serve cpu too: Gloo alone moves them).
+    t = torch.ones(16)
+    dist.all_reduce(t, group=group)
+    if rank == world - 1:
+        os._exit(3)
+    time.sleep(0.5)
+    timed_failure(t)
+    if rank == 0:
+        time.sleep(3)
 elif scenario in ("kill_mid_transfer", "hang_mid_transfer"):
     # The last rank dies (or stops) while large all_reduces' bytes move on Gloo, after the
     # fabric server answered them: the others' error still names the group, the
@@ -786,6 +796,17 @@ def test_a_rank_that_dies_fails_the_others_naming_it(tmp_path):
         assert res[r], errs[r]
         e = res[r]["error"]
         assert "all_reduce #1 of process group [0, 1, 2] (the 2nd group created over these ranks)" in e, e
+
+
+def test_a_rank_that_dies_fails_the_others_collectives_on_cpu_tensors_naming_it(tmp_path):
+    world = 3
+    res, errs = run_ranks(tmp_path, world, "kill_cpu", timeout=120)
+    for r in range(world - 1):
+        assert res[r], errs[r]
+        e = res[r]["error"]
+        assert e and e.startswith("DistBackendError"), e
+        assert "cncl: all_reduce of process group [0, 1, 2]" in e and f"rank {world - 1} left the job" in e, e
+        assert res[r]["wall_s"] < 20, res[r]
 
 
 @pytest.mark.parametrize("scenario", ["kill_mid_transfer", "hang_mid_transfer"])
