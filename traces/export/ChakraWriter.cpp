@@ -379,8 +379,6 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
           break;
         default: {
           n.set_type(chakra::COMP_NODE);
-          attr(&n, "num_ops")->set_int64_val(static_cast<int64_t>(d.flops()));
-          attr(&n, "tensor_size")->set_uint64_val(d.bytes());
           ++s.compute_nodes;
           // What cardsim replay needs to re-time the command as the model did (a graph's
           // kernel: what its captured launch said).
@@ -389,6 +387,12 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
           if (auto k = captured.find(order[idx]); k != captured.end()) {
             call = &calls[k->second].record;
             graph_node = true;
+          }
+          // A kernel whose launch the trace does not hold (a graph captured before the
+          // recording began): its recorded duration is all there is, which a replay keeps.
+          if (d.kind() != trace::DeviceCommand::KERNEL || (call && call->record_case() == trace::Envelope::kKernel)) {
+            attr(&n, "num_ops")->set_int64_val(static_cast<int64_t>(d.flops()));
+            attr(&n, "tensor_size")->set_uint64_val(d.bytes());
           }
           if (call && call->record_case() == trace::Envelope::kKernel) {
             const trace::KernelLaunch& k = call->kernel();

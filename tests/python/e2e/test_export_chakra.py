@@ -449,6 +449,34 @@ def test_a_graph_that_forks_to_a_side_stream_keeps_its_event_dependencies(tmp_pa
             assert n["attr"]["cardsim_duration_ps"][1] in kept[n["name"]], n
 
 
+CAPTURED_BEFORE = r'''
+import os, torch, torch_mlu
+x = torch.randn(512, 512, device="mlu")
+g = torch.mlu.MLUGraph()
+with torch.mlu.graph(g):
+    y = (x @ x).relu()
+with torch.mlu.record_trace(os.environ["TRACE_DIR"]):
+    g.replay()
+    g.replay()
+    torch.mlu.synchronize()
+'''
+
+
+def test_kernels_of_a_graph_captured_before_the_recording_export_with_their_durations(tmp_path):
+    """The trace holds no launch of them: their recorded durations are what the export has
+    (nodes of a duration, no work), and the Chakra replay keeps them."""
+    trace = record(tmp_path, "before", CAPTURED_BEFORE, in_code=True)
+    export_chakra(trace, tmp_path / "before")
+    nodes = read_et(tmp_path / "before.0.et")[1]
+    kernels = [n for n in nodes if n["name"] in ("aten::mm", "aten::relu")]
+    assert len(kernels) == 4
+    for n in kernels:
+        assert "num_ops" not in n["attr"] and "cardsim_kernel_class" not in n["attr"], n
+    recorded = json.loads(cardsim("info", trace, "--json").stdout)["recorded_total_us"]
+    chakra = replay_json(tmp_path / "before", tmp=tmp_path)
+    assert chakra["total_us"] == pytest.approx(recorded, rel=1e-9)
+
+
 # A Chakra writer of our own, for graphs no cardsim run made (ASTRA-sim's style: no cardsim
 # attributes, no preset in the metadata).
 
