@@ -242,7 +242,9 @@ void RankReplayer::run() {
       names_[e.name().id()] = e.name().text();
       continue;
     }
-    if (e.call() == 0 || e.status() != 0) continue;   // device results; calls that failed
+    if (e.call() == 0) continue;   // device results
+    if (replayQuery(e)) continue;
+    if (e.status() != 0) continue;   // calls that failed
     if (e.record_case() == trace::Envelope::kApi) {
       const auto api = e.api().api();
       if (api == trace::ApiCall::CLOCK_SHARE_BEGIN || api == trace::ApiCall::CLOCK_SHARE_END ||
@@ -255,6 +257,48 @@ void RankReplayer::run() {
     noteClock(e);
     ++calls_;
   }
+}
+
+bool RankReplayer::replayQuery(const trace::Envelope& e) {
+  const bool event_query = e.record_case() == trace::Envelope::kEvent && e.event().op() == trace::EventOp::QUERY;
+  const bool stream_query = e.record_case() == trace::Envelope::kStream && e.stream().op() == trace::StreamOp::QUERY;
+  Polling& poll = polling_[e.thread()];
+  if (!event_query && !stream_query) {
+    poll = Polling{};   // any other call ends a polling loop
+    return false;
+  }
+  const uint64_t key = (event_query ? uint64_t{1} << 32 : uint64_t{2} << 32) |
+                       (event_query ? e.event().event() : e.stream().stream());
+  if (poll.key != key) poll = Polling{key, false};
+  const bool recorded_ready = e.status() == 0;
+  const bool recorded_not_ready = e.status() == static_cast<int>(shim::Code::NotReady);
+  if (!recorded_ready && !recorded_not_ready) return true;   // failed: not replayed
+  if (!recorded_ready && poll.done_early) return true;       // the replayed program left its loop already
+  if (recorded_ready && poll.done_early) {
+    // Its loop ended at the query that found the card done: the recording's polling after
+    // that is no time of the replay's.
+    uint64_t now = 0;
+    (void)shim::hostTimePs(&now);
+    drift_ps_[e.thread()] = std::min(drift_ps_[e.thread()], static_cast<int64_t>(now) - static_cast<int64_t>(e.host_begin_ps()));
+  }
+  standIns(e);
+  alignClock(e);
+  auto query = [&] {
+    return event_query ? shim::eventQuery(event(e.event().event(), e)) : shim::streamQuery(stream(e.stream().stream(), e));
+  };
+  const shim::Status st = query();
+  if (!recorded_ready && st.ok()) {
+    poll.done_early = true;   // done sooner than recorded: the program stops polling here
+  } else if (recorded_ready && !st.ok()) {
+    // Done later than recorded: the program would have polled on until it was.
+    check(event_query ? shim::eventSynchronize(event(e.event().event(), e))
+                      : shim::streamSynchronize(stream(e.stream().stream(), e)),
+          e, "synchronize (a polling loop's wait)");
+  }
+  if (recorded_ready) poll = Polling{};
+  noteClock(e);
+  ++calls_;
+  return true;
 }
 
 void RankReplayer::replay(const trace::Envelope& e) {
@@ -353,9 +397,6 @@ void RankReplayer::replay(const trace::Envelope& e) {
         case trace::EventOp::SYNCHRONIZE:
           check(shim::eventSynchronize(event(op.event(), e)), e, "eventSynchronize");
           return;
-        case trace::EventOp::QUERY:
-          (void)shim::eventQuery(event(op.event(), e));   // NotReady is an answer, not a failure
-          return;
         case trace::EventOp::ELAPSED: {
           float ms = 0;
           (void)shim::eventElapsedTime(&ms, event(op.event(), e), event(op.other_event(), e));
@@ -382,9 +423,6 @@ void RankReplayer::replay(const trace::Envelope& e) {
         }
         case trace::StreamOp::SYNCHRONIZE:
           check(shim::streamSynchronize(stream(op.stream(), e)), e, "streamSynchronize");
-          return;
-        case trace::StreamOp::QUERY:
-          (void)shim::streamQuery(stream(op.stream(), e));
           return;
         default: return;
       }

@@ -69,6 +69,15 @@ class RankReplayer {
   const void* src_ = nullptr;
   void alignClock(const trace::Envelope& e);
   void noteClock(const trace::Envelope& e);
+  // An event or stream query: a program polling one (queries of it back to back, the last
+  // one answered ready) polls the replay's card: it stops once that is done, sooner or
+  // later than recorded. Returns false for a call that is no query.
+  bool replayQuery(const trace::Envelope& e);
+  struct Polling {
+    uint64_t key = 0;          // what the thread polls (0: nothing); see replayQuery
+    bool done_early = false;   // the replay's card was done before the recording's
+  };
+  std::map<uint32_t, Polling> polling_;   // per recorded thread
 
   std::string path_;
   ReplayOptions options_;

@@ -4,6 +4,7 @@ recording's own configuration it reproduces the recorded times exactly; with --s
 import json
 import os
 import pathlib
+import re
 import subprocess
 import zlib
 
@@ -129,6 +130,43 @@ def test_a_recording_with_measured_host_time_replays_to_its_recorded_times(tmp_p
     recorded = recorded_total_us(trace)
     assert recorded > 4 * 10_000, recorded          # the four 10 ms sleeps are host time
     assert replay(tmp_path, trace)["total_us"] == pytest.approx(recorded, abs=1e-6)
+
+
+POLLING = r'''
+import torch, torch_mlu
+x = torch.randn(1024, 1024, device="mlu")
+done = torch.mlu.Event()
+y = x @ x @ x
+done.record()
+while not done.query():          # the host polls until the card is done
+    pass
+with torch.mlu.stream(torch.mlu.Stream()):
+    z = y + 1                    # issued once y is known complete, on another stream
+torch.mlu.synchronize()
+'''
+
+
+def test_a_polling_loop_polls_the_replays_card(tmp_path):
+    """A program that polls an event stops polling when the replay's card is done: sooner on
+    a faster card (the recording's spinning is not kept), later on a slower one (what it
+    issues after the loop still comes after the work it waited for); as recorded on its own."""
+    trace = record(tmp_path, "poll", POLLING)
+    recorded = recorded_total_us(trace)
+    assert replay(tmp_path, trace)["total_us"] == pytest.approx(recorded, abs=1e-6)
+    fast = replay(tmp_path, trace, "--set", "compute.peak.fp32=400TFLOPS")
+    row = fast["breakdown"]
+    assert fast["total_us"] < 0.5 * recorded, (fast["total_us"], recorded)
+    assert row["idle_us"] < 0.5 * fast["total_us"], row          # no spinning kept as idle time
+    kept = tmp_path / "slow"
+    slow = replay(tmp_path, trace, "--set", "compute.peak.fp32=1TFLOPS", "--keep", kept)
+    assert slow["total_us"] > 2 * recorded, (slow["total_us"], recorded)
+    res = cardsim("info", kept, "--records")
+    commands = [dict(re.findall(r"(\w+): (\S+)", line.split("command {", 1)[1])) for line in res.stdout.splitlines()
+                if " command {" in line]
+    names = dict(re.findall(r"name \{ id: (\d+) text: \"([^\"]+)\"", res.stdout))
+    mm_end = max(int(c["end_ps"]) for c in commands if names.get(c.get("name")) == "aten::mm")
+    add_start = min(int(c["start_ps"]) for c in commands if names.get(c.get("name")) == "aten::add.Tensor")
+    assert add_start >= mm_end, (add_start, mm_end)
 
 
 def test_a_child_process_of_the_same_rank_does_not_spoil_the_recording(tmp_path):
