@@ -404,32 +404,44 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return self._work(output_lists)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        # Gloo's own reduce_scatter over the host views (its summation order: the same bits
+        # as on CPU); AVG as SUM, divided after.
         opts = opts or dist.ReduceScatterOptions()
         op = opts.reduceOp
-        # Gloo's reduce_scatter over lists: do it as all_reduce of the stacked input on the
-        # host views, then keep this rank's slice (same bytes; no staging kernels on the
-        # stream, which the vendor library does not run either).
         for out, ins in zip(output_tensors, input_tensors):
             if self._timing:
                 self._charge("reduce_scatter", ins)
                 continue
             h = self._host()
-            full = torch.stack([h(t).reshape(-1) for t in ins])
-            o = dist.AllreduceOptions()
+            host_out = h(out, written=True)
+            o = dist.ReduceScatterOptions()
             o.reduceOp = self._reduce_op(op)
-            work = self._started(lambda: self._gloo.allreduce([full], o),
+            work = self._started(lambda: self._gloo.reduce_scatter([host_out], [[h(t) for t in ins]], o),
                                  "reduce_scatter", ins)
             self._wait(work)
-            self._average(op, [full])
-            h(out, written=True).copy_(full[self.rank()].reshape(out.shape))
+            self._average(op, [host_out])
             h.finish()
         return self._work(output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
+        # As Gloo does it on CPU: all_reduce of the whole input on the host views, then this
+        # rank's slice (same bytes; no staging kernels on the stream, which the vendor
+        # library does not run either).
         opts = opts or dist.ReduceScatterOptions()
+        op = opts.reduceOp
         n = self.size()
-        chunks = list(input.reshape(n, -1).unbind(0))
-        self.reduce_scatter([output.reshape(-1)], [chunks], opts)
+        if self._timing:
+            self._charge("reduce_scatter", [input])
+            return self._work([output])
+        h = self._host()
+        full = h(input).reshape(n, -1).clone()   # the input stays as it was
+        o = dist.AllreduceOptions()
+        o.reduceOp = self._reduce_op(op)
+        work = self._started(lambda: self._gloo.allreduce([full], o), "reduce_scatter", [input])
+        self._wait(work)
+        self._average(op, [full])
+        h(output, written=True).copy_(full[self.rank()].reshape(output.shape))
+        h.finish()
         return self._work([output])
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
