@@ -249,6 +249,22 @@ def worker(rank, world, q):
         pg.allreduce([t]).wait()
         eq(t, sum(base(r) for r in range(n)))
 
+    def t_reduce_scatter_bits_of_gloo():
+        # The same bits as Gloo on CPU, list and tensor forms (3 ranks sum in a ring's order).
+        gloo = dist.new_group(backend="gloo")
+        g = torch.Generator().manual_seed(rank)
+        ins = [torch.randn(1000, generator=g) for _ in range(n)]
+        ref = torch.empty(1000)
+        dist.reduce_scatter(ref, [t.clone() for t in ins], group=gloo)
+        out = torch.empty(1000, device=d)
+        dist.reduce_scatter(out, [t.to(d) for t in ins])
+        assert torch.equal(out.cpu(), ref), (out.cpu() - ref).abs().max()
+        ref = torch.empty(1000)
+        dist.reduce_scatter_tensor(ref, torch.cat(ins), group=gloo)
+        out = torch.empty(1000, device=d)
+        dist.reduce_scatter_tensor(out, torch.cat(ins).to(d))
+        assert torch.equal(out.cpu(), ref), (out.cpu() - ref).abs().max()
+
     def t_unsupported_op_named():
         try:
             dist.all_reduce(base(rank).to(d), op=dist._make_nccl_premul_sum(2.0))
@@ -417,7 +433,7 @@ COLLECTIVES = ["backend", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesc
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
                "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "recv_any", "isend_irecv", "barrier", "objects",
-               "async_op", "async_wait_orders_streams", "unsupported_op_named", "direct_calls", "non_contiguous", "capture_refused"]
+               "async_op", "async_wait_orders_streams", "unsupported_op_named", "reduce_scatter_bits_of_gloo", "direct_calls", "non_contiguous", "capture_refused"]
 
 WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
 
