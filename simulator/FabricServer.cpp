@@ -129,6 +129,7 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     if (r < 0 || static_cast<uint32_t>(r) >= job.world)   // it would wait for a rank that never comes
       return error(what + ": rank " + std::to_string(r) + " is outside the job's world of " + std::to_string(job.world));
   const std::string key = a.group() + "\n" + std::to_string(a.seq());
+  if (auto f = job.failed.find(key); f != job.failed.end() && !job.pending.count(key)) return error(f->second);
   // A rank that left after arriving here (a send, which never waits for its receiver, then
   // the end of its process) still counts: its part is in.
   const auto earlier = job.pending.find(key);
@@ -271,6 +272,13 @@ void FabricServer::Impl::failPending(Job& job, const std::string& key, const std
   Pending& p = it->second;
   const std::string msg = p.what() + ": " + why;
   log(msg);
+  if (job.failed.emplace(key, msg).second) {
+    job.failed_order.push_back(key);
+    if (job.failed_order.size() > Job::kFailedRemembered) {
+      job.failed.erase(job.failed_order.front());
+      job.failed_order.pop_front();
+    }
+  }
   failed.fetch_add(1);   // before the errors go out, as in answer()
   pending_count.fetch_sub(1);
   forEachHostLast(p, [&](Session& s, const Pending::Arrival& a) {

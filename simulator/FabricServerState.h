@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <future>
 #include <limits>
 #include <map>
@@ -179,6 +180,12 @@ struct InFlight {
 struct Job {
   std::map<int, std::string> gone;           // rank -> why it left
   std::map<std::string, Pending> pending;    // by group key and sequence number
+  // Collectives that failed (members that disagreed, a timeout), by key: a member arriving
+  // after gets the same error at once rather than waiting out the timeout for the others,
+  // who got theirs already. Bounded: the oldest go first.
+  std::map<std::string, std::string> failed;
+  std::deque<std::string> failed_order;
+  static constexpr std::size_t kFailedRemembered = 4096;
   int sessions = 0;
   uint32_t world = 0;                        // from the ranks' Hello
   std::map<int, int> waiting;                // rank -> its arrivals not answered yet

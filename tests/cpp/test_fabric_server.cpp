@@ -336,6 +336,28 @@ TEST(FabricServer, RanksThatDisagreeGetAnErrorNamingBothCalls) {
   }
 }
 
+TEST(FabricServer, AMemberArrivingAfterTheOthersDisagreedGetsTheirErrorAtOnce) {
+  // Rank 0 calls an all_reduce, ranks 1 and 2 a broadcast: the first two to meet fail; the
+  // third, arriving after, is told the same at once, not after the group's timeout.
+  Fixture fx;
+  auto c0 = fx.client(0, 3), c1 = fx.client(1, 3), c2 = fx.client(2, 3);
+  const std::vector<int> ranks = {0, 1, 2};
+  auto f = std::async(std::launch::async, [&] { return errorOf([&] { c0->collective(allReduce(ranks, 0, 4096, 60)); }); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto broadcast = allReduce(ranks, 0, 4096, 60);
+  broadcast.op = "broadcast";
+  const std::string e1 = errorOf([&] { c1->collective(broadcast); });
+  const std::string e0 = f.get();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string e2 = errorOf([&] { c2->collective(broadcast); });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  for (const std::string& e : {e0, e1, e2}) {
+    EXPECT_NE(e.find("#0 of process group [0, 1, 2]"), std::string::npos) << e;
+    EXPECT_NE(e.find("the ranks disagree"), std::string::npos) << e;
+    EXPECT_NE(e.find("broadcast"), std::string::npos) << e;
+  }
+}
+
 TEST(FabricServer, ANonMemberAndAPresetMismatchAreRefused) {
   Fixture fx;
   auto c0 = fx.client(0, 4);
