@@ -281,7 +281,6 @@ bool RankReplayer::replayQuery(const trace::Envelope& e) {
     (void)shim::hostTimePs(&now);
     drift_ps_[e.thread()] = std::min(drift_ps_[e.thread()], static_cast<int64_t>(now) - static_cast<int64_t>(e.host_begin_ps()));
   }
-  standIns(e);
   alignClock(e);
   auto query = [&] {
     return event_query ? shim::eventQuery(event(e.event().event(), e)) : shim::streamQuery(stream(e.stream().stream(), e));

@@ -1,6 +1,7 @@
 """The Work objects of the personality's process group (distributed.py): a collective that
 already finished, and a point-to-point transfer still in flight on Gloo, whose failures are
-reported in the words the collectives use."""
+reported in the words the collectives use; and the runtime's markers on the card they order
+streams by."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -11,7 +12,7 @@ import torch.distributed as dist
 
 class DoneWork(dist._Work):
     """A collective finished on the host: wait() orders the caller's current stream after it
-    on the card (`end`: distributed._CollectiveEnd; None for one that ran on no card) and
+    on the card (`end`: CollectiveEnd; None for one that ran on no card) and
     returns at once; the future holds the outputs."""
 
     def __init__(self, result, end=None):
@@ -101,3 +102,37 @@ class PendingWork(dist._Work):
         self.wait()
         fut.set_result(self._result)
         return fut
+
+
+class RuntimeMarker:
+    """An event the runtime records on a device's current stream for itself (where point-to-
+    point calls were posted, where a collective ended): it costs the host no time (a torch
+    event's record costs the program a call it never made)."""
+
+    def __init__(self, device: int):
+        from . import _C
+        self._destroy = _C._posting_marker_destroy
+        self.event_id = _C._posting_marker(device)
+
+    def __del__(self):
+        try:
+            self._destroy(self.event_id)
+        except Exception:   # the runtime already shut down at exit
+            pass
+
+
+class CollectiveEnd:
+    """Where a collective ended on its stream: a runtime marker after it. Its Work, waited on
+    from another stream, makes that stream wait for it (as the vendor libraries' wait()
+    does); waited on from the same stream, stream order has it already."""
+
+    def __init__(self, module, device: int):
+        from . import _C
+        self._module, self._device = module, device
+        self._stream_id = module.current_stream(device).stream_id
+        self._marker = RuntimeMarker(device)
+        self._wait_marker = _C._stream_wait_marker
+
+    def order_current_stream(self) -> None:
+        if self._module.current_stream(self._device).stream_id != self._stream_id:
+            self._wait_marker(self._device, self._marker.event_id)

@@ -36,7 +36,8 @@ from torch.distributed import ReduceOp
 from . import gloo_hold as _gloo_hold
 from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
-from .dist_work import DoneWork as _DoneWork, PendingWork as _PendingWork
+from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork, PendingWork as _PendingWork
+from .dist_work import RuntimeMarker as _PostingMarker
 
 # torch.distributed does not export AllgatherOptions (the other collectives' options it does).
 _AllgatherOptions = getattr(dist, "AllgatherOptions", None) or torch._C._distributed_c10d.AllgatherOptions
@@ -108,39 +109,6 @@ def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
     # hand that is not there, or not answering).
     _C._fabric_connect(where, job, rank, size, timeout.total_seconds())
     _fabric_server = True
-
-
-class _PostingMarker:
-    """Where point-to-point calls were posted on a stream: the runtime's own marker, which
-    costs the host no time (a torch event's record costs the program a call it never made)."""
-
-    def __init__(self, device: int):
-        from . import _C
-        self._destroy = _C._posting_marker_destroy
-        self.event_id = _C._posting_marker(device)
-
-    def __del__(self):
-        try:
-            self._destroy(self.event_id)
-        except Exception:   # the runtime already shut down at exit
-            pass
-
-
-class _CollectiveEnd:
-    """Where a collective ended on its stream: a runtime marker after it. Its Work, waited on
-    from another stream, makes that stream wait for it (as the vendor libraries' wait()
-    does); waited on from the same stream, stream order has it already."""
-
-    def __init__(self, module, device: int):
-        from . import _C
-        self._module, self._device = module, device
-        self._stream_id = module.current_stream(device).stream_id
-        self._marker = _PostingMarker(device)
-        self._wait_marker = _C._stream_wait_marker
-
-    def order_current_stream(self) -> None:
-        if self._module.current_stream(self._device).stream_id != self._stream_id:
-            self._wait_marker(self._device, self._marker.event_id)
 
 
 class CardsimProcessGroup(dist.ProcessGroup):
