@@ -190,20 +190,21 @@ void RunTimeline::readRank(int rank, const std::string& file) {
           if (ev.flags() & trace::kEventFlagRuntimeMarker) runtime_events.insert(ev.event());
           else runtime_events.erase(ev.event());
         }
+        const bool runtime = runtime_events.count(ev.event()) > 0;
         // (A wait on one is the program's: a Work's wait() from another stream.)
-        calls_[i].runtime_marker = ev.op() != trace::EventOp::WAIT && runtime_events.count(ev.event()) > 0;
+        calls_[i].runtime_marker = runtime && ev.op() != trace::EventOp::WAIT;
         if (ev.op() == trace::EventOp::RECORD) {
           const std::size_t cmd = commandOf(i, trace::DeviceCommand::EVENT_RECORD);
           if (cmd != kNone) {
             commands_[cmd].event = ev.event();
-            commands_[cmd].runtime_marker = runtime_events.count(ev.event()) > 0;
+            commands_[cmd].runtime_marker = runtime;
           }
           last_record[ev.event()] = cmd;
         } else if (ev.op() == trace::EventOp::WAIT) {
           const std::size_t cmd = commandOf(i, trace::DeviceCommand::EVENT_WAIT);
           if (cmd == kNone) break;
           commands_[cmd].event = ev.event();
-          commands_[cmd].runtime_marker = runtime_events.count(ev.event()) > 0;
+          commands_[cmd].runtime_marker = runtime;
           auto rec = last_record.find(ev.event());
           if (rec != last_record.end() && rec->second != kNone)
             dependencies_.push_back(Dependency{DependencyKind::kEventWait, rec->second, cmd});

@@ -579,31 +579,23 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         break;
       }
     }
-    if (p.program_event != 0) {
+    // An event created and recorded after the node, on its stream.
+    auto recordAfter = [&](uint32_t event, uint32_t flags) {
       trace::Envelope create = call(p.device);
       create.mutable_event()->set_op(trace::EventOp::CREATE);
-      create.mutable_event()->set_event(p.program_event);
+      create.mutable_event()->set_event(event);
+      create.mutable_event()->set_flags(flags);
       w.write(create);
       trace::Envelope e = call(p.device);
       e.mutable_event()->set_op(trace::EventOp::RECORD);
-      e.mutable_event()->set_event(p.program_event);
+      e.mutable_event()->set_event(event);
       e.mutable_event()->set_stream(p.stream);
       w.write(e);
-    }
-    if (p.record_after) {
-      trace::Envelope create = call(p.device);
-      create.mutable_event()->set_op(trace::EventOp::CREATE);
-      create.mutable_event()->set_event(p.event);
-      // The replay's own ordering, not the workload's: a record that costs the host nothing,
-      // which an export leaves out again (keeping the dependency it carries).
-      create.mutable_event()->set_flags(trace::kEventFlagRuntimeMarker | trace::kEventFlagDisableTiming);
-      w.write(create);
-      trace::Envelope e = call(p.device);
-      e.mutable_event()->set_op(trace::EventOp::RECORD);
-      e.mutable_event()->set_event(p.event);
-      e.mutable_event()->set_stream(p.stream);
-      w.write(e);
-    }
+    };
+    if (p.program_event != 0) recordAfter(p.program_event, 0);
+    // The replay's own ordering, not the workload's: a record that costs the host nothing,
+    // which an export leaves out again (keeping the dependency it carries).
+    if (p.record_after) recordAfter(p.event, trace::kEventFlagRuntimeMarker | trace::kEventFlagDisableTiming);
   }
   // The run ends when every device is done.
   for (int d = 0; d < devices; ++d) {

@@ -37,7 +37,7 @@ from . import gloo_hold as _gloo_hold
 from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
 from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork, PendingWork as _PendingWork
-from .dist_work import RuntimeMarker as _PostingMarker
+from .dist_work import RuntimeMarker as _RuntimeMarker
 
 # torch.distributed does not export AllgatherOptions (the other collectives' options it does).
 _AllgatherOptions = getattr(dist, "AllgatherOptions", None) or torch._C._distributed_c10d.AllgatherOptions
@@ -615,7 +615,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         stream = getattr(torch, self._device_type).current_stream(index)
         key = (index, stream.stream_id)
         if self._p2p_batch is None or self._p2p_batch[0] != key:
-            self._p2p_batch = (key, _PostingMarker(index))
+            self._p2p_batch = (key, _RuntimeMarker(index))
         return self._p2p_batch[1]
 
     def _end_p2p_batch(self):
