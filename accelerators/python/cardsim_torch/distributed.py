@@ -665,6 +665,16 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return _PendingWork(self._gloo.recv_anysource(host, tag), h.finish, tensors)
 
 
+def _bind_device(pg, caller) -> None:
+    """`init_process_group(device_id=...)` / `new_group(device_id=...)`: torch binds the device
+    (checked there) to the group it made, which a Python process group replaces with itself,
+    so the binding (barrier's device, split_group's) would be lost. It is read from torch's
+    group-making call, the creator's caller."""
+    device = caller.f_locals.get("device_id") if caller is not None else None
+    if isinstance(device, torch.device):
+        pg.bound_device_id = device
+
+
 def register_backend(p) -> None:
     """Registers ``p.comm_backend`` with torch.distributed for the device and for cpu."""
     if p.comm_backend.upper() in dist.Backend._plugins:
@@ -673,6 +683,14 @@ def register_backend(p) -> None:
     def create(opts, backend_options=None):
         pg = CardsimProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout, p.comm_backend,
                                  p.device, global_ranks=opts.global_ranks_in_group)
+        _bind_device(pg, sys._getframe(1))
         return pg
 
     dist.Backend.register_backend(p.comm_backend, create, extended_api=True, devices=[p.device, "cpu"])
+    # A group made after init_process_group(device_id=...) inherits the bound device, a Gloo
+    # group too (new_group(backend="gloo")), and torch then asks that group for a backend of
+    # the device's type: Gloo serves the card's type as it serves cuda's (its tensors are
+    # still refused on the card; CPU tensors are what a Gloo group is for).
+    gloo_devices = dist.Backend.backend_capability.get(dist.Backend.GLOO)
+    if gloo_devices is not None and p.device not in gloo_devices:
+        gloo_devices.append(p.device)

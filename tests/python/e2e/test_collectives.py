@@ -30,7 +30,9 @@ def worker(rank, world, q):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=PORT)
     mod.set_device(rank)
     # a bounded timeout: ranks left behind by a failed run exit on their own
-    dist.init_process_group(BACKEND, rank=rank, world_size=world, timeout=timedelta(seconds=150))
+    # device_id binds the device to the group: a torch.device on mlu, torch's int form on supa
+    dist.init_process_group(BACKEND, rank=rank, world_size=world, timeout=timedelta(seconds=150),
+                            device_id=torch.device(CARD, rank) if CARD == "mlu" else rank)
     d = torch.device(CARD, rank)
     n = world
     res = {}
@@ -46,6 +48,16 @@ def worker(rank, world, q):
     def t_backend():
         assert dist.get_backend() == BACKEND, dist.get_backend()
         assert dist.get_world_size() == n and dist.get_rank() == rank
+
+    def t_bound_device():
+        # init_process_group(device_id=...) binds the device to the default group and to
+        # the groups made after it (torch reads it for barrier and split_group)
+        assert dist.distributed_c10d._get_default_group().bound_device_id == d
+        sub = dist.new_group(list(range(n)))
+        assert sub.bound_device_id == d, sub.bound_device_id
+        t = torch.ones(3, device=d)
+        dist.all_reduce(t, group=sub)
+        eq(t, torch.full((3,), float(n)))
 
     def t_all_reduce():
         allin = torch.stack([base(r) for r in range(n)])
@@ -429,7 +441,7 @@ if __name__ == "__main__":
     print("RESULT " + json.dumps(results))
 '''
 
-COLLECTIVES = ["backend", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather",
+COLLECTIVES = ["backend", "bound_device", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather",
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
                "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "recv_any", "isend_irecv", "barrier", "objects",
