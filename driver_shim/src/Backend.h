@@ -80,6 +80,9 @@ class IBackend {
   virtual Status streamBeginCapture(Stream stream, CaptureMode mode) = 0;
   virtual Status streamEndCapture(Stream stream, Graph* graph) = 0;
   virtual Status streamIsCapturing(Stream stream, bool* capturing) = 0;
+  // A stream capturing now, named ("stream 3 of device 0"), or empty if none is (or the
+  // backend cannot tell): a recording neither starts nor stops inside a capture.
+  virtual std::string captureInProgress() { return {}; }
   virtual Status graphNodeCount(Graph graph, std::size_t* count) = 0;
   virtual Status graphDescribe(Graph graph, std::vector<GraphNodeInfo>* nodes) = 0;
   virtual Status graphLaunch(Graph graph, Stream stream) = 0;

@@ -91,6 +91,13 @@ Status SimBackend::waitForQueuedWork() {
   });
 }
 
+std::string SimBackend::captureInProgress() {
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  for (StreamObject* st : streams_)
+    if (capturing(st)) return "stream " + std::to_string(st->id) + " of device " + std::to_string(st->device);
+  return {};
+}
+
 Status SimBackend::deviceCanAccessPeer(int* can, int device, int peer) {
   if (!can) return nullArg("deviceCanAccessPeer", "can_access");
   if (device < 0 || device >= devices_) return invalidDevice(device, devices_);

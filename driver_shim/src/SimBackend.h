@@ -207,6 +207,7 @@ class SimBackend final : public IBackend {
   Status getDeviceProperties(DeviceProperties* p, int device) override;
   Status deviceSynchronize() override;
   Status waitForQueuedWork() override;
+  std::string captureInProgress() override;
   Status deviceCanAccessPeer(int* can, int device, int peer) override;
 
   // ---- memory

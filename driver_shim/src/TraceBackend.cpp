@@ -246,6 +246,12 @@ Status TraceBackend::start(const std::string& directory, const std::string& comp
   if (!armed_directory_.empty())
     return Status(Code::InvalidValue, "traceStart: CARDSIM_TRACE=" + armed_directory_ +
                                           " already records this process");
+  // A capture's begin before the recording (or its end after it) would be missing from the
+  // file, which then could not replay: refused, as nothing has been written yet.
+  if (std::string capture = inner_->captureInProgress(); !capture.empty())
+    return Status(Code::InvalidValue, "traceStart: " + capture +
+                                          " is capturing a graph; start the recording before the capture "
+                                          "begins or after it ends");
   // Work the program queued before its recording starts would hold the recorded commands
   // back, and a replay starts from idle cards: it is waited for first, unrecorded, so that the
   // recording replays to its own times. (A tool's observer starts on idle cards already.)
@@ -298,6 +304,13 @@ Status TraceBackend::stop(const std::string& reason) {
     }
     return Status(Code::InvalidValue, "traceStop: no trace is being recorded");
   }
+  // The program's own stop inside a capture is refused (the recording goes on); the end of
+  // the process completes the file whatever it finds.
+  if (reason == "stop")
+    if (std::string capture = inner_->captureInProgress(); !capture.empty())
+      return Status(Code::InvalidValue, "traceStop: " + capture +
+                                            " is capturing a graph; stop the recording after the capture ends "
+                                            "(the recording goes on)");
   hooked_ = false;
   try {
     synchronizeUsedLocked();

@@ -57,6 +57,7 @@ class TraceBackend final : public IBackend {
   }
   Status deviceSynchronize() override;
   Status waitForQueuedWork() override { return inner_->waitForQueuedWork(); }
+  std::string captureInProgress() override { return inner_->captureInProgress(); }
   Status deviceCanAccessPeer(int* can_access, int device, int peer) override {
     return inner_->deviceCanAccessPeer(can_access, device, peer);
   }

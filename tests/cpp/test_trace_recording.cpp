@@ -270,6 +270,47 @@ TEST(TraceRecording, StartTwiceAndStopWithoutStartFail) {
   EXPECT_NE(bad.message().find("/proc/self/status"), std::string::npos) << bad.toString();
 }
 
+TEST(TraceRecording, NeitherStartsNorStopsInsideACaptureAndTheCaptureSurvivesTheRefusal) {
+  startRuntime("mlu370-x8", 1);
+  shim::Stream s = nullptr;
+  ASSERT_SHIM_OK(shim::streamCreate(&s));
+  uint32_t id = 0;
+  ASSERT_SHIM_OK(shim::streamGetId(s, &id));
+  const std::string named = "stream " + std::to_string(id) + " of device 0 is capturing a graph";
+  const std::string dir = tempDir("in_capture");
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  const shim::Status refused = shim::traceStart(dir);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find(named), std::string::npos) << refused.toString();
+  EXPECT_FALSE(exists(dir + "/rank0.cstrace"));
+  ASSERT_SHIM_OK(shim::launchKernel(s, "k.captured", cost(1e6), nullptr));
+  shim::Graph g = nullptr;
+  ASSERT_SHIM_OK(shim::streamEndCapture(s, &g));   // the capture went on unharmed
+
+  // Started before a capture, the recording is not stopped inside it and goes on.
+  ASSERT_SHIM_OK(shim::traceStart(dir));
+  ASSERT_SHIM_OK(shim::streamBeginCapture(s));
+  const shim::Status kept = shim::traceStop();
+  EXPECT_FALSE(kept.ok());
+  EXPECT_NE(kept.message().find(named), std::string::npos) << kept.toString();
+  EXPECT_NE(kept.message().find("the recording goes on"), std::string::npos) << kept.toString();
+  ASSERT_SHIM_OK(shim::launchKernel(s, "k.captured", cost(1e6), nullptr));
+  shim::Graph g2 = nullptr;
+  ASSERT_SHIM_OK(shim::streamEndCapture(s, &g2));
+  ASSERT_SHIM_OK(shim::graphLaunch(g2, nullptr));
+  ASSERT_SHIM_OK(shim::traceStop());
+  // The capture that began inside the recording is in it whole, with its launch.
+  std::map<trace::GraphOp::Op, int> ops;
+  for (const auto& [call, e] : readTrace(dir + "/rank0.cstrace").calls)
+    if (e.has_graph()) ++ops[e.graph().op()];
+  EXPECT_EQ(ops[trace::GraphOp::CAPTURE_BEGIN], 1);
+  EXPECT_EQ(ops[trace::GraphOp::CAPTURE_END], 1);
+  EXPECT_EQ(ops[trace::GraphOp::LAUNCH], 1);
+  ASSERT_SHIM_OK(shim::graphDestroy(g));
+  ASSERT_SHIM_OK(shim::graphDestroy(g2));
+  ASSERT_SHIM_OK(shim::streamDestroy(s));
+}
+
 TEST(TraceRecording, TheProgramsOwnActivityRecordsStillArrive) {
   startRuntime("mlu370-x8", 1);
   ASSERT_SHIM_OK(shim::setActivityRecording(true));

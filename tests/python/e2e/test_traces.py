@@ -338,3 +338,59 @@ def test_a_second_recording_into_the_same_directory_does_not_replace_the_first(p
     assert line.startswith("SECOND refused") and "holds an earlier recording of this process" in line, line
     assert info_json(out)["records"]["kernel_launch"] == 1   # the first recording, whole
     assert info_json(tmp_path / "t-again")["records"]["kernel_launch"] == 1
+
+
+CAPTURE_PROG = r"""
+import importlib, sys, torch
+card, out = sys.argv[1], sys.argv[2]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+x = torch.ones(1024, device=card)
+s = dm.Stream()
+g = getattr(dm, {"mlu": "MLUGraph", "supa": "SUPAGraph"}[card])()
+with dm.graph(g, stream=s):
+    try:
+        with dm.record_trace(out):
+            pass
+        print("started inside the capture")
+    except RuntimeError as e:
+        print("refused:", e)
+    y = x * 2
+g.replay()
+dm.synchronize()
+assert y[:3].cpu().tolist() == [2.0] * 3, y
+# started before a capture: not stopped inside it; the file holds the capture whole
+dm.start_trace(out)
+g2 = getattr(dm, {"mlu": "MLUGraph", "supa": "SUPAGraph"}[card])()
+with dm.graph(g2, stream=s):
+    try:
+        dm.stop_trace()
+        print("stopped inside the capture")
+    except RuntimeError as e:
+        print("kept:", e)
+    z = x + 1
+g2.replay()
+dm.stop_trace()
+dm.synchronize()
+assert z[:3].cpu().tolist() == [2.0] * 3, z
+print("done")
+"""
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_a_recording_neither_starts_nor_stops_inside_a_graph_capture(py, card, tmp_path):
+    """A trace started inside a capture would lack the capture's begin and could not replay:
+    refused naming the capturing stream, the capture unharmed; stopping inside one is
+    refused too and the recording goes on, so its file replays to its own total."""
+    out = tmp_path / "t"
+    res = py(CAPTURE_PROG, args=(card, str(out)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "refused: cardsim trace: traceStart: stream" in res.stdout, res.stdout
+    assert "is capturing a graph; start the recording before the capture begins" in res.stdout, res.stdout
+    assert "kept: cardsim trace: traceStop: stream" in res.stdout, res.stdout
+    assert "(the recording goes on)" in res.stdout and "done" in res.stdout, res.stdout
+    recorded = info_json(out)
+    assert recorded["records"]["graph_capture_begin"] == recorded["records"]["graph_capture_end"] == 1, recorded
+    rep = subprocess.run([str(CARDSIM), "replay", str(out)], capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    assert f"total_us: {recorded['recorded_total_us']:.3f}" in rep.stdout, (rep.stdout, recorded)
