@@ -100,6 +100,19 @@ def worker(rank, world, q):
         dist.all_gather_into_tensor(out, base(rank).to(d))
         eq(out, torch.stack([base(r) for r in range(n)]))
 
+    def t_single_forms():
+        # torch's newer names of the tensor forms (all_gather_into_tensor and
+        # reduce_scatter_tensor are deprecated for them)
+        if not hasattr(dist, "all_gather_single"):
+            return
+        out = torch.empty(n * 6, device=d)
+        dist.all_gather_single(out, base(rank).to(d))
+        eq(out, torch.cat([base(r) for r in range(n)]))
+        inp = torch.cat([base(rank, 4) + 10 * j for j in range(n)]).to(d)
+        out = torch.empty(4, device=d)
+        dist.reduce_scatter_single(out, inp)
+        eq(out, sum(base(r, 4) + 10 * rank for r in range(n)))
+
     def t_reduce_scatter():
         ins = [base(rank, 4).to(d) + 10 * j for j in range(n)]
         out = torch.empty(4, device=d)
@@ -442,7 +455,7 @@ if __name__ == "__main__":
 '''
 
 COLLECTIVES = ["backend", "bound_device", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather",
-               "all_gather_into_tensor", "all_gather_into_tensor_stacked", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
+               "all_gather_into_tensor", "all_gather_into_tensor_stacked", "single_forms", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
                "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "recv_any", "isend_irecv", "barrier", "objects",
                "async_op", "async_wait_orders_streams", "unsupported_op_named", "reduce_scatter_bits_of_gloo", "direct_calls", "non_contiguous", "capture_refused"]
