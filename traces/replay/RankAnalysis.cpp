@@ -13,6 +13,7 @@
 #include "simulator/Config.h"
 #include "simulator/proto/config.pb.h"
 #include "traces/lib/TraceReader.h"
+#include "traces/replay/GraphKernels.h"
 
 namespace cardsim::replay {
 
@@ -117,6 +118,7 @@ struct RankAnalyzer::State {
   model::DeviceParams params;
   bool have_params = false;
   CallTable<KernelShape> launches;
+  GraphKernels<KernelShape> graph_kernels;   // a launched graph's kernels, from its capture
   std::unordered_map<uint32_t, uint32_t> names;         // recorded id -> RankData::names
   std::unordered_map<std::string, uint32_t> groups;     // key -> RankData::groups
   uint64_t last_host = 0;
@@ -174,6 +176,7 @@ void RankAnalyzer::record(const trace::Envelope& e) {
             c.end_ps(), c.call(), static_cast<double>(c.bytes())};
     if (c.kind() == trace::DeviceCommand::KERNEL) {
       const KernelShape* it = s.launches.find(c.call());
+      if (!it) it = s.graph_kernels.find(c.call(), c.name(), c.ready_ps());
       cmd.memory_bound = s.have_params && it && memoryBound(s.params, *it);
       // The clusters it holds: one per tile, at most all of them (while it waits for
       // clusters others hold it holds fewer, which this does not see).
@@ -208,9 +211,12 @@ void RankAnalyzer::record(const trace::Envelope& e) {
   if (blocks) rd.host_waits.emplace_back(e.host_end_ps(), e.host_begin_ps());
   if (e.record_case() == trace::Envelope::kKernel) {
     const trace::KernelLaunch& k = e.kernel();
-    s.launches.add(e.call(), KernelShape{static_cast<model::KernelClass>(k.kernel_class()),
-                                         static_cast<model::DType>(k.dtype()), k.bytes_read() + k.bytes_written(),
-                                         k.flops(), k.tiles()});
+    const KernelShape shape{static_cast<model::KernelClass>(k.kernel_class()), static_cast<model::DType>(k.dtype()),
+                            k.bytes_read() + k.bytes_written(), k.flops(), k.tiles()};
+    s.launches.add(e.call(), shape);
+    if (e.status() == 0) s.graph_kernels.kernel(k.stream(), k.name(), shape);
+  } else if (e.record_case() == trace::Envelope::kGraph) {
+    if (e.status() == 0) s.graph_kernels.graph(e);
   } else if (e.record_case() == trace::Envelope::kEvent) {
     call.is_event = true;
     call.event = e.event().event();
