@@ -80,8 +80,9 @@ bool isCommandRecord(const uint8_t* p, const uint8_t* end) {
 // A device command record's times (DeviceCommand start_ps and end_ps, 0 when absent) from
 // its wire form, for the check a skipped command still gets; false if it cannot be walked
 // (the record leads with its command: isCommandRecord).
-bool commandTimes(const uint8_t* p, const uint8_t* end, uint64_t* start_ps, uint64_t* end_ps) {
+bool commandTimes(const uint8_t* p, const uint8_t* end, uint64_t* start_ps, uint64_t* end_ps, uint32_t* name) {
   *start_ps = *end_ps = 0;
+  *name = 0;
   uint64_t len = 0;
   ++p;   // the command's one-byte tag
   if (!readVarint(p, end, &len) || len > static_cast<uint64_t>(end - p)) return false;
@@ -94,6 +95,9 @@ bool commandTimes(const uint8_t* p, const uint8_t* end, uint64_t* start_ps, uint
     if ((tag & 7) == 0 && (field == DeviceCommand::kStartPsFieldNumber || field == DeviceCommand::kEndPsFieldNumber)) {
       if (!readVarint(q, stop, &v)) return false;
       *(field == DeviceCommand::kStartPsFieldNumber ? start_ps : end_ps) = v;
+    } else if ((tag & 7) == 0 && field == DeviceCommand::kNameFieldNumber) {
+      if (!readVarint(q, stop, &v)) return false;
+      *name = static_cast<uint32_t>(v);
     } else if (!skipValue(q, stop, tag & 7)) {
       return false;
     }
@@ -137,6 +141,12 @@ void TraceReader::open() {
   }
   std::rewind(file_);
   if (!fill(kMagicSize) || std::memcmp(buffer_.data() + pos_, kMagic, kMagicSize) != 0) {
+    if (gz_ && size_ - pos_ < kMagicSize)   // a gzip file cut short: its stream ends early
+      throw TraceError(path + ": truncated: the compressed file ends " +
+                       (size_ == pos_ ? std::string("before any of its contents")
+                                      : "after " + std::to_string(size_ - pos_) + " byte(s) of its contents, inside "
+                                        "the CSTRACE magic") +
+                       " (compressed offset " + std::to_string(raw_offset_) + ")");
     const bool empty = size_ == 0;
     throw TraceError(path + ": not a cardsim trace (" +
                      (empty ? std::string("the file is empty") : "it does not start with the CSTRACE magic") + ")");
@@ -264,18 +274,23 @@ bool TraceReader::readRecord(Envelope* record, bool only_end) {
   } else if (skip_commands_ && isCommandRecord(body, body + len)) {
     record->Clear();   // a device command: its bytes are under the CRC all the same
     uint64_t start_ps = 0, end_ps = 0;
-    if (!commandTimes(body, body + len, &start_ps, &end_ps)) {
+    uint32_t name = 0;
+    if (!commandTimes(body, body + len, &start_ps, &end_ps, &name)) {
       if (!record->ParseFromArray(body, static_cast<int>(len)))   // the full parse judges it
         throw TraceError(where() + ": corrupt: the record's " + std::to_string(len) + " bytes do not parse");
       start_ps = record->command().start_ps();
       end_ps = record->command().end_ps();
+      name = record->command().name();
       record->Clear();
     }
-    // The check checkValues makes of a command that is read (this record is numbered index_:
-    // it is counted below).
+    // The checks checkValues makes of a command that is read (this record is numbered index_:
+    // it is counted below), so that every reader refuses the same files.
     if (end_ps < start_ps || end_ps > kMaxTimePs)
       throw TraceError(path_ + ": record #" + std::to_string(index_) + " at offset " + std::to_string(offset_) +
                        ": corrupt: " + commandTimesProblem(start_ps, end_ps));
+    if (name != 0 && !names_.count(name))
+      throw TraceError(path_ + ": record #" + std::to_string(index_) + " at offset " + std::to_string(offset_) +
+                       ": corrupt: " + unnamedProblem("the device command", name));
   } else if (!record->ParseFromArray(body, static_cast<int>(len)))
     throw TraceError(where() + ": corrupt: the record's " + std::to_string(len) + " bytes do not parse");
   pos_ += prefix + len;
@@ -312,6 +327,10 @@ std::string TraceReader::commandTimesProblem(uint64_t start_ps, uint64_t end_ps)
   return "the device command ends at " + std::to_string(end_ps) + " ps, past the simulated clock's range (2^63 ps)";
 }
 
+std::string TraceReader::unnamedProblem(const char* what, uint32_t id) {
+  return std::string(what) + " uses name id " + std::to_string(id) + ", which no earlier Name record defines";
+}
+
 void TraceReader::checkValues(const Envelope& e, uint64_t at) {
   // Values no recorder writes and every consumer would mistime: a record whose bytes parse
   // (its CRC may even be right, if it was written so) but that says something impossible.
@@ -334,8 +353,7 @@ void TraceReader::checkValues(const Envelope& e, uint64_t at) {
   // A name is defined before its first use (0: none given); one never defined is a file
   // spliced or corrupted, which every consumer would show under another name.
   const auto named = [&](uint32_t id, const char* what) {
-    if (id != 0 && !names_.count(id))
-      bad(std::string(what) + " uses name id " + std::to_string(id) + ", which no earlier Name record defines");
+    if (id != 0 && !names_.count(id)) bad(unnamedProblem(what, id));
   };
   switch (e.record_case()) {
     case Envelope::kName:

@@ -76,6 +76,7 @@ class TraceReader {
   std::size_t readSome(uint8_t* dst, std::size_t n);
   void open();    // the constructor's checks, after the file is open
   void checkValues(const Envelope& e, uint64_t at);   // throws on impossible values
+  static std::string unnamedProblem(const char* what, uint32_t id);
   std::unordered_set<uint32_t> names_;   // Name ids defined so far (each before its first use)
   static std::string commandTimesProblem(uint64_t start_ps, uint64_t end_ps);
   void close();

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import zlib
 
 import pytest
 
@@ -203,6 +204,61 @@ def test_corrupted_file(tmp_path):
     data[len(data) // 2] ^= 0x5A
     f.write_bytes(bytes(data))
     assert_bad(f, f, "record #")
+
+
+def _varint(b, i):
+    v = shift = 0
+    while True:
+        v |= (b[i] & 0x7F) << shift
+        shift += 7
+        i += 1
+        if not b[i - 1] & 0x80:
+            return v, i
+
+
+def _enc(v):
+    out = bytearray()
+    while True:
+        out.append((v & 0x7F) | (0x80 if v > 0x7F else 0))
+        v >>= 7
+        if not v:
+            return bytes(out)
+
+
+def test_a_device_command_naming_an_undefined_name_is_refused_by_every_reader(tmp_path):
+    """A record that parses and passes the CRC (rewritten to match) but uses a name id no
+    Name record defined: info and replay (which skips commands' full parse) refuse it alike."""
+    f = demo_trace(tmp_path, "unnamed")
+    data = f.read_bytes()
+    recs, i = [], 8                                  # after the magic
+    while i < len(data):
+        n, j = _varint(data, i)
+        recs.append(bytearray(data[j:j + n]))
+        i = j + n
+    k = next(k for k, r in enumerate(recs) if r[0] == (13 << 3 | 2))   # the first DeviceCommand
+    body_len, j = _varint(recs[k], 1)
+    body = bytes(recs[k][j:j + body_len]) + bytes([5 << 3]) + _enc(4000)   # name = 4000: the last wins
+    recs[k] = bytearray([13 << 3 | 2]) + _enc(len(body)) + body + recs[k][j + body_len:]
+    out = bytearray(data[:8])
+    for r in recs[:-1]:
+        out += _enc(len(r)) + r
+    end = recs[-1]
+    at = end.index(bytes([5 << 3 | 5]))              # End.crc32, a fixed32: over every byte before End
+    end[at + 1:at + 5] = zlib.crc32(bytes(out)).to_bytes(4, "little")
+    f.write_bytes(bytes(out + _enc(len(end)) + end))
+    assert_bad(f, f, f"record #{k}", "uses name id 4000, which no earlier Name record defines")
+    res = subprocess.run([str(CARDSIM), "replay", str(f)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert f"record #{k}" in res.stderr and "uses name id 4000" in res.stderr, res.stderr
+
+
+def test_a_gzip_file_cut_short_is_named_truncated(tmp_path):
+    import gzip
+    f = tmp_path / "rank0.cstrace"
+    whole = gzip.compress(demo_trace(tmp_path, "plain").read_bytes())
+    for keep in (3, 10, 30):
+        f.write_bytes(whole[:keep])
+        assert_bad(f, f, "truncated: the compressed file ends")
 
 
 def test_foreign_file(tmp_path):
