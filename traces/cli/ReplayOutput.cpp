@@ -42,6 +42,9 @@ void printReport(const replay::Report& r, const std::string& what, FILE* out) {
     for (const auto& it : cp.items)
       std::fprintf(out, "%8llu %12.3f %10s  %s\n", static_cast<unsigned long long>(it.count), it.time_us,
                    it.kind.c_str(), it.name.c_str());
+    if (cp.items_left_off)
+      std::fprintf(out, "%8s %12.3f %10s  (%llu more, not listed)\n", "", cp.items_left_off_us, "",
+                   static_cast<unsigned long long>(cp.items_left_off));
   }
   if (!r.links.empty()) {
     const std::size_t shown = std::min<std::size_t>(r.links.size(), 10);
@@ -57,6 +60,9 @@ void printReport(const replay::Report& r, const std::string& what, FILE* out) {
     for (const auto& k : r.top_kernels)
       std::fprintf(out, "%8llu %12.3f %8s  %s\n", static_cast<unsigned long long>(k.count), k.time_us,
                    k.memory_bound ? "memory" : "compute", k.name.c_str());
+    if (r.kernels_left_off)
+      std::fprintf(out, "%8s %12s %8s  (%llu more kernels, not listed)\n", "", "", "",
+                   static_cast<unsigned long long>(r.kernels_left_off));
   }
 }
 
@@ -138,7 +144,8 @@ std::string jsonReport(const replay::Report& r, const std::string& path, int sca
     j += std::string(i ? ", " : "") + "{\"kind\": " + jsonString(it.kind) + ", \"name\": " + jsonString(it.name) +
          ", \"count\": " + std::to_string(it.count) + ", \"time_us\": " + num(it.time_us) + "}";
   }
-  j += "]}";
+  j += "], \"items_left_off\": " + std::to_string(r.critical_path.items_left_off) +
+       ", \"items_left_off_us\": " + num(r.critical_path.items_left_off_us) + "}";
   j += ", \"links\": [";
   for (std::size_t i = 0; i < r.links.size(); ++i) {
     const auto& l = r.links[i];
@@ -152,7 +159,7 @@ std::string jsonReport(const replay::Report& r, const std::string& path, int sca
     j += std::string(i ? ", " : "") + "{\"name\": " + jsonString(k.name) + ", \"count\": " + std::to_string(k.count) +
          ", \"time_us\": " + num(k.time_us) + ", \"bound\": \"" + (k.memory_bound ? "memory" : "compute") + "\"}";
   }
-  return j + "]}\n";
+  return j + "], \"top_kernels_left_off\": " + std::to_string(r.kernels_left_off) + "}\n";
 }
 
 }  // namespace cardsim::cli

@@ -292,9 +292,17 @@ Report merge(std::vector<RankPass> passes, std::size_t top) {
   std::sort(report.top_kernels.begin(), report.top_kernels.end(), [](const KernelTotal& a, const KernelTotal& b) {
     return a.time_us != b.time_us ? a.time_us > b.time_us : a.name < b.name;
   });
-  if (report.top_kernels.size() > top) report.top_kernels.resize(top);
+  if (report.top_kernels.size() > top) {
+    report.kernels_left_off = report.top_kernels.size() - top;
+    report.top_kernels.resize(top);
+  }
   report.critical_path = criticalPath(data);
-  if (report.critical_path.items.size() > top) report.critical_path.items.resize(top);
+  CriticalPath& cp = report.critical_path;
+  if (cp.items.size() > top) {
+    cp.items_left_off = cp.items.size() - top;
+    for (std::size_t i = top; i < cp.items.size(); ++i) cp.items_left_off_us += cp.items[i].time_us;
+    cp.items.resize(top);
+  }
   return report;
 }
 

@@ -64,7 +64,9 @@ struct PathItem {
 struct CriticalPath {
   double total_us = 0;                    // time covered by the path
   std::map<std::string, double> by_kind;  // kind -> us
-  std::vector<PathItem> items;            // by time on the path, longest first
+  std::vector<PathItem> items;            // by time on the path, longest first (the top ones)
+  uint64_t items_left_off = 0;            // items past the top ones, not listed
+  double items_left_off_us = 0;           // ... and their time on the path
 };
 
 // One fabric link over the replay: the bytes the collectives put on it, the time they keep
@@ -84,6 +86,7 @@ struct Report {
   double total_us = 0;        // first host call to last device completion, across ranks
   std::vector<RankReport> ranks;
   std::vector<KernelTotal> top_kernels;   // by time, across ranks, longest first
+  uint64_t kernels_left_off = 0;          // kernels (by name) past the top ones, not listed
   CriticalPath critical_path;
   std::vector<LinkLoad> links;            // busiest first (see LinkLoad)
   std::vector<std::string> notes;         // what the reader should know (a recording cut short)

@@ -115,6 +115,10 @@ def test_replay_on_the_recorded_configuration_reproduces_the_recorded_times(tmp_
     assert cp["total_us"] == pytest.approx(rep["total_us"], rel=1e-9, abs=1e-6)
     assert sum(cp["by_kind"].values()) == pytest.approx(cp["total_us"], rel=1e-9, abs=1e-6)
     assert cp["by_kind"]["kernel"] > 0 and cp["items"][0]["time_us"] >= cp["items"][-1]["time_us"]
+    # the items listed and those left off account for the whole path
+    listed = sum(i["time_us"] for i in cp["items"])
+    assert listed + cp["items_left_off_us"] == pytest.approx(cp["total_us"], rel=1e-9, abs=1e-6), cp
+    assert (cp["items_left_off"] == 0 or len(cp["items"]) == 10) and cp["items_left_off_us"] >= 0, cp
     for u in rep["ranks"][0]["utilization"]:
         assert 0 <= u["compute"] <= 1 and 0 <= u["memory_bandwidth"] <= 1 and 0 <= u["dma"] <= 1, u
     assert {u["device"] for u in rep["ranks"][0]["utilization"]} == {0, 1}
