@@ -129,6 +129,11 @@ int run(const std::string& path, bool as_json, bool print) {
     std::printf("], \"format\": \"%u.%u\", \"cardsim_version\": %s, \"execution_mode\": %s, \"backend\": %s,",
                 h0.format_major(), h0.format_minor(), jsonString(h0.cardsim_version()).c_str(),
                 jsonString(h0.execution_mode()).c_str(), jsonString(h0.backend()).c_str());
+    // What the recording's configuration changed from its preset (rank 0's; every rank's is checked alike on replay).
+    std::printf(" \"overrides\": [");
+    for (int i = 0; i < h0.overrides_size(); ++i)
+      std::printf("%s%s", i ? ", " : "", jsonString(h0.overrides(i)).c_str());
+    std::printf("], \"overrides_file\": %s,", jsonString(h0.overrides_file()).c_str());
     std::printf(" \"records\": {");
     bool firstk = true;
     for (const auto& [k, n] : records) {
@@ -161,6 +166,9 @@ int run(const std::string& path, bool as_json, bool print) {
   std::string present;
   for (const RankSummary& r : ranks) present += (present.empty() ? "" : " ") + std::to_string(r.header.rank());
   std::printf("ranks: %s of world size %d%s\n", present.c_str(), h0.world_size(), dir ? "" : " (one rank file)");
+  // Recorded on the preset changed: replaying with --preset alone would answer another question.
+  if (!h0.overrides_file().empty()) std::printf("configuration file: %s (CARDSIM_CONFIG)\n", h0.overrides_file().c_str());
+  for (const std::string& o : h0.overrides()) std::printf("override: %s\n", o.c_str());
   std::printf("records:\n");
   for (const auto& [k, n] : records) std::printf("  %-24s %12llu\n", k.c_str(), static_cast<unsigned long long>(n));
   std::printf("host calls: %llu, device commands: %llu (%llu not tied to a recorded call)\n",

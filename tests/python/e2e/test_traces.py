@@ -165,10 +165,10 @@ def test_kernel_records_hold_their_operand_shapes(py, card, tmp_path):
 
 # ---- bad input -----------------------------------------------------------------------
 
-def demo_trace(tmp_path, name, rank=0, world=1):
+def demo_trace(tmp_path, name, rank=0, world=1, extra=None):
     out = tmp_path / name
     env = {k: v for k, v in os.environ.items() if not k.startswith("CARDSIM_")}
-    env.update(CARDSIM_TRACE=str(out), RANK=str(rank), WORLD_SIZE=str(world))
+    env.update(CARDSIM_TRACE=str(out), RANK=str(rank), WORLD_SIZE=str(world), **(extra or {}))
     res = subprocess.run([str(DEMO)], capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     return out / f"rank{rank}.cstrace"
@@ -186,6 +186,18 @@ def assert_bad(path, *needles):
 def test_a_good_trace_reads(tmp_path):
     j = info_json(demo_trace(tmp_path, "good"))
     assert j["records"]["kernel_launch"] == 4 and j["uncorrelated_commands"] == 0
+
+
+def test_info_names_the_configuration_file_a_recording_ran_with(tmp_path):
+    cfg = tmp_path / "faster.cfg"
+    cfg.write_text("memory.bandwidth = 600 GB/s\nhost.launch_overhead = 2 us\n")
+    f = demo_trace(tmp_path, "configured", extra={"CARDSIM_CONFIG": str(cfg)})
+    j = info_json(f)
+    assert j["overrides_file"] == str(cfg) and j["overrides"] == [], j
+    assert f"configuration file: {cfg} (CARDSIM_CONFIG)" in info(f).stdout
+    plain = info_json(demo_trace(tmp_path, "plain"))
+    assert plain["overrides_file"] == "" and plain["overrides"] == [], plain
+    assert "configuration file" not in info(tmp_path / "plain").stdout
 
 
 def test_truncated_file(tmp_path):
