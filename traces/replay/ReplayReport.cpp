@@ -218,6 +218,11 @@ CriticalPath criticalPath(const std::vector<RankData>& ranks) {
     if (waited == SIZE_MAX) {
       const uint64_t from = std::min(rd->first_host, c.ready);
       items.add(cp, kHost, host_gap, std::min(c.ready, horizon) > from ? std::min(c.ready, horizon) - from : 0);
+      // A rank whose recording began after another's (record_trace at different times):
+      // the run starts at the first rank's first call, so the path covers the whole run.
+      uint64_t run_first = from;
+      for (const RankData& other : ranks) run_first = std::min(run_first, other.first_host);
+      if (from > run_first) items.add(cp, kHost, items.intern("before the rank's recording"), from - run_first);
       break;
     }
     items.add(cp, kHost, host_gap,
