@@ -79,3 +79,40 @@ def test_exit_right_after_destroying_the_groups_waits_for_gloo_to_let_go(card):
         assert rc == 0, f"{card} rank {rank}: exit status {rc}\n{o}\n{e[-3000:]}"
         assert "terminate called" not in e, e[-3000:]
         assert "done" in o and "held at exit: 0" in o, (o, e[-3000:])
+
+
+BROKEN = r'''
+import importlib, os, sys
+from datetime import timedelta
+import torch
+import torch.distributed as dist
+
+CARD, ENDING = sys.argv[1], sys.argv[2]
+importlib.import_module(f"torch_{CARD}")
+rank = int(os.environ["RANK"])
+getattr(torch, CARD).set_device(rank)
+dist.init_process_group({"mlu": "cncl", "supa": "bccl"}[CARD], timeout=timedelta(seconds=30))
+x = torch.full((4,), float(rank), device=torch.device(CARD, rank))
+try:
+    dist.broadcast(x, src=rank)      # every rank its own root: the ranks disagree
+except dist.DistBackendError as e:
+    print("caught:", str(e)[:120], flush=True)
+print("done", flush=True)
+if ENDING == "exit 3":
+    sys.exit(3)
+if ENDING == "raise":
+    raise RuntimeError("the program's own error")
+'''
+
+
+@pytest.mark.parametrize("card", ["mlu", "supa"])
+def test_a_program_that_caught_a_collectives_error_ends_with_its_own_status(card):
+    # The group's Gloo transfers are left out of step (no shutdown in time): the process
+    # ends without finalizing the interpreter, whose teardown of them aborted it at random.
+    for ending, status in (("normally", 0), ("exit 3", 3), ("raise", 1), ("normally", 0)):
+        for rank, (rc, o, e) in enumerate(run_ranks(BROKEN, 2, args=(card, ending))):
+            assert rc == status, f"{card} {ending} rank {rank}: exit status {rc}, not {status}\n{o}\n{e[-3000:]}"
+            assert "terminate called" not in e, e[-3000:]
+            assert "caught: " in o and "the ranks disagree" in o and "done" in o, (o, e[-3000:])
+            if ending == "raise":
+                assert "RuntimeError: the program's own error" in e, e[-3000:]
