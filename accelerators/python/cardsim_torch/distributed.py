@@ -38,6 +38,7 @@ from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
 from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork, PendingWork as _PendingWork
 from .dist_work import RuntimeMarker as _RuntimeMarker
+from .dist_binding import UnsplittableBackend as _UnsplittableBackend, bind_device
 
 # torch.distributed does not export AllgatherOptions (the other collectives' options it does).
 _AllgatherOptions = getattr(dist, "AllgatherOptions", None) or torch._C._distributed_c10d.AllgatherOptions
@@ -151,6 +152,12 @@ class CardsimProcessGroup(dist.ProcessGroup):
             self._register_backend(torch.device(dev), dist.ProcessGroup.BackendType.CUSTOM, gloo)
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _get_backend(self, device):
+        # torch asks the bound device's backend whether it can split the group (new_group,
+        # split_group, eager init): the Gloo that moves the bytes says it can, but cannot
+        # for a group of ours (dist_binding).
+        return _UnsplittableBackend(super()._get_backend(device))
 
     def getBackendName(self) -> str:
         return self._name
@@ -665,16 +672,6 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return _PendingWork(self._gloo.recv_anysource(host, tag), h.finish, tensors)
 
 
-def _bind_device(pg, caller) -> None:
-    """`init_process_group(device_id=...)` / `new_group(device_id=...)`: torch binds the device
-    (checked there) to the group it made, which a Python process group replaces with itself,
-    so the binding (barrier's device, split_group's) would be lost. It is read from torch's
-    group-making call, the creator's caller."""
-    device = caller.f_locals.get("device_id") if caller is not None else None
-    if isinstance(device, torch.device):
-        pg.bound_device_id = device
-
-
 def register_backend(p) -> None:
     """Registers ``p.comm_backend`` with torch.distributed for the device and for cpu."""
     if p.comm_backend.upper() in dist.Backend._plugins:
@@ -683,7 +680,7 @@ def register_backend(p) -> None:
     def create(opts, backend_options=None):
         pg = CardsimProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout, p.comm_backend,
                                  p.device, global_ranks=opts.global_ranks_in_group)
-        _bind_device(pg, sys._getframe(1))
+        bind_device(pg, sys._getframe(1))
         return pg
 
     dist.Backend.register_backend(p.comm_backend, create, extended_api=True, devices=[p.device, "cpu"])

@@ -58,6 +58,17 @@ def worker(rank, world, q):
         t = torch.ones(3, device=d)
         dist.all_reduce(t, group=sub)
         eq(t, torch.full((3,), float(n)))
+        # groups of some ranks, made by every rank (torch splits them from a bound default
+        # group whose backend says it can split: ours says it cannot, so each is made whole)
+        alone = [dist.new_group([r]) for r in range(n)]
+        t = torch.full((2,), float(rank + 1), device=d)
+        dist.all_reduce(t, group=alone[rank])
+        eq(t, torch.full((2,), float(rank + 1)))
+        try:
+            dist.split_group(split_ranks=[[r] for r in range(n)])
+            raise AssertionError("split_group split a group of ours")
+        except RuntimeError as e:
+            assert "does not support splitting" in str(e), e
 
     def t_all_reduce():
         allin = torch.stack([base(r) for r in range(n)])
