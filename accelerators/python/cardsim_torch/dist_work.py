@@ -104,6 +104,78 @@ class PendingWork(dist._Work):
         return fut
 
 
+class SendsInFlight:
+    """A group's buffered sends Gloo has not handed over yet: a failure (the receiver left,
+    or never posted within the group's timeout) is raised by the group's next call, or by a
+    wait, once Gloo has given up on it."""
+
+    def __init__(self):
+        self._works: list = []
+
+    def add(self, work, what: str, peer: int) -> None:
+        self._works.append((work, what, peer))
+
+    def drain(self) -> None:
+        """Waits until Gloo has handed every send over (the group's end: the receivers still
+        get them), each at most the group's timeout; a failure is written, not raised."""
+        works, self._works = self._works, []
+        for work, what, peer in works:
+            try:
+                work.wait()
+            except Exception as e:
+                import sys
+                sys.stderr.write(f"cardsim: {p2p_failure(what, peer, e)}\n")
+
+    def check(self) -> None:
+        if not self._works:
+            return
+        failure, keep = None, []
+        for work, what, peer in self._works:
+            if not work.is_completed():
+                keep.append((work, what, peer))
+                continue
+            try:
+                work.wait()
+            except Exception as e:   # Gloo's words: the collectives' instead
+                failure = failure or p2p_failure(what, peer, e)
+        self._works = keep
+        if failure is not None:
+            from .dist_exit import broken
+            raise broken(failure)
+
+
+class BufferedSendWork(dist._Work):
+    """A send whose bytes were copied out at its call: complete for its caller (the buffer
+    may be reused), as the vendor libraries' sends are; Gloo hands the copy over once the
+    receiver posts (SendsInFlight)."""
+
+    def __init__(self, finish, result, sends: SendsInFlight):
+        super().__init__()
+        self._finish, self._result, self._sends, self._done = finish, result, sends, False
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if not self._done:
+            self._done = True
+            self._finish()
+        self._sends.check()
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def result(self):
+        return self._result
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        self.wait()
+        fut.set_result(self._result)
+        return fut
+
+
 class RuntimeMarker:
     """An event the runtime records on a device's current stream for itself (where point-to-
     point calls were posted, where a collective ended): it costs the host no time (a torch

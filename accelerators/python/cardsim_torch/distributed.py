@@ -37,7 +37,8 @@ from . import gloo_hold as _gloo_hold
 from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
 from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork, PendingWork as _PendingWork
-from .dist_work import RuntimeMarker as _RuntimeMarker
+from .dist_work import BufferedSendWork as _BufferedSendWork, RuntimeMarker as _RuntimeMarker
+from .dist_work import SendsInFlight as _SendsInFlight
 from .dist_binding import UnsplittableBackend as _UnsplittableBackend, bind_device
 
 # torch.distributed does not export AllgatherOptions (the other collectives' options it does).
@@ -127,6 +128,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         # before the first of them), so a receive is posted where the batch began, not behind
         # the batch's own sends. A call of anything else, or a wait, ends the batch.
         self._p2p_batch = None
+        self._sends = _SendsInFlight()   # buffered sends Gloo has not handed over yet
         self._name = backend_name
         self._device_type = device_type
         self._timeout_s = timeout.total_seconds() if timeout else 0.0
@@ -159,6 +161,11 @@ class CardsimProcessGroup(dist.ProcessGroup):
         # for a group of ours (dist_binding).
         return _UnsplittableBackend(super()._get_backend(device))
 
+    def shutdown(self):
+        # Buffered sends are the receivers' still: handed over before the group goes.
+        self._sends.drain()
+        return super().shutdown()
+
     def getBackendName(self) -> str:
         return self._name
 
@@ -166,6 +173,7 @@ class CardsimProcessGroup(dist.ProcessGroup):
         return self._name
 
     def _host(self) -> _Host:
+        self._sends.check()
         self._refuse_if_unusable()
         self._refuse_in_capture()
         return _Host(self._device_type, self._alias, f"{self._name} {sys._getframe(1).f_code.co_name}")
@@ -630,16 +638,16 @@ class CardsimProcessGroup(dist.ProcessGroup):
 
     def send(self, tensors, dst: int, tag: int = 0):
         h = self._host()
-        host = [h(t) for t in tensors]
+        # Buffered: the bytes are copied out now and the call is done for its caller; Gloo
+        # hands the copy over once the receiver posts, so sends issued before their receives
+        # (every rank sending first, tags received in another order) wait for no one.
+        staged = [h(t).clone() for t in tensors]
+        h.finish()
         self._batch_posted(tensors)
         self._charge("send", tensors, ranks=[self._ranks[self.rank()], self._ranks[dst]], p2p=1, tag=tag)
-
-        def finish():
-            self._end_p2p_batch()
-            h.finish()
-
-        return _PendingWork(self._gloo.send(host, dst, tag), finish, tensors,
-                            self._p2p_what("send to", dst, tensors, tag), self._ranks[dst])
+        self._sends.add(self._gloo.send(staged, dst, tag), self._p2p_what("send to", dst, tensors, tag),
+                        self._ranks[dst])
+        return _BufferedSendWork(self._end_p2p_batch, tensors, self._sends)
 
     def recv(self, tensors, src: int, tag: int = 0):
         h = self._host()

@@ -232,6 +232,21 @@ def worker(rank, world, q):
             dist.recv(t, src=0)
             eq(t, base(0) * 3)
 
+    def t_sends_are_buffered():
+        # Every rank sends before it receives (to its next rank and its previous one), tags
+        # are received in another order than sent, and the buffer is changed right after its
+        # send: sends wait for no receive, and carry the bytes of their call.
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        buf = torch.full((5,), float(rank), device=d)
+        dist.send(buf, dst=nxt, tag=7)
+        buf.fill_(-1.0)                   # reused at once: the send had its bytes already
+        dist.send(torch.full((3,), 10.0 + rank, device=d), dst=nxt, tag=2)
+        first, second = torch.empty(3, device=d), torch.empty(5, device=d)
+        dist.recv(first, src=prv, tag=2)
+        dist.recv(second, src=prv, tag=7)
+        eq(first, torch.full((3,), 10.0 + prv))
+        eq(second, torch.full((5,), float(prv)))
+
     def t_recv_any():
         # A receive from any rank answers who sent it, as Gloo's does.
         if rank == 0:
@@ -468,7 +483,7 @@ if __name__ == "__main__":
 COLLECTIVES = ["backend", "bound_device", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather",
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "single_forms", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
-               "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "recv_any", "isend_irecv", "barrier", "objects",
+               "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "sends_are_buffered", "recv_any", "isend_irecv", "barrier", "objects",
                "async_op", "async_wait_orders_streams", "unsupported_op_named", "reduce_scatter_bits_of_gloo", "direct_calls", "non_contiguous", "capture_refused"]
 
 WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
