@@ -168,6 +168,13 @@ TEST(FabricServer, AnUnevenAllToAllIsTimedFromEveryMembersSends) {
         c.bytes = 1.5 * mib;
       },
       "the ranks disagree on its splits: rank 0 sends rank 1 524288 bytes, but rank 1 expects 1048576 bytes from rank 0");
+  // A member's split to itself counts too (every pair between members agrees).
+  bothFail(
+      [](int r, FabricClient::Collective& c) {
+        c.send_bytes = {mib, mib};
+        c.recv_bytes = r == 1 ? std::vector<double>{mib, mib / 2} : std::vector<double>{mib, mib};
+      },
+      "the ranks disagree on its splits: rank 1 sends rank 1 1048576 bytes, but rank 1 expects 524288 bytes from rank 1");
   // A member's sizes must be one per member, and only an all_to_all has them.
   FabricClient::Collective bad = allReduce({0, 1}, 0, mib);
   bad.send_bytes = {mib, mib, mib};

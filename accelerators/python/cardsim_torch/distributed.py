@@ -511,8 +511,9 @@ class CardsimProcessGroup(dist.ProcessGroup):
 
     def _a2a_sizes(self, send, recv):
         """An all_to_all's per-member sizes for the fabric: both rows where either is uneven
-        (the server checks them against the peers' before any byte moves), else none."""
-        return {"send": send, "recv": recv} if _uneven(send) or _uneven(recv) else {}
+        or they differ (the server checks them against the peers' before any byte moves),
+        else none (the even exchange of the buffer, each way)."""
+        return {"send": send, "recv": recv} if _uneven(send) or _uneven(recv) or send != recv else {}
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         # As all_to_all_single over the concatenation on the host views (Gloo has no list

@@ -199,6 +199,26 @@ def worker(rank, world, q):
         dist.all_to_all_single(out, inp, out_splits, in_splits)
         eq(out, torch.cat([torch.full((s,), float(1000 * r + rank)) for r, s in enumerate(out_splits)]))
 
+    def t_all_to_all_self_split_checked():
+        # Splits that agree between every two ranks but not a rank's to itself (it sends
+        # itself 2 elements, expects 1): every member fails, naming that rank, before Gloo
+        # moves a byte (which would abort); the group goes on.
+        me = n - 1
+        ins = [1] * n
+        outs = [1] * n
+        if rank == me:
+            ins[me] = 2
+        inp = torch.ones(sum(ins), device=d)
+        out = torch.empty(sum(outs), device=d)
+        try:
+            dist.all_to_all_single(out, inp, outs, ins)
+            raise AssertionError("the exchange ran")
+        except dist.DistBackendError as e:
+            assert f"rank {me} sends rank {me} 8 bytes, but rank {me} expects 4 bytes from rank {me}" in str(e), e
+        t = torch.ones(2, device=d)
+        dist.all_reduce(t)
+        eq(t, torch.full((2,), float(n)))
+
     def t_all_to_all_timing():
         # The same 12 MiB buffer per rank exchanged evenly, then skewed: each rank sends 3/4
         # of it to its next rank and the rest evenly to the others (the fabric times each
@@ -483,7 +503,7 @@ if __name__ == "__main__":
 COLLECTIVES = ["backend", "bound_device", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather",
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "single_forms", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
-               "all_to_all_single_uneven", "all_to_all_timing", "send_recv", "sends_are_buffered", "recv_any", "isend_irecv", "barrier", "objects",
+               "all_to_all_single_uneven", "all_to_all_self_split_checked", "all_to_all_timing", "send_recv", "sends_are_buffered", "recv_any", "isend_irecv", "barrier", "objects",
                "async_op", "async_wait_orders_streams", "unsupported_op_named", "reduce_scatter_bits_of_gloo", "direct_calls", "non_contiguous", "capture_refused"]
 
 WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
