@@ -350,7 +350,8 @@ class CardsimProcessGroup(dist.ProcessGroup):
         if self._timing and sum(t.numel() * t.element_size() for t in host_tensors) > _TimingGloo.CARRIED_BYTES:
             return   # moved nothing: nothing to divide (and device memory stays untouched)
         for t in host_tensors:
-            t.div_(self.size())
+            # integers average as the vendor libraries' AVG does: the sum divided, truncated
+            t.div_(self.size(), rounding_mode=None if t.is_floating_point() or t.is_complex() else "trunc")
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()

@@ -84,6 +84,11 @@ def worker(rank, world, q):
             t = (torch.arange(5) + rank).to(dt).to(d)
             dist.all_reduce(t)
             eq(t, sum(torch.arange(5) + r for r in range(n)).to(dt))
+        for dt in (torch.int32, torch.int64):   # AVG of integers: the sum, divided and truncated
+            t = (torch.arange(-3, 4) * 7 + rank).to(dt).to(d)
+            dist.all_reduce(t, op=dist.ReduceOp.AVG)
+            total = sum(torch.arange(-3, 4) * 7 + r for r in range(n))
+            eq(t, torch.div(total, n, rounding_mode="trunc").to(dt))
 
     def t_all_reduce_coalesced():
         ts = [base(rank).to(d), base(rank, 3).to(d) * 2]
