@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -134,7 +135,19 @@ std::string firstDifference(const std::string& a, const std::string& b) {
   for (std::size_t i = 0; i < std::max(x.size(), y.size()); ++i) {
     const auto l = i < x.size() ? x[i] : std::make_pair(std::string("?"), std::string("(none)"));
     const auto r = i < y.size() ? y[i] : std::make_pair(l.first, std::string("(none)"));
-    if (l != r) return "fabric." + l.first + ": " + l.second + " vs " + r.second;
+    if (l == r) continue;
+    // Compared exactly, shown as people write them (3.33e10, not 33299999999.999996),
+    // unless only the exact digits tell them apart.
+    const auto shown = [](const std::string& v) {
+      char* end = nullptr;
+      const double d = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0') return v;
+      char b[64];
+      std::snprintf(b, sizeof b, "%.10g", d);
+      return std::string(b);
+    };
+    const std::string ls = shown(l.second), rs = shown(r.second);
+    return "fabric." + l.first + ": " + (ls != rs ? ls + " vs " + rs : l.second + " vs " + r.second);
   }
   return "";
 }

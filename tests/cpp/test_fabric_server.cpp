@@ -759,6 +759,15 @@ TEST(FabricServer, ARankWhoseFabricDiffersFromTheServersIsRefusedNamingTheKey) {
   const std::string e = errorOf([&] { FabricClient(fx.address, who, 5); });
   EXPECT_NE(e.find("model different fabrics"), std::string::npos) << e;
   EXPECT_NE(e.find("fabric.link.latency"), std::string::npos) << e;
+  // Values are shown as people write them, not to the last binary digit.
+  fabric::FabricParams faster = params();
+  faster.link.bandwidth_bytes_per_s = 40e9;   // the preset's is 33.3e9, 33299999999.999996 exactly
+  const std::string b = errorOf([&] {
+    FabricClient(fx.address, FabricClient::Identity{"job", 0, 2, kPreset, fabric::fabricSignature(faster)}, 5);
+  });
+  EXPECT_NE(b.find("fabric.link.bandwidth: "), std::string::npos) << b;
+  EXPECT_NE(b.find("fabric.link.bandwidth: 4e+10 vs 3.33e+10"), std::string::npos) << b;
+  EXPECT_EQ(b.find("33299999999"), std::string::npos) << b;
   // The same parameters (the node count aside) are welcome.
   fabric::FabricParams same = params();
   same.nodes = 7;
