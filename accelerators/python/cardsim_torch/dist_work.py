@@ -144,14 +144,14 @@ class SendsInFlight:
             raise broken(failure)
 
 
-class BufferedSendWork(dist._Work):
+class BufferedSendWork(DoneWork):
     """A send whose bytes were copied out at its call: complete for its caller (the buffer
     may be reused), as the vendor libraries' sends are; Gloo hands the copy over once the
     receiver posts (SendsInFlight)."""
 
     def __init__(self, finish, result, sends: SendsInFlight):
-        super().__init__()
-        self._finish, self._result, self._sends, self._done = finish, result, sends, False
+        super().__init__(result)
+        self._finish, self._sends, self._done = finish, sends, False
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         if not self._done:
@@ -160,20 +160,9 @@ class BufferedSendWork(dist._Work):
         self._sends.check()
         return True
 
-    def is_completed(self) -> bool:
-        return True
-
-    def is_success(self) -> bool:
-        return True
-
-    def result(self):
-        return self._result
-
     def get_future(self):
-        fut = torch.futures.Future()
         self.wait()
-        fut.set_result(self._result)
-        return fut
+        return super().get_future()
 
 
 class RuntimeMarker:

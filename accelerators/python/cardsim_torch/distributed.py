@@ -36,9 +36,9 @@ from torch.distributed import ReduceOp
 from . import gloo_hold as _gloo_hold
 from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
-from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork, PendingWork as _PendingWork
-from .dist_work import BufferedSendWork as _BufferedSendWork, RuntimeMarker as _RuntimeMarker
+from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork
 from .dist_work import SendsInFlight as _SendsInFlight
+from .dist_p2p import PointToPoint
 from .dist_binding import UnsplittableBackend as _UnsplittableBackend, bind_device
 
 # torch.distributed does not export AllgatherOptions (the other collectives' options it does).
@@ -113,7 +113,7 @@ def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
     _fabric_server = True
 
 
-class CardsimProcessGroup(dist.ProcessGroup):
+class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
     def __init__(self, store, rank: int, size: int, timeout: timedelta, backend_name: str,
                  device_type: str, global_ranks=None):
         super().__init__(rank, size)
@@ -619,67 +619,6 @@ class CardsimProcessGroup(dist.ProcessGroup):
             self._timed(self._barrier_device(opts, module), "barrier", 4.0, self._ranks, 0, 1 if self.size() > 1 else 0)
         self._wait(self._gloo.barrier(dist.BarrierOptions()))
         return self._work([])
-
-    # -- point to point ------------------------------------------------------------------
-
-    def _batch_posted(self, tensors):
-        """The event where the current batch of point-to-point calls began on the device's
-        current stream (recorded now if this call begins one); None for CPU tensors."""
-        dev = [t for t in tensors if t.device.type == self._device_type]
-        if not dev:
-            return None
-        index = dev[0].device.index
-        stream = getattr(torch, self._device_type).current_stream(index)
-        key = (index, stream.stream_id)
-        if self._p2p_batch is None or self._p2p_batch[0] != key:
-            self._p2p_batch = (key, _RuntimeMarker(index))
-        return self._p2p_batch[1]
-
-    def _end_p2p_batch(self):
-        self._p2p_batch = None
-
-    def send(self, tensors, dst: int, tag: int = 0):
-        h = self._host()
-        # Buffered: the bytes are copied out now and the call is done for its caller; Gloo
-        # hands the copy over once the receiver posts, so sends issued before their receives
-        # (every rank sending first, tags received in another order) wait for no one.
-        staged = [h(t).clone() for t in tensors]
-        h.finish()
-        self._batch_posted(tensors)
-        self._charge("send", tensors, ranks=[self._ranks[self.rank()], self._ranks[dst]], p2p=1, tag=tag)
-        self._sends.add(self._gloo.send(staged, dst, tag), self._p2p_what("send to", dst, tensors, tag),
-                        self._ranks[dst])
-        return _BufferedSendWork(self._end_p2p_batch, tensors, self._sends)
-
-    def recv(self, tensors, src: int, tag: int = 0):
-        h = self._host()
-        host = [h(t, written=True) for t in tensors]
-        # Posted now, on the stream current now; timed when waited on (when the sender has
-        # reported its side: Gloo's bytes have arrived), so that posting a receive before
-        # one's own send, as exchanges do, never blocks.
-        posted = self._batch_posted(tensors)
-        ranks = [self._ranks[src], self._ranks[self.rank()]]
-
-        def finish():
-            self._end_p2p_batch()
-            self._charge("recv", tensors, ranks=ranks, p2p=2, tag=tag, posted=posted)
-            h.finish()
-
-        return _PendingWork(self._gloo.recv(host, src, tag), finish, tensors,
-                            self._p2p_what("recv from", src, tensors, tag), self._ranks[src], peer_in_group=src)
-
-    def _p2p_what(self, verb: str, peer: int, tensors, tag: int) -> str:
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        return (f"{verb} rank {self._ranks[peer]} ({nbytes} bytes, tag {tag}) in process group "
-                f"[{', '.join(map(str, self._ranks))}]")
-
-    def recv_anysource(self, tensors, tag: int = 0):
-        h = self._host()
-        host = [h(t, written=True) for t in tensors]
-        # the sender is known only on arrival: timed as from the next rank of the group
-        src = (self.rank() + 1) % self.size()
-        self._charge("recv", tensors, ranks=[self._ranks[src], self._ranks[self.rank()]])
-        return _PendingWork(self._gloo.recv_anysource(host, tag), h.finish, tensors)
 
 
 def register_backend(p) -> None:
