@@ -10,7 +10,8 @@ from .dist_work import DoneWork as _DoneWork
 # (so that all ranks make the same choice below); None: no bytes. Calls not listed (all to
 # all, whose ranks may send different amounts) never move bytes in timing mode.
 _SYMMETRIC_ARG = {"allreduce": 0, "broadcast": 0, "reduce": 0, "allgather": 1, "_allgather_base": 1,
-                  "gather": 1, "scatter": 0, "send": 0, "recv": 0, "recv_anysource": 0, "barrier": None}
+                  "gather": 1, "scatter": 0, "reduce_scatter": 1, "send": 0, "recv": 0, "recv_anysource": 0,
+                  "barrier": None}
 
 
 class TimingGloo:

@@ -40,6 +40,7 @@ from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork
 from .dist_work import SendsInFlight as _SendsInFlight
 from .dist_p2p import PointToPoint
 from .dist_binding import UnsplittableBackend as _UnsplittableBackend, bind_device
+from .dist_dtypes import Reducible as _Reducible, movable as _movable
 
 # torch.distributed does not export AllgatherOptions (the other collectives' options it does).
 _AllgatherOptions = getattr(dist, "AllgatherOptions", None) or torch._C._distributed_c10d.AllgatherOptions
@@ -332,24 +333,23 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
         opts = opts or dist.AllreduceOptions()
         op = opts.reduceOp
         h = self._host()
-        host = [h(t, written=True) for t in tensors]
+        r = _Reducible([h(t, written=True) for t in tensors], op, self._timing_gloo)
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op)
-        work = self._started(lambda: self._gloo.allreduce(host, o),
+        work = self._started(lambda: self._gloo.allreduce(r.wide, o),
                              "all_reduce", tensors)
         self._wait(work)
         # AVG divides on the host views: the vendor libraries average inside the collective,
         # so a division kernel on the stream would cost time the card does not spend.
-        self._average(op, host)
+        self._average(op, r)
+        r.back()
         h.finish()
         return self._work(tensors)
 
-    def _average(self, op, host_tensors) -> None:
-        if not self._avg(op):
-            return
-        if self._timing and sum(t.numel() * t.element_size() for t in host_tensors) > _TimingGloo.CARRIED_BYTES:
-            return   # moved nothing: nothing to divide (and device memory stays untouched)
-        for t in host_tensors:
+    def _average(self, op, r: _Reducible) -> None:
+        if not self._avg(op) or not r.carried:
+            return   # moved nothing (timing mode): nothing to divide (and device memory stays untouched)
+        for t in r.wide:
             # integers average as the vendor libraries' AVG does: the sum divided, truncated
             t.div_(self.size(), rounding_mode=None if t.is_floating_point() or t.is_complex() else "trunc")
 
@@ -363,8 +363,8 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         h = self._host()
-        outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
-        ins = [h(t) for t in input_tensors]
+        outs = [[_movable(h(t, written=True)) for t in lst] for lst in output_tensors]
+        ins = [_movable(h(t)) for t in input_tensors]
         work = self._started(lambda: self._gloo.allgather(outs, ins, opts or _AllgatherOptions()),
                              "all_gather", [t for lst in output_tensors for t in lst])
         return self._done(h, work, output_tensors)
@@ -372,7 +372,8 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
     def _allgather_base(self, output, input, opts=None):
         h = self._host()
         # Gloo wants the concatenated form; the stacked (world, *input.shape) form is the same bytes.
-        work = self._started(lambda: self._gloo._allgather_base(h(output, True).view(-1), h(input).reshape(-1),
+        work = self._started(lambda: self._gloo._allgather_base(_movable(h(output, True)).view(-1),
+                                                                _movable(h(input)).reshape(-1),
                                                                 opts or _AllgatherOptions()),
                              "all_gather", output)
         return self._done(h, work, [output])
@@ -393,17 +394,19 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         op = opts.reduceOp
         for out, ins in zip(output_tensors, input_tensors):
-            if self._timing:
-                self._charge("reduce_scatter", ins)
+            if self._timing and sum(t.numel() * t.element_size() for t in ins) > _TimingGloo.CARRIED_BYTES:
+                self._charge("reduce_scatter", ins)   # moves nothing (timing mode)
                 continue
             h = self._host()
-            host_out = h(out, written=True)
+            r_in = _Reducible([h(t) for t in ins], op, self._timing_gloo)
+            r_out = _Reducible([h(out, written=True)], op, self._timing_gloo)
             o = dist.ReduceScatterOptions()
             o.reduceOp = self._reduce_op(op)
-            work = self._started(lambda: self._gloo.reduce_scatter([host_out], [[h(t) for t in ins]], o),
+            work = self._started(lambda: self._gloo.reduce_scatter(r_out.wide, [r_in.wide], o),
                                  "reduce_scatter", ins)
             self._wait(work)
-            self._average(op, [host_out])
+            self._average(op, r_out)
+            r_out.back()
             h.finish()
         return self._work(output_tensors)
 
@@ -414,17 +417,19 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         op = opts.reduceOp
         n = self.size()
-        if self._timing:
-            self._charge("reduce_scatter", [input])
+        if self._timing and input.numel() * input.element_size() > _TimingGloo.CARRIED_BYTES:
+            self._charge("reduce_scatter", [input])   # moves nothing (timing mode)
             return self._work([output])
         h = self._host()
-        full = h(input).reshape(n, -1).clone()   # the input stays as it was
+        r = _Reducible([h(input).reshape(n, -1)], op, self._timing_gloo)
+        if r.wide[0] is r.host[0]:   # the input stays as it was
+            r.wide[0] = r.wide[0].clone()
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op)
-        work = self._started(lambda: self._gloo.allreduce([full], o), "reduce_scatter", [input])
+        work = self._started(lambda: self._gloo.allreduce(r.wide, o), "reduce_scatter", [input])
         self._wait(work)
-        self._average(op, [full])
-        h(output, written=True).copy_(full[self.rank()].reshape(output.shape))
+        self._average(op, r)
+        r.narrow_into(h(output, written=True), r.wide[0][self.rank()].reshape(output.shape))
         h.finish()
         return self._work([output])
 
@@ -435,7 +440,7 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         h = self._host()
-        host = [h(t, written=True) for t in tensors]
+        host = [_movable(h(t, written=True)) for t in tensors]
         opts = opts or dist.BroadcastOptions()
         work = self._started(lambda: self._gloo.broadcast(host, opts),
                              "broadcast", tensors, root=opts.rootRank)
@@ -446,23 +451,24 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
         opts = opts or dist.ReduceOptions()
         op = opts.reduceOp
         h = self._host()
-        host = [h(t, written=True) for t in tensors]
+        r = _Reducible([h(t, written=True) for t in tensors], op, self._timing_gloo)
         o = dist.ReduceOptions()
         o.reduceOp = self._reduce_op(op)
         o.rootRank = opts.rootRank
         o.rootTensor = opts.rootTensor
-        work = self._started(lambda: self._gloo.reduce(host, o),
+        work = self._started(lambda: self._gloo.reduce(r.wide, o),
                              "reduce", tensors, root=opts.rootRank)
         self._wait(work)
-        if self.rank() == opts.rootRank:
-            self._average(op, host)
+        if self.rank() == opts.rootRank:   # the others' buffers keep their values, as the libraries leave them
+            self._average(op, r)
+            r.back()
         h.finish()
         return self._work(tensors)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         h = self._host()
-        outs = [[h(t, written=True) for t in lst] for lst in output_tensors]
-        ins = [h(t) for t in input_tensors]
+        outs = [[_movable(h(t, written=True)) for t in lst] for lst in output_tensors]
+        ins = [_movable(h(t)) for t in input_tensors]
         opts = opts or dist.GatherOptions()
         work = self._started(lambda: self._gloo.gather(outs, ins, opts),
                              "gather", input_tensors, root=opts.rootRank)
@@ -471,8 +477,8 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         h = self._host()
-        outs = [h(t, written=True) for t in output_tensors]
-        ins = [[h(t) for t in lst] for lst in input_tensors]
+        outs = [_movable(h(t, written=True)) for t in output_tensors]
+        ins = [[_movable(h(t)) for t in lst] for lst in input_tensors]
         opts = opts or dist.ScatterOptions()
         work = self._started(lambda: self._gloo.scatter(outs, ins, opts),
                              "scatter", output_tensors, root=opts.rootRank)
@@ -522,7 +528,7 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
         # The inputs' host views come first: packing a non-contiguous one is a kernel on the
         # stream, before the exchange that sends it.
         h = self._host()
-        ins = [h(t).reshape(-1) for t in input_tensors]
+        ins = [_movable(h(t)).reshape(-1) for t in input_tensors]
         send = [t.numel() * t.element_size() for t in input_tensors]
         recv = [t.numel() * t.element_size() for t in output_tensors]
         self._a2a_agree(send, recv)
@@ -539,7 +545,7 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
                                             [t.numel() for t in input_tensors], opts or dist.AllToAllOptions()))
         off = 0
         for t in output_tensors:
-            view = h(t, written=True)
+            view = _movable(h(t, written=True))
             view.copy_(outs[off:off + t.numel()].reshape(t.shape))
             off += t.numel()
             if self._timing and view.numel():   # carried: the card holds these values
@@ -549,7 +555,7 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         h = self._host()
-        out_h, in_h = h(output, True), h(input)
+        out_h, in_h = _movable(h(output, True)), _movable(h(input))
         n = self.size()
 
         def row(t, splits):
