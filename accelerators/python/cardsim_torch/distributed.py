@@ -39,6 +39,7 @@ from .dist_exit import broken as _broken, register_exit_handler as _register_exi
 from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork
 from .dist_work import SendsInFlight as _SendsInFlight
 from .dist_p2p import PointToPoint
+from .dist_a2a import AllToAll
 from .dist_binding import UnsplittableBackend as _UnsplittableBackend, bind_device
 from .dist_dtypes import Reducible as _Reducible, movable as _movable
 
@@ -70,10 +71,19 @@ _FABRIC_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_sc
               "all_to_all": "all_to_all", "send": "send_recv", "recv": "send_recv", "barrier": "barrier"}
 
 
-def _uneven(sizes):
-    """An all_to_all's bytes to each group rank, or None where they are all alike (the
-    even exchange, timed from the buffer's size alone)."""
-    return None if len(set(sizes)) <= 1 else sizes
+class _AllOf:
+    """Gloo transfers that make one collective, waited on as one."""
+
+    def __init__(self, works):
+        self._works = works
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        for w in self._works:
+            w.wait() if timeout is None else w.wait(timeout)
+        return True
 
 
 # Process groups created in this process, by their members: the n-th group with the same
@@ -114,7 +124,7 @@ def _join_fabric(store, rank: int, size: int, timeout: timedelta) -> None:
     _fabric_server = True
 
 
-class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
+class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
     def __init__(self, store, rank: int, size: int, timeout: timedelta, backend_name: str,
                  device_type: str, global_ranks=None):
         super().__init__(rank, size)
@@ -362,12 +372,43 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
         return self._work(tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
+        if any(len({t.shape for t in lst}) > 1 for lst in output_tensors):
+            return self._allgather_uneven(output_tensors, input_tensors)
         h = self._host()
         outs = [[_movable(h(t, written=True)) for t in lst] for lst in output_tensors]
         ins = [_movable(h(t)) for t in input_tensors]
         work = self._started(lambda: self._gloo.allgather(outs, ins, opts or _AllgatherOptions()),
                              "all_gather", [t for lst in output_tensors for t in lst])
         return self._done(h, work, output_tensors)
+
+    def _allgather_uneven(self, output_tensors, input_tensors):
+        """all_gather into outputs of different sizes (torch allows it; the vendor backends
+        run it as a broadcast from each rank, which Gloo's all_gather cannot): rank r's input
+        goes to every member's output r, timed as one all_gather of the outputs' bytes."""
+        me = self.rank()
+        for outs, inp in zip(output_tensors, input_tensors):
+            if len(outs) != self.size() or outs[me].numel() != inp.numel():
+                raise ValueError(
+                    f"{self._name}: all_gather: output {me} (this rank's) must hold the input's {inp.numel()} "
+                    f"elements and there must be one output per rank ({self.size()}); got {len(outs)} outputs"
+                    + (f", output {me} of {outs[me].numel()} elements" if len(outs) > me else ""))
+            nbytes = sum(t.numel() * t.element_size() for t in outs)
+            if self._timing and nbytes > _TimingGloo.CARRIED_BYTES:
+                self._charge("all_gather", outs)   # moves nothing (timing mode)
+                continue
+            h = self._host()
+            views = [_movable(h(t, written=True)) for t in outs]
+            views[me].copy_(_movable(h(inp)).reshape(views[me].shape))
+
+            def start():
+                works = []
+                for root, v in enumerate(views):
+                    o = dist.BroadcastOptions()
+                    o.rootRank = root
+                    works.append(self._gloo.broadcast([v], o))
+                return _AllOf(works)
+            self._done(h, self._started(start, "all_gather", outs), outs)
+        return self._work(output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
         h = self._host()
@@ -485,97 +526,6 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
         self._done(h, work, output_tensors)
         return self._work(output_tensors)
 
-    def _a2a_carried(self, send, recv) -> bool:
-        """Timing mode: whether an all_to_all moves its bytes (every member's send and receive
-        at most the carried bytes, as for the other collectives); decided alike on every
-        member, whose sizes this one does not know, by a carried all-reduce of the largest."""
-        biggest = torch.tensor([float(max(sum(send), sum(recv)))], dtype=torch.float64)
-        o = dist.AllreduceOptions()
-        o.reduceOp = ReduceOp.MAX
-        self._gloo.allreduce([biggest], o).wait()
-        return biggest.item() <= _TimingGloo.CARRIED_BYTES
-
-    def _a2a_agree(self, send, recv) -> None:
-        """Without a fabric server (which compares the members' splits before any byte
-        moves), the members compare them here: every member sees every row, so all fail
-        alike, in the server's words, before Gloo (which aborts or misplaces bytes on splits
-        that disagree)."""
-        if _fabric_server or self.size() < 2:
-            return
-        n = self.size()
-        rows = torch.empty(n, 2 * n, dtype=torch.float64)
-        self._gloo._allgather_base(rows.view(-1), torch.tensor(send + recv, dtype=torch.float64),
-                                   _AllgatherOptions()).wait()
-        for a in range(n):
-            for b in range(n):
-                sent, expected = rows[a, b].item(), rows[b, n + a].item()
-                if sent != expected:
-                    ra, rb = self._ranks[a], self._ranks[b]
-                    raise dist.DistBackendError(
-                        f"{self._name}: all_to_all of process group {self._ranks}: the ranks disagree on its splits: "
-                        f"rank {ra} sends rank {rb} {sent:.0f} bytes, but rank {rb} expects {expected:.0f} bytes "
-                        f"from rank {ra}")
-
-    def _a2a_sizes(self, send, recv):
-        """An all_to_all's per-member sizes for the fabric: both rows where either is uneven
-        or they differ (the server checks them against the peers' before any byte moves),
-        else none (the even exchange of the buffer, each way)."""
-        return {"send": send, "recv": recv} if _uneven(send) or _uneven(recv) or send != recv else {}
-
-    def alltoall(self, output_tensors, input_tensors, opts=None):
-        # As all_to_all_single over the concatenation on the host views (Gloo has no list
-        # form; staging on the stream would cost time the vendor library does not spend).
-        # The inputs' host views come first: packing a non-contiguous one is a kernel on the
-        # stream, before the exchange that sends it.
-        h = self._host()
-        ins = [_movable(h(t)).reshape(-1) for t in input_tensors]
-        send = [t.numel() * t.element_size() for t in input_tensors]
-        recv = [t.numel() * t.element_size() for t in output_tensors]
-        self._a2a_agree(send, recv)
-        # Reported before Gloo starts: splits the members disagree on fail here, on every member.
-        self._charge("all_to_all", input_tensors, **self._a2a_sizes(send, recv))
-        if self._timing and not self._a2a_carried(send, recv):
-            h.finish()
-            return self._work(output_tensors)
-        flat = torch.cat(ins) if ins else torch.empty(0)
-        outs = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat.dtype)
-        if self._timing:
-            self._timing_gloo.carry_next = True
-        self._wait(self._gloo.alltoall_base(outs, flat, [t.numel() for t in output_tensors],
-                                            [t.numel() for t in input_tensors], opts or dist.AllToAllOptions()))
-        off = 0
-        for t in output_tensors:
-            view = _movable(h(t, written=True))
-            view.copy_(outs[off:off + t.numel()].reshape(t.shape))
-            off += t.numel()
-            if self._timing and view.numel():   # carried: the card holds these values
-                self._timing_gloo._noter()(view.data_ptr(), view.numel() * view.element_size())
-        h.finish()
-        return self._work(output_tensors)
-
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        h = self._host()
-        out_h, in_h = _movable(h(output, True)), _movable(h(input))
-        n = self.size()
-
-        def row(t, splits):
-            if t.dim() == 0 or t.size(0) == 0:
-                return [0] * n
-            per = t.numel() // t.size(0) * t.element_size()   # bytes per index of dim 0
-            return [s * per for s in splits] if splits else [t.numel() * t.element_size() // n] * n
-        send, recv = row(input, list(input_split_sizes)), row(output, list(output_split_sizes))
-        self._a2a_agree(send, recv)
-        # Reported before Gloo starts: splits the members disagree on fail here, on every member.
-        self._charge("all_to_all", input, **self._a2a_sizes(send, recv))
-        if self._timing and not self._a2a_carried(send, recv):
-            h.finish()
-            return self._work([output])
-        if self._timing:
-            self._timing_gloo.carry_next = True
-        work = self._gloo.alltoall_base(out_h, in_h, list(output_split_sizes), list(input_split_sizes),
-                                  opts or dist.AllToAllOptions())
-        return self._done(h, work, [output])
-
     # The names torch.distributed uses for the tensor forms of these collectives.
     def all_gather_single(self, output, input, opts=None):
         return self._allgather_base(output, input, opts)
@@ -588,9 +538,6 @@ class CardsimProcessGroup(PointToPoint, dist.ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
-
-    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
 
     # Collectives complete at the call, so a coalescing block needs no batching.
     def _start_coalescing(self, device):

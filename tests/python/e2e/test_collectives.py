@@ -102,6 +102,18 @@ def worker(rank, world, q):
         for r in range(n):
             eq(outs[r], base(r))
 
+    def t_all_gather_uneven():
+        # outputs of different sizes (torch allows them): rank r's r + 1 elements to output r
+        outs = [torch.empty(r + 1, 2, device=d) for r in range(n)]
+        dist.all_gather(outs, base(rank, 2 * (rank + 1)).reshape(rank + 1, 2).to(d))
+        for r in range(n):
+            eq(outs[r], base(r, 2 * (r + 1)).reshape(r + 1, 2))
+        try:
+            dist.all_gather([torch.empty(r + 2, device=d) for r in range(n)], torch.ones(1, device=d))
+            raise AssertionError("an input that does not fit its output was taken")
+        except ValueError as e:
+            assert f"output {rank} (this rank's) must hold the input's 1 elements" in str(e), e
+
     def t_all_gather_into_tensor():
         out = torch.empty(n * 6, device=d)
         dist.all_gather_into_tensor(out, base(rank).to(d))
@@ -505,7 +517,7 @@ if __name__ == "__main__":
     print("RESULT " + json.dumps(results))
 '''
 
-COLLECTIVES = ["backend", "bound_device", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather",
+COLLECTIVES = ["backend", "bound_device", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather", "all_gather_uneven",
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "single_forms", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
                "all_to_all_single_uneven", "all_to_all_self_split_checked", "all_to_all_timing", "send_recv", "sends_are_buffered", "recv_any", "isend_irecv", "barrier", "objects",
