@@ -405,6 +405,8 @@ std::string arriveFrame(const FabricClient::Collective& c, uint64_t id, bool eag
   for (double b : c.send_bytes) a->add_send_bytes(b);
   for (double b : c.recv_bytes) a->add_recv_bytes(b);
   if (c.device >= 0) a->set_device(static_cast<uint32_t>(c.device));
+  a->set_dtype(c.dtype);
+  a->set_reduce_op(c.reduce_op);
   return wire::frame(m.SerializeAsString());
 }
 }  // namespace

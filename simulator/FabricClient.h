@@ -56,6 +56,8 @@ class FabricClient {
     std::vector<double> recv_bytes;   // ... and what it expects from each member
     // The fabric device this rank runs it on; negative: its rank's (device r).
     int device = -1;
+    // A reduction's element type and operation, checked against the other members'.
+    std::string dtype, reduce_op;
   };
   // An earlier answer's new end (the server's Revise).
   struct Revision {

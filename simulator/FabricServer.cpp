@@ -153,15 +153,27 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     p.root = a.root();
     p.peer = a.peer();
     p.algorithm = a.algorithm();
+    p.dtype = a.dtype();
+    p.reduce_op = a.reduce_op();
     pending_count.fetch_add(1);
   }
+  // Said by both (a client before protocol 9, or a caller that does not know, says nothing).
+  const auto differs = [](const std::string& x, const std::string& y) { return !x.empty() && !y.empty() && x != y; };
   if (!created && (p.op != a.op() || (p.bytes != a.bytes() && !unevenOk(p.op)) || p.ranks != ranks ||
-                   p.root != a.root() || p.peer != a.peer() || p.algorithm != a.algorithm())) {
+                   p.root != a.root() || p.peer != a.peer() || p.algorithm != a.algorithm() ||
+                   differs(p.dtype, a.dtype()) || differs(p.reduce_op, a.reduce_op()))) {
     const int first = p.arrived.empty() ? -1 : p.arrived.begin()->first;
-    char detail[256];
-    std::snprintf(detail, sizeof detail, "rank %d called %s of %.0f bytes (root %u, algorithm '%s') but rank %d %s of %.0f bytes (root %u, algorithm '%s')",
-                  s.rank, a.op().c_str(), a.bytes(), a.root(), a.algorithm().c_str(), first, p.op.c_str(), p.bytes, p.root,
-                  p.algorithm.c_str());
+    // A reduction's type and operation are named where the members disagree on them.
+    const auto of = [&](const std::string& dtype, const std::string& rop) {
+      std::string s;
+      if (differs(p.dtype, a.dtype())) s += dtype + ", ";
+      if (differs(p.reduce_op, a.reduce_op())) s += rop + ", ";
+      return s;
+    };
+    char detail[384];
+    std::snprintf(detail, sizeof detail, "rank %d called %s of %.0f bytes (%sroot %u, algorithm '%s') but rank %d %s of %.0f bytes (%sroot %u, algorithm '%s')",
+                  s.rank, a.op().c_str(), a.bytes(), of(a.dtype(), a.reduce_op()).c_str(), a.root(), a.algorithm().c_str(), first,
+                  p.op.c_str(), p.bytes, of(p.dtype, p.reduce_op).c_str(), p.root, p.algorithm.c_str());
     error(what + ": the ranks disagree: " + detail);
     return failPending(job, key, "the ranks disagree: " + std::string(detail));
   }

@@ -74,6 +74,7 @@ struct Pending {
   double bytes = 0;
   uint32_t root = 0, peer = 0;
   std::string algorithm;
+  std::string dtype, reduce_op;     // a reduction's, as its first member said (empty: not said)
   struct Arrival {
     std::weak_ptr<Session> session;
     uint64_t id = 0;

@@ -334,6 +334,11 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     c.send_bytes = desc.send_bytes;
     c.recv_bytes = desc.recv_bytes;
     c.device = fabricDeviceOf(*client, s->device);
+    if (op == fabric::CollectiveOp::AllReduce || op == fabric::CollectiveOp::Reduce ||
+        op == fabric::CollectiveOp::ReduceScatter) {   // what moves bytes may reinterpret them
+      c.dtype = desc.dtype;
+      c.reduce_op = desc.reduce_op;
+    }
     try {
       if (desc.p2p == P2P::Send) {
         client->post(c);   // buffered: the send takes its own time from its own arrival

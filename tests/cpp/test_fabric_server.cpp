@@ -343,6 +343,37 @@ TEST(FabricServer, RanksThatDisagreeGetAnErrorNamingBothCalls) {
   }
 }
 
+TEST(FabricServer, AReductionsMembersMustAgreeOnItsTypeAndOperation) {
+  // Same bytes, another element type (or operation): Gloo would reduce garbage without a
+  // word. Named where they differ; a member that says nothing (an older client) is not held to it.
+  struct Case {
+    const char *dtype0, *op0, *dtype1, *op1, *named0, *named1;
+  };
+  for (const Case& k : {Case{"float16", "sum", "bfloat16", "sum", "(float16, root", "(bfloat16, root"},
+                        Case{"float32", "sum", "float32", "max", "(sum, root", "(max, root"}}) {
+    Fixture fx;
+    auto c0 = fx.client(0, 2), c1 = fx.client(1, 2);
+    auto a0 = allReduce({0, 1}, 0, 4096), a1 = allReduce({0, 1}, 0, 4096);
+    a0.dtype = k.dtype0, a0.reduce_op = k.op0, a1.dtype = k.dtype1, a1.reduce_op = k.op1;
+    auto f = std::async(std::launch::async, [&] { return errorOf([&] { c0->collective(a0); }); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string e1 = errorOf([&] { c1->collective(a1); });
+    const std::string e0 = f.get();
+    for (const std::string& e : {e0, e1}) {
+      EXPECT_NE(e.find("the ranks disagree"), std::string::npos) << e;
+      EXPECT_NE(e.find(k.named0), std::string::npos) << e;
+      EXPECT_NE(e.find(k.named1), std::string::npos) << e;
+    }
+  }
+  Fixture fx;
+  auto c0 = fx.client(0, 2), c1 = fx.client(1, 2);
+  auto a0 = allReduce({0, 1}, 0, 4096), a1 = allReduce({0, 1}, 0, 4096);
+  a0.dtype = "float32", a0.reduce_op = "sum";
+  auto f = std::async(std::launch::async, [&] { return c0->collective(a0).end_ps; });
+  const uint64_t end1 = c1->collective(a1).end_ps;
+  EXPECT_EQ(end1, f.get());
+}
+
 TEST(FabricServer, AMemberArrivingAfterTheOthersDisagreedGetsTheirErrorAtOnce) {
   // Rank 0 calls an all_reduce, ranks 1 and 2 a broadcast: the first two to meet fail; the
   // third, arriving after, is told the same at once, not after the group's timeout.

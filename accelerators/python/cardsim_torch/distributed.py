@@ -71,6 +71,11 @@ _FABRIC_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_sc
               "all_to_all": "all_to_all", "send": "send_recv", "recv": "send_recv", "barrier": "barrier"}
 
 
+def _op_name(op) -> str:
+    """A ReduceOp's name ("SUM"; a ReduceOp object shows no name of its own)."""
+    return str(getattr(op, "op", op)).rsplit(".", 1)[-1]
+
+
 class _AllOf:
     """Gloo transfers that make one collective, waited on as one."""
 
@@ -279,12 +284,13 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         return work
 
     def _charge(self, kind: str, tensors, root: int = 0, peer: int = 1, ranks=None, p2p: int = 0,
-                tag: int = 0, posted=None, send=None, recv=None) -> None:
+                tag: int = 0, posted=None, send=None, recv=None, op=None) -> None:
         """Queues the collective's fabric time on the device's current stream. `tensors`
         carry nccl-tests' size for `kind` (see shim CollectiveDesc); `root` and `peer` are
         group ranks; `p2p` (1 send, 2 receive), `tag` and `posted` (the receive's event)
         join the two sides of a point-to-point transfer; `send` and `recv`, an all_to_all's
-        bytes to and from each group rank where its splits are uneven."""
+        bytes to and from each group rank where its splits are uneven; `op`, a reduction's
+        ReduceOp (the fabric server checks that its members agree on it and on the dtype)."""
         self._reported = False
         self._ended = None
         self._last = (_FABRIC_OP.get(kind, kind), list(self._ranks if ranks is None else ranks))
@@ -300,17 +306,18 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
         self._timed(dev[0].device.index, _FABRIC_OP[kind], float(nbytes),
                     self._ranks if ranks is None else ranks, root, peer, str(dev[0].dtype).removeprefix("torch."),
-                    p2p, tag, 0 if posted is None else posted.event_id, send, recv)
+                    p2p, tag, 0 if posted is None else posted.event_id, send, recv,
+                    "" if op is None else _op_name(op).lower())
 
     def _timed(self, device: int, op: str, nbytes: float, ranks, root: int, peer: int, dtype: str = "",
-               p2p: int = 0, tag: int = 0, posted: int = 0, send=None, recv=None) -> None:
+               p2p: int = 0, tag: int = 0, posted: int = 0, send=None, recv=None, reduce_op: str = "") -> None:
         self._reported = True
         self._last = (op, list(ranks))
         if self._used_device is None:
             self._used_device = device
         try:
             self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
-                         p2p, tag, posted, send or (), recv or ())
+                         p2p, tag, posted, send or (), recv or (), reduce_op)
         except dist.DistBackendError as e:
             if "the ranks disagree" in str(e) and op not in ("all_to_all", "send_recv", "barrier"):
                 # Gloo had started it (all_to_all and point to point are reported first).
@@ -332,7 +339,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         if op == ReduceOp.AVG:
             return ReduceOp.SUM
         if not any(op == k for k in _GLOO_OPS):
-            name = str(getattr(op, "op", op)).rsplit(".", 1)[-1]   # a ReduceOp object shows no name of its own
+            name = _op_name(op)
             valid = ", ".join(str(k).rsplit(".", 1)[-1] for k in _GLOO_OPS) + ", AVG"
             raise ValueError(f"{self._name}: reduce op {name} is not supported (supported: {valid})")
         return op
@@ -347,7 +354,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op)
         work = self._started(lambda: self._gloo.allreduce(r.wide, o),
-                             "all_reduce", tensors)
+                             "all_reduce", tensors, op=op)
         self._wait(work)
         # AVG divides on the host views: the vendor libraries average inside the collective,
         # so a division kernel on the stream would cost time the card does not spend.
@@ -436,7 +443,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         op = opts.reduceOp
         for out, ins in zip(output_tensors, input_tensors):
             if self._timing and sum(t.numel() * t.element_size() for t in ins) > _TimingGloo.CARRIED_BYTES:
-                self._charge("reduce_scatter", ins)   # moves nothing (timing mode)
+                self._charge("reduce_scatter", ins, op=op)   # moves nothing (timing mode)
                 continue
             h = self._host()
             r_in = _Reducible([h(t) for t in ins], op, self._timing_gloo)
@@ -444,7 +451,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
             o = dist.ReduceScatterOptions()
             o.reduceOp = self._reduce_op(op)
             work = self._started(lambda: self._gloo.reduce_scatter(r_out.wide, [r_in.wide], o),
-                                 "reduce_scatter", ins)
+                                 "reduce_scatter", ins, op=op)
             self._wait(work)
             self._average(op, r_out)
             r_out.back()
@@ -459,7 +466,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         op = opts.reduceOp
         n = self.size()
         if self._timing and input.numel() * input.element_size() > _TimingGloo.CARRIED_BYTES:
-            self._charge("reduce_scatter", [input])   # moves nothing (timing mode)
+            self._charge("reduce_scatter", [input], op=op)   # moves nothing (timing mode)
             return self._work([output])
         h = self._host()
         r = _Reducible([h(input).reshape(n, -1)], op, self._timing_gloo)
@@ -467,7 +474,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
             r.wide[0] = r.wide[0].clone()
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op)
-        work = self._started(lambda: self._gloo.allreduce(r.wide, o), "reduce_scatter", [input])
+        work = self._started(lambda: self._gloo.allreduce(r.wide, o), "reduce_scatter", [input], op=op)
         self._wait(work)
         self._average(op, r)
         r.narrow_into(h(output, written=True), r.wide[0][self.rank()].reshape(output.shape))
@@ -498,7 +505,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         o.rootRank = opts.rootRank
         o.rootTensor = opts.rootTensor
         work = self._started(lambda: self._gloo.reduce(r.wide, o),
-                             "reduce", tensors, root=opts.rootRank)
+                             "reduce", tensors, root=opts.rootRank, op=op)
         self._wait(work)
         if self.rank() == opts.rootRank:   # the others' buffers keep their values, as the libraries leave them
             self._average(op, r)

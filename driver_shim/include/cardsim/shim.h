@@ -268,6 +268,9 @@ struct CollectiveDesc {
                                // collectives are numbered in call order); empty: the ranks
   double timeout_s = 0;        // the process group's timeout; 0: none
   std::string dtype;           // the element type, for traces ("bfloat16"); empty: unknown
+  std::string reduce_op;       // a reduction's operation ("sum", "max"); empty: none or unknown.
+                               // With a fabric server, members of a reduction that disagree on
+                               // it or on dtype fail it on every member, named
   // all_to_all with uneven splits: the bytes this rank sends each member, in group order
   // (its own entry stays on its card; `bytes` is their sum). Empty: bytes / members to
   // each. With a fabric server the members' sends make the exchange's matrix; timed alone,

@@ -280,6 +280,24 @@ elif scenario == "refused_by_one":
     y = torch.ones(4, device=d)
     dist.all_reduce(y, group=fresh)
     out["fresh"] = y.cpu().tolist()
+elif scenario == "reduction_disagrees":
+    # The same bytes reduced as another type, then with another operation: Gloo would sum
+    # garbage without a word; the fabric server names both sides, and each group is then
+    # refused; a fresh group works.
+    errs = []
+    for kw in ({"dtype": torch.float16 if rank == 0 else torch.bfloat16}, {"op": "avg" if rank == 0 else "sum"}):
+        g = dist.new_group([0, 1])
+        x = torch.ones(4, dtype=kw.get("dtype", torch.float32), device=d)
+        try:
+            op = {"avg": dist.ReduceOp.AVG, "sum": dist.ReduceOp.SUM}[kw.get("op", "sum")]
+            dist.all_reduce(x, op=op, group=g)
+            errs.append(None)
+        except Exception as e:
+            errs.append(f"{type(e).__name__}: {e}")
+    out["errors"] = errs
+    y = torch.ones(4, device=d)
+    dist.all_reduce(y, group=dist.new_group([0, 1]))
+    out["fresh"] = y.cpu().tolist()
 elif scenario == "die_uncaught":
     # The last rank dies; the others' collective error goes uncaught (the program ends by
     # it), after they note when it came.
@@ -837,6 +855,18 @@ def test_a_call_gloo_refuses_on_one_member_fails_every_member_and_the_group_says
         assert "28 bytes" in first and "80 bytes" in first, first
         assert nxt and "process group [0, 1] is unusable" in nxt and "create a new group" in nxt, nxt
         assert res[r]["next_s"] < 5, res[r]
+        assert res[r]["fresh"] == [2.0] * 4, res[r]
+
+
+def test_a_reductions_members_that_disagree_on_its_dtype_or_op_fail_naming_both(tmp_path):
+    res, errs = run_ranks(tmp_path, 2, "reduction_disagrees", timeout=120, PG_TIMEOUT=20)
+    for r in (0, 1):
+        assert res[r], errs[r]
+        by_type, by_op = res[r]["errors"]
+        for e in (by_type, by_op):
+            assert e and e.startswith("DistBackendError") and "the ranks disagree" in e, e
+        assert "(float16, root 0" in by_type and "(bfloat16, root 0" in by_type, by_type
+        assert "(avg, root 0" in by_op and "(sum, root 0" in by_op, by_op
         assert res[r]["fresh"] == [2.0] * 4, res[r]
 
 
