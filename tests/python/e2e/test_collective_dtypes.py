@@ -3,17 +3,18 @@ cncl backend: data movement bit for bit, reductions as the card's arithmetic doe
 (integers wrap, unsigned order is unsigned, float8 sums round once), checked against values
 computed here, in full and in timing mode (whose small collectives carry their values)."""
 import json
+import pathlib
 
 import pytest
 
 from conftest import free_port
 
 WORKER = r'''
-import json, os, sys, traceback
+import os, sys
 from datetime import timedelta
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from world_harness import run_cases, spawn_world
 
 WORLD, PORT = int(sys.argv[1]), sys.argv[2]
 U64 = 1 << 64
@@ -137,14 +138,7 @@ def worker(rank, n, q):
             dist.scatter(out, [payload(dt, 50 + r).to(d) for r in range(n)] if rank == 1 else None, src=1)
             same_bits(out, payload(dt, 50 + rank))
 
-    tests = {k[2:]: v for k, v in sorted(locals().items()) if k.startswith("t_")}
-    for name, fn in tests.items():
-        try:
-            fn()
-            res[name] = "ok"
-        except BaseException as e:
-            res[name] = f"{type(e).__name__}: {e}\n" + traceback.format_exc()[-1500:]
-        dist.barrier()
+    run_cases({k[2:]: v for k, v in sorted(locals().items()) if k.startswith("t_")}, res, dist.barrier)
     torch.mlu.synchronize()
     q.put((rank, res))
     dist.barrier()
@@ -152,19 +146,12 @@ def worker(rank, n, q):
 
 
 if __name__ == "__main__":
-    ctx = mp.get_context("spawn")
-    q = ctx.SimpleQueue()
-    procs = [ctx.Process(target=worker, args=(r, WORLD, q), daemon=True) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    results = dict(q.get() for _ in range(WORLD))
-    for p in procs:
-        p.join(60)
-    print("RESULT " + json.dumps(results))
+    spawn_world(worker, WORLD)
 '''
 
 CASES = ["integer_reductions", "reduce_scatter", "float8_reductions", "data_movement_bit_exact"]
 _cache: dict = {}
+HERE = pathlib.Path(__file__).resolve().parent   # world_harness, for the worker script
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +160,8 @@ def results(py, tmp_path_factory):
         if mode not in _cache:
             script = tmp_path_factory.mktemp("dtypes") / "dtypes_worker.py"
             script.write_text(WORKER)
-            code = (f"import runpy, sys; sys.argv = [{str(script)!r}, '3', '{free_port()}']; "
+            code = (f"import runpy, sys; sys.path.insert(0, {str(HERE)!r}); "
+                    f"sys.argv = [{str(script)!r}, '3', '{free_port()}']; "
                     f"runpy.run_path({str(script)!r}, run_name='__main__')")
             proc = py(code, timeout=240, env={"CARDSIM_EXECUTION": mode})
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]

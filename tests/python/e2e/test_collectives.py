@@ -10,13 +10,14 @@ import pytest
 from conftest import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
+HERE = pathlib.Path(__file__).resolve().parent   # world_harness, for the worker script
 
 WORKER = r'''
-import importlib, json, os, sys, traceback
+import importlib, os, sys
 from datetime import timedelta
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from world_harness import run_cases, spawn_world
 
 CARD, WORLD, PORT = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 BACKEND = {"mlu": "cncl", "supa": "bccl"}[CARD]
@@ -489,32 +490,14 @@ def worker(rank, world, q):
         res["charges_data"] = {"acts": acts, "spans": spans, "issued": issued, "link": mod.get_device_properties(d).host_link_bandwidth,
                                "preset": mod.get_device_properties(d).preset}
 
-    tests = {k[2:]: v for k, v in sorted(locals().items()) if k.startswith("t_")}
-    for name, fn in tests.items():
-        try:
-            fn()
-            res[name] = "ok"
-        except BaseException as e:
-            res[name] = f"{type(e).__name__}: {e}\n" + traceback.format_exc()[-1500:]
-        dist.barrier()
+    run_cases({k[2:]: v for k, v in sorted(locals().items()) if k.startswith("t_")}, res, dist.barrier)
     q.put((rank, res))
     dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    ctx = mp.get_context("spawn")
-    q = ctx.SimpleQueue()
-    procs = [ctx.Process(target=worker, args=(r, WORLD, q), daemon=True) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    results = {}
-    for _ in range(WORLD):
-        r, res = q.get()
-        results[r] = res
-    for p in procs:
-        p.join(60)
-    print("RESULT " + json.dumps(results))
+    spawn_world(worker, WORLD)
 '''
 
 COLLECTIVES = ["backend", "bound_device", "all_reduce", "all_reduce_dtypes", "all_reduce_coalesced", "all_gather", "all_gather_uneven",
@@ -537,7 +520,8 @@ def world_results(py, tmp_path_factory):
         if (card, world) not in _cache:
             script = tmp_path_factory.mktemp("coll") / "collectives_worker.py"
             script.write_text(WORKER)
-            code = (f"import runpy, sys; sys.argv = [{str(script)!r}, {card!r}, '{world}', "
+            code = (f"import runpy, sys; sys.path.insert(0, {str(HERE)!r}); "
+                    f"sys.argv = [{str(script)!r}, {card!r}, '{world}', "
                     f"'{free_port()}']; runpy.run_path({str(script)!r}, run_name='__main__')")
             proc = py(code, timeout=240)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
