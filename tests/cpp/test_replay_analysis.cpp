@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "traces/lib/CapturedByGraph.h"
 #include "traces/replay/RankAnalysis.h"
 #include "traces/replay/ReplayReport.h"
 
@@ -133,4 +134,39 @@ TEST(ReplayAnalysis, CallTableKeepsTheLastValueOfANumberInAnyOrder) {
   EXPECT_EQ(t.items().size(), 4u);
   const replay::CallTable<int>& settled = t;
   EXPECT_EQ(*settled.find(1), 10);
+}
+
+namespace {
+cardsim::trace::GraphOp graphOp(cardsim::trace::GraphOp::Op op, uint32_t stream, uint32_t graph = 0) {
+  cardsim::trace::GraphOp g;
+  g.set_op(op);
+  g.set_stream(stream);
+  g.set_graph(graph);
+  return g;
+}
+}  // namespace
+
+TEST(CapturedByGraph, ACallGoesToItsStreamsCaptureElseToTheLatestOpened) {
+  using cardsim::trace::GraphOp;
+  cardsim::trace::CapturedByGraph<int> c;
+  EXPECT_FALSE(c.add(7, 0));   // nothing open: taken by no graph
+  c.graphOp(graphOp(GraphOp::CAPTURE_BEGIN, 9));
+  c.graphOp(graphOp(GraphOp::CAPTURE_BEGIN, 3));   // opened later, on a lower stream id
+  EXPECT_TRUE(c.add(9, 1));    // its own stream's capture
+  EXPECT_TRUE(c.add(3, 2));
+  EXPECT_TRUE(c.add(5, 3));    // a stream a capture forked to: the latest opened (stream 3's)
+  c.graphOp(graphOp(GraphOp::CAPTURE_END, 3, 30));
+  EXPECT_TRUE(c.add(6, 4));    // now stream 9's is the only one open
+  c.graphOp(graphOp(GraphOp::CAPTURE_END, 9, 90));
+  EXPECT_FALSE(c.capturing());
+  ASSERT_NE(c.graph(30), nullptr);
+  ASSERT_NE(c.graph(90), nullptr);
+  EXPECT_EQ(*c.graph(30), (std::vector<int>{2, 3}));
+  EXPECT_EQ(*c.graph(90), (std::vector<int>{1, 4}));
+  EXPECT_EQ(c.graph(31), nullptr);
+  // Captured again under its id: the latest capture is the graph's.
+  c.graphOp(graphOp(GraphOp::CAPTURE_BEGIN, 3));
+  c.add(3, 5);
+  c.graphOp(graphOp(GraphOp::CAPTURE_END, 3, 30));
+  EXPECT_EQ(*c.graph(30), (std::vector<int>{5}));
 }

@@ -7,6 +7,7 @@
 
 #include "traces/export/OutputFile.h"
 #include "traces/export/proto/chakra_et.pb.h"
+#include "traces/lib/CapturedByGraph.h"
 
 namespace cardsim::timeline {
 
@@ -99,34 +100,32 @@ std::map<std::size_t, std::size_t> ChakraWriter::capturedKernelCalls(std::size_t
   std::set<std::size_t> ran;   // calls that submitted a command
   for (const auto& c : commands)
     if (c.rank == r && c.call != RunTimeline::kNone) ran.insert(c.call);
-  // Per graph, its captured kernels by name, in capture order.
-  std::map<uint32_t, std::map<std::string, std::vector<std::size_t>>> graphs;
-  std::map<uint32_t, std::map<std::string, std::vector<std::size_t>>> open;   // by capturing stream
-  std::vector<uint32_t> opened;                                              // streams, in order
+  // Per graph, its captured kernels, copies and memsets (key, call), in capture order.
+  trace::CapturedByGraph<std::pair<std::string, std::size_t>> captured;
   for (std::size_t i = 0; i < calls.size(); ++i) {
     if (calls[i].rank != r || calls[i].record.status() != 0) continue;
     const trace::Envelope& e = calls[i].record;
     if (e.record_case() == trace::Envelope::kGraph) {
-      const trace::GraphOp& g = e.graph();
-      if (g.op() == trace::GraphOp::CAPTURE_BEGIN) {
-        open[g.stream()].clear();
-        opened.push_back(g.stream());
-      } else if (g.op() == trace::GraphOp::CAPTURE_END && open.count(g.stream())) {
-        graphs[g.graph()] = std::move(open[g.stream()]);
-        open.erase(g.stream());
-        opened.erase(std::remove(opened.begin(), opened.end(), g.stream()), opened.end());
-      }
+      captured.graphOp(e.graph());
     } else if ((e.record_case() == trace::Envelope::kKernel || e.record_case() == trace::Envelope::kMemcpy ||
                 e.record_case() == trace::Envelope::kMemset) &&
-               !opened.empty() && !ran.count(i)) {
-      // On a capturing stream, or on one the capture forked to (the latest capture's).
+               captured.capturing() && !ran.count(i)) {
       const uint32_t on = e.record_case() == trace::Envelope::kKernel   ? e.kernel().stream()
                           : e.record_case() == trace::Envelope::kMemcpy ? e.memcpy().stream()
                                                                         : e.memset().stream();
-      const uint32_t stream = open.count(on) ? on : opened.back();
-      open[stream][capturedKey(e)].push_back(i);
+      captured.add(on, {capturedKey(e), i});
     }
   }
+  // ... by key, per graph a launch ran (built once each).
+  std::map<uint32_t, std::map<std::string, std::vector<std::size_t>>> graphs;
+  auto keyed = [&](uint32_t graph) -> const std::map<std::string, std::vector<std::size_t>>* {
+    const auto* taken = captured.graph(graph);
+    if (!taken) return nullptr;
+    auto [it, created] = graphs.try_emplace(graph);
+    if (created)
+      for (const auto& [key, call] : *taken) it->second[key].push_back(call);
+    return &it->second;
+  };
   std::map<std::size_t, std::size_t> out;
   std::map<std::size_t, std::map<std::string, std::size_t>> used;   // per launch call: kernels taken, by name
   for (std::size_t i = 0; i < commands.size(); ++i) {
@@ -136,10 +135,10 @@ std::map<std::size_t, std::size_t> ChakraWriter::capturedKernelCalls(std::size_t
     if (key.empty()) continue;
     const trace::Envelope& e = calls[c.call].record;
     if (e.record_case() != trace::Envelope::kGraph || e.graph().op() != trace::GraphOp::LAUNCH) continue;
-    auto g = graphs.find(e.graph().graph());
-    if (g == graphs.end()) continue;
-    auto k = g->second.find(key);
-    if (k == g->second.end()) continue;
+    const auto* g = keyed(e.graph().graph());
+    if (!g) continue;
+    auto k = g->find(key);
+    if (k == g->end()) continue;
     std::size_t& n = used[c.call][key];
     if (n < k->second.size()) out[i] = k->second[n++];
   }

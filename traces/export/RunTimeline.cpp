@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "traces/lib/CapturedByGraph.h"
 #include "traces/lib/TraceFormat.h"
 #include "traces/lib/TraceReader.h"
 
@@ -284,27 +285,23 @@ void RunTimeline::linkGraphEvents(std::size_t first_call,
     bool record;
     uint32_t event;
   };
-  std::map<uint32_t, std::vector<Captured>> graphs, open;   // by graph; by capturing stream
+  trace::CapturedByGraph<Captured> captured;
   for (std::size_t i = first_call; i < calls_.size(); ++i) {
     const trace::Envelope& c = calls_[i].record;
     if (c.status() != 0) continue;
     if (c.record_case() == trace::Envelope::kGraph) {
-      if (c.graph().op() == trace::GraphOp::CAPTURE_BEGIN) open[c.graph().stream()].clear();
-      if (c.graph().op() == trace::GraphOp::CAPTURE_END && open.count(c.graph().stream())) {
-        graphs[c.graph().graph()] = std::move(open[c.graph().stream()]);
-        open.erase(c.graph().stream());
-      }
-    } else if (c.record_case() == trace::Envelope::kEvent && !open.empty() && !commands_of_call.count(i) &&
+      captured.graphOp(c.graph());
+    } else if (c.record_case() == trace::Envelope::kEvent && !commands_of_call.count(i) &&
                (c.event().op() == trace::EventOp::RECORD || c.event().op() == trace::EventOp::WAIT)) {
-      open.rbegin()->second.push_back(Captured{c.event().op() == trace::EventOp::RECORD, c.event().event()});
+      captured.add(c.event().stream(), Captured{c.event().op() == trace::EventOp::RECORD, c.event().event()});
     }
   }
   for (std::size_t i = first_call; i < calls_.size(); ++i) {
     const trace::Envelope& c = calls_[i].record;
     if (c.record_case() != trace::Envelope::kGraph || c.graph().op() != trace::GraphOp::LAUNCH) continue;
-    auto g = graphs.find(c.graph().graph());
+    const std::vector<Captured>* g = captured.graph(c.graph().graph());
     auto mine = commands_of_call.find(i);
-    if (g == graphs.end() || mine == commands_of_call.end()) continue;
+    if (!g || mine == commands_of_call.end()) continue;
     std::vector<std::size_t> records, waits;
     std::vector<std::size_t> in_order = mine->second;
     std::stable_sort(in_order.begin(), in_order.end(), [&](std::size_t a, std::size_t b) {
@@ -316,7 +313,7 @@ void RunTimeline::linkGraphEvents(std::size_t first_call,
     }
     std::size_t r = 0, w = 0;
     std::unordered_map<uint32_t, std::size_t> latest;   // event -> its latest record command
-    for (const Captured& op : g->second) {
+    for (const Captured& op : *g) {
       if (op.record && r < records.size()) {
         commands_[records[r]].event = op.event;
         latest[op.event] = records[r++];

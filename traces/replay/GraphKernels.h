@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "traces/lib/CapturedByGraph.h"
 #include "traces/proto/trace.pb.h"
 
 namespace cardsim::replay {
@@ -22,34 +23,15 @@ class GraphKernels {
  public:
   // A kernel launch (status 0) on `stream`: kept if a capture is open (on its stream, or the
   // latest capture's, for a stream the capture forked to).
-  void kernel(uint32_t stream, uint32_t name, const Shape& shape) {
-    if (open_order_.empty()) return;
-    auto it = open_.find(stream);
-    std::vector<Kernel>& into = it != open_.end() ? it->second : open_[open_order_.back()];
-    into.push_back(Kernel{name, shape});
-  }
+  void kernel(uint32_t stream, uint32_t name, const Shape& shape) { captured_.add(stream, Kernel{name, shape}); }
 
   // A graph call (status 0).
   void graph(const trace::Envelope& e) {
     const trace::GraphOp& g = e.graph();
-    switch (g.op()) {
-      case trace::GraphOp::CAPTURE_BEGIN:
-        open_[g.stream()].clear();
-        open_order_.push_back(g.stream());
-        break;
-      case trace::GraphOp::CAPTURE_END: {
-        auto it = open_.find(g.stream());
-        if (it == open_.end()) break;
-        graphs_[g.graph()] = std::move(it->second);
-        open_.erase(it);
-        open_order_.erase(std::remove(open_order_.begin(), open_order_.end(), g.stream()), open_order_.end());
-        break;
-      }
-      case trace::GraphOp::LAUNCH:
-        by_call_[e.call()] = launches_.size();
-        launches_.push_back(Launch{e.call(), e.host_begin_ps(), e.host_end_ps(), g.graph()});
-        break;
-      default: break;
+    captured_.graphOp(g);
+    if (g.op() == trace::GraphOp::LAUNCH) {
+      by_call_[e.call()] = launches_.size();
+      launches_.push_back(Launch{e.call(), e.host_begin_ps(), e.host_end_ps(), g.graph()});
     }
   }
 
@@ -59,18 +41,18 @@ class GraphKernels {
   const Shape* find(uint64_t call, uint32_t name, uint64_t ready_ps) {
     const Launch* l = call != 0 ? launchOfCall(call) : launchHolding(ready_ps);
     if (!l) return nullptr;
-    auto g = graphs_.find(l->graph);
-    if (g == graphs_.end()) return nullptr;
+    const std::vector<Kernel>* g = captured_.graph(l->graph);
+    if (!g) return nullptr;
     uint32_t& seen = seen_[{l->call, name}];
     uint32_t k = 0;
-    for (const Kernel& c : g->second)
+    for (const Kernel& c : *g)
       if (c.name == name && k++ == seen) {
         ++seen;
         return &c.shape;
       }
     // More commands of the name than captured kernels (a graph recaptured under its id):
     // the first of the name stands for the rest.
-    for (const Kernel& c : g->second)
+    for (const Kernel& c : *g)
       if (c.name == name) return &c.shape;
     return nullptr;
   }
@@ -99,9 +81,7 @@ class GraphKernels {
     return ready_ps <= it->end_ps ? &*it : nullptr;
   }
 
-  std::unordered_map<uint32_t, std::vector<Kernel>> open_;   // capturing stream -> its kernels
-  std::vector<uint32_t> open_order_;                          // capturing streams, oldest first
-  std::unordered_map<uint32_t, std::vector<Kernel>> graphs_;  // graph -> kernels, capture order
+  trace::CapturedByGraph<Kernel> captured_;                   // graph -> kernels, capture order
   std::vector<Launch> launches_;
   std::unordered_map<uint64_t, std::size_t> by_call_;          // launch call -> launches_
   std::map<std::pair<uint64_t, uint32_t>, uint32_t> seen_;    // (launch call, name) -> commands
