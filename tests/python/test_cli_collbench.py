@@ -134,6 +134,8 @@ def test_table_output_names_the_columns():
     (["--min-bytes", "0x10"], "0x10"),                                       # decimal only
     (["--min-bytes", "1K", "--max-bytes", "1G", "--factor", "1.0000001"], "more than 4096 sizes"),
     (["--nodes", "4294967297"], "more than 65536 nodes"),                     # not cut to 32 bits
+    (["--min-bytes", "4M", "--max-bytes", "1M"], "got --min-bytes 4M (4194304 bytes) and --max-bytes 1M (1048576 bytes)"),
+    (["--factor", "0.5"], "--factor must be above 1, got 0.5"),
     (["--set", "fabric.nodes=1000000"], "fabric.nodes"),
 ])
 def test_bad_input_is_named_with_exit_status_2(args, needle):

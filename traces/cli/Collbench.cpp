@@ -22,6 +22,12 @@ namespace cardsim::cli {
 
 namespace {
 
+std::string fmtBytes(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f", bytes);
+  return b;
+}
+
 // The most rows one sweep prints (a factor near 1 over a wide range would run for hours).
 constexpr std::size_t kMaxSizes = 4096;
 const std::vector<FlagSpec> kFlags = {
@@ -60,10 +66,13 @@ int runCollbench(const std::vector<std::string>& argv) {
                      std::to_string(sim::FabricModel::kMaxRanks) + " (the fabric model's routes grow as the square of the ranks)");
   const double lo = a.size("min-bytes", 1024), hi = a.size("max-bytes", 1024.0 * 1024 * 1024);
   const double factor = a.number("factor", 2);
-  if (!(lo > 0) || hi < lo) throw UsageError("cardsim collbench: need 0 < --min-bytes <= --max-bytes");
+  if (!(lo > 0) || hi < lo)
+    throw UsageError("cardsim collbench: need 0 < --min-bytes <= --max-bytes, got --min-bytes " +
+                     a.get("min-bytes", "1K") + " (" + fmtBytes(lo) + " bytes) and --max-bytes " + a.get("max-bytes", "1G") +
+                     " (" + fmtBytes(hi) + " bytes)");
   if (hi > sim::FabricModel::kMaxCollectiveBytes)
     throw UsageError("cardsim collbench: --max-bytes " + a.get("max-bytes") + " is over the model's limit of 256T");
-  if (!(factor > 1)) throw UsageError("cardsim collbench: --factor must be above 1");
+  if (!(factor > 1)) throw UsageError("cardsim collbench: --factor must be above 1, got " + a.get("factor"));
   const fabric::CollectiveOp op = fabric::parseOp(a.get("op", "all_reduce"));
   if (op == fabric::CollectiveOp::SendRecv && ranks < 2)
     throw UsageError("cardsim collbench: send_recv needs --ranks 2 or more");
@@ -163,8 +172,8 @@ int runCollbench(const std::vector<std::string>& argv) {
     job.iters = a.integer("iters", 5);
     job.warmup = a.integer("warmup", 1);
     job.execution = a.get("execution", "timing");
-    if (job.iters < 1 || job.warmup < 0)
-      throw UsageError("cardsim collbench: --iters must be at least 1 and --warmup at least 0");
+    if (job.iters < 1) throw UsageError("cardsim collbench: --iters must be at least 1, got " + std::to_string(job.iters));
+    if (job.warmup < 0) throw UsageError("cardsim collbench: --warmup must be at least 0, got " + std::to_string(job.warmup));
     if (job.execution != "timing" && job.execution != "full")
       throw UsageError("cardsim collbench: --execution must be timing or full, got '" + job.execution + "'");
     measured = runLiveCollbench(job);
