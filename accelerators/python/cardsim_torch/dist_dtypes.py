@@ -63,6 +63,13 @@ class Reducible:
             if any(w is not t for w, t in zip(self.wide, self.host)):
                 timing_gloo.carry_next = True
 
+    @property
+    def widened(self) -> bool:
+        """Whether Gloo moves other bytes than the card's tensors hold (a member whose type
+        Gloo takes, disagreeing with this one, would then meet transfers of another size, and
+        Gloo aborts a process on that): such a reduction is reported before Gloo starts."""
+        return any(w is not t for w, t in zip(self.wide, self.host))
+
     def _flips_sign(self) -> bool:
         return self.op == ReduceOp.MIN or self.op == ReduceOp.MAX
 

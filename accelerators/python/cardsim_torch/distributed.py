@@ -265,13 +265,17 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         h.finish()
         return self._work(result)
 
-    def _started(self, start, kind: str, tensors, **charge):
+    def _started(self, start, kind: str, tensors, first: bool = False, **charge):
         """Starts Gloo's transfer (`start()`), then reports the collective (`_charge`): its
         fabric time is queued while Gloo moves the bytes. A call Gloo refuses on this member
         alone (an output of the wrong size) is reported all the same, so that the members'
         sequences of collectives stay aligned: members whose sizes differ fail on every one
         of them, named by the fabric server, instead of this one failing alone and every
-        later collective of the group pairing with the wrong one."""
+        later collective of the group pairing with the wrong one. `first`: reported before
+        Gloo starts (its members' disagreement then fails it before any byte moves)."""
+        if first:
+            self._charge(kind, tensors, **charge)
+            return start()
         try:
             work = start()
         except Exception as refused:
@@ -354,7 +358,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op)
         work = self._started(lambda: self._gloo.allreduce(r.wide, o),
-                             "all_reduce", tensors, op=op)
+                             "all_reduce", tensors, first=r.widened, op=op)
         self._wait(work)
         # AVG divides on the host views: the vendor libraries average inside the collective,
         # so a division kernel on the stream would cost time the card does not spend.
@@ -451,7 +455,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
             o = dist.ReduceScatterOptions()
             o.reduceOp = self._reduce_op(op)
             work = self._started(lambda: self._gloo.reduce_scatter(r_out.wide, [r_in.wide], o),
-                                 "reduce_scatter", ins, op=op)
+                                 "reduce_scatter", ins, first=r_in.widened, op=op)
             self._wait(work)
             self._average(op, r_out)
             r_out.back()
@@ -470,11 +474,12 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
             return self._work([output])
         h = self._host()
         r = _Reducible([h(input).reshape(n, -1)], op, self._timing_gloo)
-        if r.wide[0] is r.host[0]:   # the input stays as it was
+        first = r.widened
+        if not first:   # the input stays as it was
             r.wide[0] = r.wide[0].clone()
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op)
-        work = self._started(lambda: self._gloo.allreduce(r.wide, o), "reduce_scatter", [input], op=op)
+        work = self._started(lambda: self._gloo.allreduce(r.wide, o), "reduce_scatter", [input], first=first, op=op)
         self._wait(work)
         self._average(op, r)
         r.narrow_into(h(output, written=True), r.wide[0][self.rank()].reshape(output.shape))
@@ -505,7 +510,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         o.rootRank = opts.rootRank
         o.rootTensor = opts.rootTensor
         work = self._started(lambda: self._gloo.reduce(r.wide, o),
-                             "reduce", tensors, root=opts.rootRank, op=op)
+                             "reduce", tensors, first=r.widened, root=opts.rootRank, op=op)
         self._wait(work)
         if self.rank() == opts.rootRank:   # the others' buffers keep their values, as the libraries leave them
             self._average(op, r)

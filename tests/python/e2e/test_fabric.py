@@ -283,9 +283,11 @@ elif scenario == "refused_by_one":
 elif scenario == "reduction_disagrees":
     # The same bytes reduced as another type, then with another operation: Gloo would sum
     # garbage without a word; the fabric server names both sides, and each group is then
-    # refused; a fresh group works.
+    # refused; a fresh group works. Last, a type Gloo reduces widened (int16) against one it
+    # takes: Gloo's transfers would differ in size (an abort), so it is reported first.
     errs = []
-    for kw in ({"dtype": torch.float16 if rank == 0 else torch.bfloat16}, {"op": "avg" if rank == 0 else "sum"}):
+    for kw in ({"dtype": torch.float16 if rank == 0 else torch.bfloat16}, {"op": "avg" if rank == 0 else "sum"},
+               {"dtype": torch.int16 if rank == 0 else torch.float16}):
         g = dist.new_group([0, 1])
         x = torch.ones(4, dtype=kw.get("dtype", torch.float32), device=d)
         try:
@@ -862,11 +864,12 @@ def test_a_reductions_members_that_disagree_on_its_dtype_or_op_fail_naming_both(
     res, errs = run_ranks(tmp_path, 2, "reduction_disagrees", timeout=120, PG_TIMEOUT=20)
     for r in (0, 1):
         assert res[r], errs[r]
-        by_type, by_op = res[r]["errors"]
-        for e in (by_type, by_op):
+        by_type, by_op, widened = res[r]["errors"]
+        for e in (by_type, by_op, widened):
             assert e and e.startswith("DistBackendError") and "the ranks disagree" in e, e
         assert "(float16, root 0" in by_type and "(bfloat16, root 0" in by_type, by_type
         assert "(avg, root 0" in by_op and "(sum, root 0" in by_op, by_op
+        assert "(int16, root 0" in widened and "(float16, root 0" in widened, widened
         assert res[r]["fresh"] == [2.0] * 4, res[r]
 
 
