@@ -18,8 +18,8 @@ class TimingGloo:
     """Timing mode: a collective of at most the shim's carried bytes per rank (1 MiB) moves
     its bytes through Gloo, so that what ranks exchange about their own bookkeeping (lengths,
     ids, flags: values copied from the host, which the card carries) arrives, and its results
-    are noted as carried data; a larger one moves nothing (its results read as zeros, like
-    everything the card computes)."""
+    are noted as carried data; a larger one moves nothing (its outputs keep what they held:
+    zeros, like everything the card computes, unless carried host data was written there)."""
 
     CARRIED_BYTES = 1 << 20
 
