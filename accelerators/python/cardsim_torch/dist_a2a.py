@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
-from .dist_dtypes import movable as _movable
+from .dist_dtypes import movable as _movable, movable_numel as _movable_numel
 from .dist_host import TimingGloo as _TimingGloo
 
 _AllgatherOptions = getattr(dist, "AllgatherOptions", None) or torch._C._distributed_c10d.AllgatherOptions
@@ -81,16 +81,16 @@ class AllToAll:
             h.finish()
             return self._work(output_tensors)
         flat = torch.cat(ins) if ins else torch.empty(0)
-        outs = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat.dtype)
+        units = [_movable_numel(t) for t in output_tensors]   # elements of the type Gloo moves
+        outs = torch.empty(sum(units), dtype=flat.dtype)
         if self._timing:
             self._timing_gloo.carry_next = True
-        self._wait(self._gloo.alltoall_base(outs, flat, [t.numel() for t in output_tensors],
-                                            [t.numel() for t in input_tensors], opts or dist.AllToAllOptions()))
+        self._wait(self._gloo.alltoall_base(outs, flat, units, [t.numel() for t in ins], opts or dist.AllToAllOptions()))
         off = 0
         for t in output_tensors:
             view = _movable(h(t, written=True))
-            view.copy_(outs[off:off + t.numel()].reshape(t.shape))
-            off += t.numel()
+            view.copy_(outs[off:off + view.numel()].reshape(view.shape))
+            off += view.numel()
             if self._timing and view.numel():   # carried: the card holds these values
                 self._timing_gloo._noter()(view.data_ptr(), view.numel() * view.element_size())
         h.finish()

@@ -33,10 +33,18 @@ def _gloo_takes(t: torch.Tensor) -> bool:
 
 
 def movable(t: torch.Tensor) -> torch.Tensor:
-    """`t` as a type Gloo moves, the same bytes (a view: what Gloo writes lands in `t`)."""
-    if _gloo_takes(t) or t.element_size() not in _SAME_SIZE:
+    """`t` as a type Gloo moves, the same bytes (a view: what Gloo writes lands in `t`);
+    complex as its real view (torch hands most collectives that form, not gather)."""
+    if t.is_complex():
+        return torch.view_as_real(t)
+    if t.dtype in GLOO_DTYPES or t.element_size() not in _SAME_SIZE:
         return t
     return t.view(_SAME_SIZE[t.element_size()])
+
+
+def movable_numel(t: torch.Tensor) -> int:
+    """The elements of movable(t)."""
+    return t.numel() * (2 if t.is_complex() else 1)
 
 
 class Reducible:

@@ -339,24 +339,32 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
     def _avg(op) -> bool:
         return op == ReduceOp.AVG
 
-    def _reduce_op(self, op):
-        if op == ReduceOp.AVG:
-            return ReduceOp.SUM
-        if not any(op == k for k in _GLOO_OPS):
+    def _reduce_op(self, op, tensors):
+        """Gloo's operation for `op` over the reduction's tensors, or a ValueError naming
+        what the card's library refuses (before anything is widened, reported or moved)."""
+        if not any(op == k for k in _GLOO_OPS) and op != ReduceOp.AVG:
             name = _op_name(op)
             valid = ", ".join(str(k).rsplit(".", 1)[-1] for k in _GLOO_OPS) + ", AVG"
             raise ValueError(f"{self._name}: reduce op {name} is not supported (supported: {valid})")
-        return op
+        for t in tensors:
+            if any(op == k for k in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)) and (
+                    t.is_floating_point() or t.is_complex()):
+                raise ValueError(f"{self._name}: cannot use ReduceOp.{_op_name(op)} with non-integral dtype "
+                                 f"{str(t.dtype).removeprefix('torch.')}")
+            if t.is_complex() and not (op == ReduceOp.SUM or op == ReduceOp.AVG):
+                raise ValueError(f"{self._name}: ReduceOp.{_op_name(op)} is not defined on complex tensors "
+                                 f"({str(t.dtype).removeprefix('torch.')}); SUM and AVG are")
+        return ReduceOp.SUM if op == ReduceOp.AVG else op
 
     # -- collectives ---------------------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
         opts = opts or dist.AllreduceOptions()
         op = opts.reduceOp
+        o = dist.AllreduceOptions()
+        o.reduceOp = self._reduce_op(op, tensors)
         h = self._host()
         r = _Reducible([h(t, written=True) for t in tensors], op, self._timing_gloo)
-        o = dist.AllreduceOptions()
-        o.reduceOp = self._reduce_op(op)
         work = self._started(lambda: self._gloo.allreduce(r.wide, o),
                              "all_reduce", tensors, first=r.widened, op=op)
         self._wait(work)
@@ -446,14 +454,14 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         op = opts.reduceOp
         for out, ins in zip(output_tensors, input_tensors):
+            o = dist.ReduceScatterOptions()
+            o.reduceOp = self._reduce_op(op, ins)
             if self._timing and sum(t.numel() * t.element_size() for t in ins) > _TimingGloo.CARRIED_BYTES:
                 self._charge("reduce_scatter", ins, op=op)   # moves nothing (timing mode)
                 continue
             h = self._host()
             r_in = _Reducible([h(t) for t in ins], op, self._timing_gloo)
             r_out = _Reducible([h(out, written=True)], op, self._timing_gloo)
-            o = dist.ReduceScatterOptions()
-            o.reduceOp = self._reduce_op(op)
             work = self._started(lambda: self._gloo.reduce_scatter(r_out.wide, [r_in.wide], o),
                                  "reduce_scatter", ins, first=r_in.widened, op=op)
             self._wait(work)
@@ -469,6 +477,8 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         op = opts.reduceOp
         n = self.size()
+        o = dist.AllreduceOptions()
+        o.reduceOp = self._reduce_op(op, [input])
         if self._timing and input.numel() * input.element_size() > _TimingGloo.CARRIED_BYTES:
             self._charge("reduce_scatter", [input], op=op)   # moves nothing (timing mode)
             return self._work([output])
@@ -477,8 +487,6 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         first = r.widened
         if not first:   # the input stays as it was
             r.wide[0] = r.wide[0].clone()
-        o = dist.AllreduceOptions()
-        o.reduceOp = self._reduce_op(op)
         work = self._started(lambda: self._gloo.allreduce(r.wide, o), "reduce_scatter", [input], first=first, op=op)
         self._wait(work)
         self._average(op, r)
@@ -503,10 +511,10 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
         op = opts.reduceOp
+        o = dist.ReduceOptions()
+        o.reduceOp = self._reduce_op(op, tensors)
         h = self._host()
         r = _Reducible([h(t, written=True) for t in tensors], op, self._timing_gloo)
-        o = dist.ReduceOptions()
-        o.reduceOp = self._reduce_op(op)
         o.rootRank = opts.rootRank
         o.rootTensor = opts.rootTensor
         work = self._started(lambda: self._gloo.reduce(r.wide, o),

@@ -106,6 +106,37 @@ def worker(rank, n, q):
                 dist.all_reduce(t, op=op)
                 same_bits(t, ref.to(dt))   # reduced in float32, rounded once
 
+    def t_complex_and_refused_ops():
+        # complex moves as its real view in every collective (torch hands gather and reduce
+        # the complex tensor itself)
+        for dt in (torch.complex64, torch.complex128):
+            x = lambda r: torch.tensor([1 + 2j * r, -3.5 + 0.25j, r * 1j]).to(dt)
+            got = [torch.empty(3, dtype=dt, device=d) for _ in range(n)] if rank == 0 else None
+            dist.gather(x(rank).to(d), got, dst=0)
+            if rank == 0:
+                for r in range(n):
+                    same_bits(got[r], x(r))
+            outs = [torch.empty(3, dtype=dt, device=d) for _ in range(n)]
+            dist.all_to_all(outs, [x(10 * rank + j).to(d) for j in range(n)])
+            for j in range(n):
+                same_bits(outs[j], x(10 * j + rank))
+            t = x(rank).to(d)
+            dist.reduce(t, dst=1)
+            if rank == 1:
+                same_bits(t, sum(x(r) for r in range(n)))
+        # what the card's library refuses, before anything moves (the group goes on)
+        for t, op, words in [(torch.ones(2, device=d), dist.ReduceOp.BAND, "cannot use ReduceOp.BAND with non-integral dtype float32"),
+                             (torch.ones(2, dtype=torch.complex64, device=d), dist.ReduceOp.MAX,
+                              "ReduceOp.MAX is not defined on complex tensors (complex64)")]:
+            try:
+                dist.reduce(t, dst=0, op=op)
+                raise AssertionError(f"{op} on {t.dtype} ran")
+            except ValueError as e:
+                assert words in str(e), e
+        t = torch.ones(2).to(d)   # copied from the host: carried in timing mode too
+        dist.all_reduce(t)
+        same_bits(t, torch.full((2,), float(n)))
+
     def t_data_movement_bit_exact():
         def payload(dt, r, k=6):               # bytes of every pattern, NaN encodings included
             raw = ((torch.arange(k * torch.empty(0, dtype=dt).element_size()) * 37 + 101 * r + 0x7F) % 256)
@@ -149,7 +180,7 @@ if __name__ == "__main__":
     spawn_world(worker, WORLD)
 '''
 
-CASES = ["integer_reductions", "reduce_scatter", "float8_reductions", "data_movement_bit_exact"]
+CASES = ["integer_reductions", "reduce_scatter", "float8_reductions", "complex_and_refused_ops", "data_movement_bit_exact"]
 _cache: dict = {}
 HERE = pathlib.Path(__file__).resolve().parent   # world_harness, for the worker script
 
