@@ -96,6 +96,22 @@ class Reducible:
             return t.to(torch.float32)
         return t   # no wider form: Gloo names the type it refuses
 
+    def average(self, n: int) -> None:
+        """AVG: the sums divided by `n` in place, integers as the vendor libraries' AVG does
+        them: the sum as the card's type holds it (wrapped), divided, truncated."""
+        for t, w in zip(self.host, self.wide):
+            if w.is_floating_point() or w.is_complex():
+                w.div_(n)
+            elif t.dtype == torch.uint64:   # on int64's bits: an unsigned division, in two halves
+                hi, lo = (w >> 32) & 0xFFFFFFFF, w & 0xFFFFFFFF
+                w.copy_(((hi // n) << 32) + (((hi % n) << 32) + lo) // n)
+            else:
+                if t.dtype == torch.int16:
+                    w.copy_(((w + (1 << 15)) & 0xFFFF) - (1 << 15))
+                elif t.dtype in _ZERO_EXTENDED:
+                    w.bitwise_and_(_ZERO_EXTENDED[t.dtype][2])
+                w.div_(n, rounding_mode="trunc")
+
     def narrow_into(self, dst: torch.Tensor, wide: torch.Tensor) -> None:
         """Writes a widened result into `dst` (of the host tensors' type)."""
         if wide.dtype == dst.dtype:

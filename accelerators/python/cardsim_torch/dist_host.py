@@ -66,6 +66,9 @@ class Host:
     def __init__(self, device_type: str, alias, what: str = "a collective"):
         self.device_type, self.alias, self.what = device_type, alias, what
         self.writebacks: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # Packed copies of non-contiguous inputs: held until finish(), or the allocator would
+        # hand one's memory to the next (every host view of a list then aliasing the last).
+        self.packed: list[torch.Tensor] = []
         # Under the async checker, Gloo's threads touch device memory through the host views
         # until finish(): the runtime's own access, like a kernel's.
         self._window = _checker.open_window()
@@ -80,12 +83,15 @@ class Host:
         packed = t.contiguous()
         if written:
             self.writebacks.append((t, packed))
+        else:
+            self.packed.append(packed)
         return self.alias(packed)
 
     def finish(self) -> None:
         for dst, packed in self.writebacks:
             dst.copy_(packed)
         self.writebacks.clear()
+        self.packed.clear()
         self._window = _checker.close_window(self._window)
 
     def __del__(self):

@@ -378,9 +378,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
     def _average(self, op, r: _Reducible) -> None:
         if not self._avg(op) or not r.carried:
             return   # moved nothing (timing mode): nothing to divide (and device memory stays untouched)
-        for t in r.wide:
-            # integers average as the vendor libraries' AVG does: the sum divided, truncated
-            t.div_(self.size(), rounding_mode=None if t.is_floating_point() or t.is_complex() else "trunc")
+        r.average(self.size())
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()

@@ -96,6 +96,19 @@ def worker(rank, n, q):
             want = [max(row(r)[2 * rank + k] for r in range(n)) for k in range(2)]
             assert as_int(outs) == as_int(ints(dt, want)), (dt, "list", as_int(outs), want)
 
+    def t_integer_avg():
+        # the sum as the type holds it (wrapped), divided, truncated; unsigned divided unsigned
+        for dt, f in [(torch.int16, lambda r: [32766 - r, -7 * r, 5]), (torch.uint16, lambda r: [65535 - r, r, 9]),
+                      (torch.uint32, lambda r: [0xFFFFFFFF - r, r, 9]), (torch.uint64, lambda r: [(1 << 63) + 2 + r, 4, U64 - 1])]:
+            bits = {torch.int16: 16, torch.uint16: 16, torch.uint32: 32, torch.uint64: 64}[dt]
+            t = ints(dt, f(rank)).to(d)
+            dist.all_reduce(t, op=dist.ReduceOp.AVG)
+            sums = [sum(c) % (1 << bits) for c in zip(*[f(r) for r in range(n)])]
+            if dt == torch.int16:
+                sums = [s - (1 << 16) if s >= 1 << 15 else s for s in sums]
+            want = [int(s / n) if dt == torch.int16 else s // n for s in sums]
+            assert as_int(t) == as_int(ints(dt, want)), (dt, as_int(t), want)
+
     def t_float8_reductions():
         for dt in (torch.float8_e4m3fn, torch.float8_e5m2):
             x = lambda r: torch.tensor([0.5 * (r + 1), -1.25, 3.0 + r, 0.0, 1.0 / (r + 1)]).to(dt)
@@ -180,7 +193,7 @@ if __name__ == "__main__":
     spawn_world(worker, WORLD)
 '''
 
-CASES = ["integer_reductions", "reduce_scatter", "float8_reductions", "complex_and_refused_ops", "data_movement_bit_exact"]
+CASES = ["integer_reductions", "integer_avg", "reduce_scatter", "float8_reductions", "complex_and_refused_ops", "data_movement_bit_exact"]
 _cache: dict = {}
 HERE = pathlib.Path(__file__).resolve().parent   # world_harness, for the worker script
 

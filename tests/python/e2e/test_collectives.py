@@ -426,6 +426,19 @@ def worker(rank, world, q):
         dist.all_gather(outs, (torch.ones(3, 4) * rank).to(d).t().contiguous().t())
         for r in range(n):
             eq(outs[r], torch.ones(3, 4) * r)
+        # lists of non-contiguous inputs (columns): each packed copy held until the call ends
+        grid = lambda k: torch.arange(4 * n, dtype=torch.float32).reshape(4, n) + 100 * k
+        cols = list(grid(rank).to(d).chunk(n, dim=1))
+        outs = [torch.zeros(4, 1, device=d).t().t() for _ in range(n)]
+        dist.all_to_all(outs, cols)
+        for k in range(n):
+            eq(outs[k], grid(k)[:, rank:rank + 1])
+        out = torch.zeros(1, 4, device=d).t()          # a non-contiguous output too
+        dist.scatter(out, cols if rank == 0 else None, src=0)
+        eq(out, grid(0)[:, rank:rank + 1])
+        out = torch.zeros(1, 4, device=d).t()
+        dist.reduce_scatter(out, cols)
+        eq(out, sum(grid(k) for k in range(n))[:, rank:rank + 1])
 
     def t_timing():
         from cardsim_torch import _C
