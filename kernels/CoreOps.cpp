@@ -5,6 +5,8 @@
 #include <ATen/ops/_reshape_alias_cpu_dispatch.h>
 #include <ATen/ops/as_strided_cpu_dispatch.h>
 #include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_cpu_dispatch.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -282,6 +284,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(asStrided));
   m.impl("view", TORCH_FN(view));
   m.impl("_reshape_alias", TORCH_FN(reshapeAlias));
+  // Views of the same storage, as on CPU (torch.distributed hands complex tensors to the
+  // backends as their real views): no kernel, no device time.
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   m.impl("resize_", TORCH_FN(resize));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(setStorage));
   m.impl("set_.source_Storage", TORCH_FN(setSource));

@@ -1081,3 +1081,24 @@ def test_every_costed_operator_exists_and_has_a_device_kernel(dm):
     missing = [n for n in names if not torch._C._dispatch_has_kernel_for_dispatch_key(
         "aten::" + n, "PrivateUse1")]
     assert not missing, missing
+
+
+def test_complex_real_views_are_views_with_no_device_time(card, dm):
+    # torch.distributed hands complex tensors to the backends as their real views: a view of
+    # the same memory, as on CPU, taking no kernel (it went through the generic fallback and
+    # cost device time as a copy would)
+    c = torch.randn(1 << 16, 2).to(card)
+    z = torch.view_as_complex(c)
+    r = torch.view_as_real(z)
+    assert z.dtype == torch.complex64 and z.data_ptr() == c.data_ptr() == r.data_ptr()
+    torch.testing.assert_close(z.cpu(), torch.view_as_complex(c.cpu()), rtol=0, atol=0)
+    z[0] = 5 + 6j                                   # writes through the view
+    assert c[0].tolist() == [5.0, 6.0]
+    dm.synchronize()
+    s, e = dm.Event(enable_timing=True), dm.Event(enable_timing=True)
+    s.record()
+    torch.view_as_real(torch.view_as_complex(c))
+    e.record()
+    e.synchronize()
+    assert s.elapsed_time(e) <= 0.0011, s.elapsed_time(e)   # the end event's own record, 1 us
+    assert not [op for op in dm.fallback_operators() if "view_as" in op]
