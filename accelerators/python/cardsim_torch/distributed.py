@@ -475,6 +475,9 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         op = opts.reduceOp
         n = self.size()
+        if output.numel() * n != input.numel():
+            raise ValueError(f"{self._name}: reduce_scatter_tensor: the input must hold the world size ({n}) times "
+                             f"the output's elements: input of {input.numel()} elements, output of {output.numel()}")
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op, [input])
         if self._timing and input.numel() * input.element_size() > _TimingGloo.CARRIED_BYTES:

@@ -162,6 +162,11 @@ def worker(rank, world, q):
         out = torch.empty(4, device=d)                  # the stacked input form
         dist.reduce_scatter_tensor(out, inp.reshape(n, 4))
         eq(out, sum(base(r, 4) + 10 * rank for r in range(n)))
+        try:                                            # every rank's output one too large
+            dist.reduce_scatter_tensor(torch.empty(5, device=d), inp)
+            raise AssertionError("an output that does not fit the input was taken")
+        except ValueError as e:
+            assert f"times the output's elements: input of {4 * n} elements, output of 5" in str(e), e
 
     def t_broadcast():
         for src in range(n):
