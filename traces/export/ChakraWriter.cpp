@@ -19,6 +19,16 @@ namespace chakra = ChakraProtoMsg;
 constexpr const char* kChakraVersion = "0.0.4";
 
 // A new attribute of `n`; the caller sets its value in the type Chakra's readers expect.
+std::string byteList(const google::protobuf::RepeatedField<double>& bytes) {
+  std::string s;
+  char b[32];
+  for (double v : bytes) {
+    std::snprintf(b, sizeof b, "%s%.17g", s.empty() ? "" : ",", v);
+    s += b;
+  }
+  return s;
+}
+
 chakra::AttributeProto* attr(chakra::Node* n, const char* name) {
   chakra::AttributeProto* a = n->add_attr();
   a->set_name(name);
@@ -362,6 +372,10 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
             attr(&n, "pg_name")->set_string_val(std::to_string(group_id[c.group]));
             if (!coll->algorithm().empty()) attr(&n, "cardsim_algorithm")->set_string_val(coll->algorithm());
             if (!coll->dtype().empty()) attr(&n, "cardsim_dtype_name")->set_string_val(coll->dtype());
+            // An uneven all_to_all's bytes to and from each member (comm_size is their sum):
+            // Chakra has no field for them, ASTRA-sim skips attributes it does not know.
+            if (coll->send_bytes_size() > 0) attr(&n, "cardsim_send_bytes")->set_string_val(byteList(coll->send_bytes()));
+            if (coll->recv_bytes_size() > 0) attr(&n, "cardsim_recv_bytes")->set_string_val(byteList(coll->recv_bytes()));
             ++s.collective_nodes;
           } else {   // a step the caller timed itself: its duration is all there is
             n.set_type(chakra::COMP_NODE);

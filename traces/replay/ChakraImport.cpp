@@ -17,6 +17,7 @@
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceFormat.h"
 #include "traces/lib/TraceWriter.h"
+#include "traces/replay/ChakraAttributes.h"
 #include "traces/replay/ReplayReport.h"
 
 namespace cardsim::replay {
@@ -24,6 +25,11 @@ namespace cardsim::replay {
 namespace {
 
 namespace chakra = ChakraProtoMsg;
+using chakra_attr::attr;
+using chakra_attr::byteList;
+using chakra_attr::number;
+using chakra_attr::numberOr;
+using chakra_attr::text;
 using trace::TraceError;
 
 bool isFile(const std::string& p) {
@@ -154,36 +160,8 @@ std::map<std::string, std::vector<int>> readGroups(const std::string& path) {
   return out;
 }
 
-const chakra::AttributeProto* attr(const chakra::Node& n, const std::string& name) {
-  for (const auto& a : n.attr())
-    if (a.name() == name) return &a;
-  return nullptr;
-}
-
-// An attribute's number whichever numeric field holds it (writers differ in the types).
-bool number(const chakra::Node& n, const std::string& name, double* out) {
-  const chakra::AttributeProto* a = attr(n, name);
-  if (!a) return false;
-  switch (a->value_case()) {
-    case chakra::AttributeProto::kDoubleVal: *out = a->double_val(); return true;
-    case chakra::AttributeProto::kInt32Val: *out = a->int32_val(); return true;
-    case chakra::AttributeProto::kInt64Val: *out = static_cast<double>(a->int64_val()); return true;
-    case chakra::AttributeProto::kUint64Val: *out = static_cast<double>(a->uint64_val()); return true;
-    case chakra::AttributeProto::kBoolVal: *out = a->bool_val(); return true;
-    default: return false;
-  }
-}
-double numberOr(const chakra::Node& n, const std::string& name, double fallback) {
-  double v = 0;
-  return number(n, name, &v) ? v : fallback;
-}
 // Devices a converted rank may name (as CARDSIM_DEVICES allows).
 constexpr int kMaxDevices = 4096;
-
-std::string text(const chakra::Node& n, const std::string& name) {
-  const chakra::AttributeProto* a = attr(n, name);
-  return a && a->value_case() == chakra::AttributeProto::kStringVal ? a->string_val() : std::string();
-}
 
 // A send's or receive's two ends, a side that leaves out its own rank taking the file's
 // (ASTRA-sim's custom collectives: a send names only comm_dst, a receive only comm_src).
@@ -551,6 +529,14 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         c->set_bytes(bytes);
         for (int r : ranks) c->add_ranks(r);
         c->set_group(pg);
+        for (const char* key : {"cardsim_send_bytes", "cardsim_recv_bytes"}) {   // an uneven all_to_all's
+          bool bad = false;
+          const std::vector<double> row = byteList(n, key, &bad);
+          if (bad || (!row.empty() && (row.size() != ranks.size() || std::string(op) != "all_to_all")))
+            throw TraceError(where(n) + ": " + key + " '" + text(n, key) + "' is not one byte count per member (" +
+                             std::to_string(ranks.size()) + ") of an all_to_all");
+          for (double b : row) (key[8] == 's' ? c->add_send_bytes(b) : c->add_recv_bytes(b));
+        }
         c->set_algorithm(text(n, "cardsim_algorithm"));
         c->set_dtype(text(n, "cardsim_dtype_name"));
         c->set_stream(p.stream);

@@ -130,6 +130,7 @@ def read_et(path):
 
 COMP, SEND, RECV, COLL = 4, 5, 6, 7
 ALL_REDUCE = 0
+ALL_TO_ALL = 6
 
 
 def export_chakra(trace, prefix):
@@ -244,6 +245,50 @@ def test_a_barrier_is_exported_as_the_all_reduce_of_one_element_it_is(tmp_path):
     export_chakra(tmp_path / "bar-kept", tmp_path / "bar-again")
     for r in range(2):
         assert canonical(read_et(tmp_path / f"bar-again.{r}.et")[1]) == canonical(read_et(tmp_path / f"bar.{r}.et")[1])
+
+
+UNEVEN_A2A = r'''
+import torch, torch_mlu
+import torch.distributed as dist
+dist.init_process_group("cncl")
+rank = dist.get_rank()
+torch.mlu.set_device(0)
+# rank 0 sends rank 1 3000 elements, rank 1 sends rank 0 1000 (each keeps 500 for itself)
+send = [[500, 3000], [1000, 500]][rank]
+recv = [send_r[rank] for send_r in [[500, 3000], [1000, 500]]]
+out = torch.empty(sum(recv), device="mlu")
+dist.all_to_all_single(out, torch.ones(sum(send), device="mlu"), recv, send)
+torch.mlu.synchronize()
+dist.destroy_process_group()
+'''
+
+
+def test_an_uneven_all_to_all_keeps_its_splits_through_chakra(tmp_path):
+    # Chakra has only the total (comm_size): each member's bytes to and from every member ride
+    # along as cardsim attributes, so the export replays as the exchange it was (it ran the
+    # even one before, whose splits the ranks disagreed on)
+    trace = record(tmp_path, "a2a", UNEVEN_A2A, world=2)
+    export_chakra(trace, tmp_path / "a2a")
+    sends = {}
+    for r in range(2):
+        (coll,) = [n for n in read_et(tmp_path / f"a2a.{r}.et")[1] if n["type"] == COLL]
+        assert coll["attr"]["comm_type"] == ("int64", ALL_TO_ALL)
+        sends[r] = coll["attr"]["cardsim_send_bytes"]
+    assert sends == {0: ("string", "2000,12000"), 1: ("string", "4000,2000")}, sends
+    replay(tmp_path / "a2a", "--keep", tmp_path / "a2a-kept")
+    kept = cardsim("info", tmp_path / "a2a-kept", "--records")
+    assert kept.returncode == 0 and "send_bytes: 12000" in kept.stdout, kept.stdout[-2000:]
+    # a list that is not one byte count per member is named
+    for bad in ("2000", "2000,x"):
+        write_et(tmp_path / "b.0.et", [_enc_node(0, "a2a", COLL, attrs=[
+            ("comm_type", "int64", ALL_TO_ALL), ("comm_size", "int64", 4000), ("pg_name", "string", "1"),
+            ("cardsim_send_bytes", "string", bad)])])
+        (tmp_path / "b.comm_groups.json").write_text(json.dumps({"1": [0, 1]}))
+        write_et(tmp_path / "b.1.et", [_enc_node(0, "a2a", COLL, attrs=[
+            ("comm_type", "int64", ALL_TO_ALL), ("comm_size", "int64", 4000), ("pg_name", "string", "1")])])
+        res = cardsim("replay", tmp_path / "b", "--preset", "h100-sxm")
+        assert res.returncode == 2 and f"cardsim_send_bytes '{bad}' is not one byte count per member (2)" in res.stderr, \
+            res.stderr
 
 
 def test_bad_input_and_usage(tmp_path):
