@@ -1,6 +1,7 @@
 // cardsim: the project's one command-line tool. Subcommands come from the table below;
 // an unknown one lists the valid names.
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -55,6 +56,9 @@ void protobufLog(google::protobuf::LogLevel level, const char* file, int line, c
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Output piped into a reader that left (`| head`): writes fail instead of the signal ending
+  // the tool before it cleans up (a replay's temporary directory) and exits with its status.
+  std::signal(SIGPIPE, SIG_IGN);
 #ifdef __GLIBC__
   // A short-lived tool: memory it frees stays for its next allocations instead of going
   // back to the system and faulting in again page by page (a replay's rank process frees

@@ -668,3 +668,19 @@ def test_json_dash_writes_the_report_to_stdout_and_the_table_to_stderr(tmp_path)
     report = json.loads(res.stdout)
     assert report["total_us"] == pytest.approx(recorded_total_us(GOLDEN / "dp_step"), abs=1e-6)
     assert "total_us:" in res.stderr and not (pathlib.Path.cwd() / "-").exists()
+
+
+def test_a_failing_replay_whose_reader_left_still_cleans_up_and_exits_2(tmp_path):
+    # `cardsim replay ... 2>&1 | head -1`: the error's reader is gone before the rest is
+    # written; the replay still removes its temporary directory and exits with its status
+    # (SIGPIPE ended it before, leaving the directory, status 141)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    import os
+    from test_replay import CARDSIM
+    p = subprocess.Popen([CARDSIM, "replay", str(GOLDEN / "dp_step"), "--set", "memory.capacity=1KB"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, TMPDIR=str(tmp)))
+    p.stdout.close()
+    p.stderr.close()
+    assert p.wait(timeout=120) == 2
+    assert list(tmp.iterdir()) == []
