@@ -43,6 +43,12 @@ struct RankReplayer::HostRegion {
 
 namespace {
 
+std::string joinRanks(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
 // Runs `f` on a thread of its own, whose host clock is not the replayed thread's: what the
 // replay sets up in place of things made before the recording (stand-ins) costs the
 // replayed program no time. Returns what `f` returns; rethrows what it throws.
@@ -495,17 +501,25 @@ void RankReplayer::replay(const trace::Envelope& e) {
           d.send_bytes.clear();
           d.recv_bytes.clear();
         }
-        // Fewer ranks than a point-to-point transfer's two sides: the input asks for a job
-        // this recording cannot stand for.
+        // A transfer or a group's collective naming a rank the job of that many ranks does
+        // not have (fewer than recorded): the input asks for a job this recording cannot
+        // stand for.
         const std::size_t n = d.ranks.size();
-        if (d.op == "send_recv" && (static_cast<std::size_t>(std::max(d.root, 0)) >= n ||
+        const bool outside = std::any_of(d.ranks.begin(), d.ranks.end(), [&](int r) { return r >= options_.scale_ranks; });
+        const std::string at = "--ranks " + std::to_string(options_.scale_ranks) + ": " + path_ + ": record " +
+                               std::to_string(record_) + " (call " + std::to_string(e.call()) + ")";
+        if (d.op == "send_recv" && (outside || static_cast<std::size_t>(std::max(d.root, 0)) >= n ||
                                     static_cast<std::size_t>(std::max(d.peer, 0)) >= n))
-          throw trace::TraceError("--ranks " + std::to_string(options_.scale_ranks) + ": " + path_ + ": record " +
-                                  std::to_string(record_) + " (call " + std::to_string(e.call()) +
-                                  ") is a point-to-point transfer between ranks " + std::to_string(c.ranks(0)) +
-                                  " and " + std::to_string(c.ranks(c.ranks_size() - 1)) +
-                                  ", which a job of " + std::to_string(n) +
-                                  " rank(s) does not have; replicate to 2 ranks or more");
+          throw trace::TraceError(at + " is a point-to-point transfer between ranks " + std::to_string(c.ranks(0)) +
+                                  " and " + std::to_string(c.ranks(c.ranks_size() - 1)) + ", which a job of " +
+                                  std::to_string(options_.scale_ranks) + " rank(s) does not have; replicate to " +
+                                  std::to_string(std::max(2, *std::max_element(d.ranks.begin(), d.ranks.end()) + 1)) +
+                                  " ranks or more");
+        if (outside)
+          throw trace::TraceError(at + " is a " + c.op() + " of process group [" + joinRanks(d.ranks) +
+                                  "], whose ranks a job of " + std::to_string(options_.scale_ranks) +
+                                  " rank(s) does not all have; replicate to " +
+                                  std::to_string(*std::max_element(d.ranks.begin(), d.ranks.end()) + 1) + " ranks or more");
       }
       double seconds = 0;
       std::string algorithm;

@@ -684,3 +684,35 @@ def test_a_failing_replay_whose_reader_left_still_cleans_up_and_exits_2(tmp_path
     p.stderr.close()
     assert p.wait(timeout=120) == 2
     assert list(tmp.iterdir()) == []
+
+
+THREE_RANKS_P2P_AND_SUBGROUP = r'''
+import torch, torch_mlu, torch.distributed as dist
+dist.init_process_group("cncl")
+rank = dist.get_rank()
+torch.mlu.set_device(0)
+x = torch.ones(256, device="mlu")
+if rank == 0:
+    dist.send(x, 1)
+elif rank == 1:
+    dist.recv(x, 0)
+pair = dist.new_group([1, 2])
+if rank in (1, 2):
+    dist.all_reduce(x, group=pair)
+torch.mlu.synchronize()
+dist.destroy_process_group()
+'''
+
+
+def test_fewer_ranks_than_a_transfer_or_group_names_are_refused_alike(tmp_path):
+    # a 3-rank recording replicated to fewer ranks: a transfer or group collective naming a
+    # rank the smaller job does not have is refused by name, as for a 2-rank recording
+    trace = record(tmp_path, "three", THREE_RANKS_P2P_AND_SUBGROUP, world=3)
+    res = cardsim("replay", trace / "rank0.cstrace", "--ranks", "1")
+    assert res.returncode == 2 and "point-to-point transfer between ranks 0 and 1, which a job of 1 rank(s)" \
+        in res.stderr and "replicate to 2 ranks or more" in res.stderr, res.stderr
+    res = cardsim("replay", trace / "rank1.cstrace", "--ranks", "2")
+    assert res.returncode == 2 and "all_reduce of process group [1, 2], whose ranks a job of 2 rank(s) does not all have" \
+        in res.stderr and "replicate to 3 ranks or more" in res.stderr, res.stderr
+    res = cardsim("replay", trace / "rank1.cstrace", "--ranks", "8")
+    assert res.returncode == 0, res.stderr
