@@ -189,11 +189,16 @@ int runSweep(const std::vector<std::string>& argv) {
   }
   if (dims.empty()) throw UsageError("cardsim sweep: nothing to sweep: give at least one --set key.path=v1,v2,...");
   {
-    std::set<std::string> keys;
-    for (const std::string& s : a.all("set"))
-      if (!keys.insert(s.substr(0, s.find('='))).second)
-        throw UsageError("cardsim sweep: --set " + s.substr(0, s.find('=')) +
-                         " is given twice; give its values once, comma-separated");
+    // A key under its full path ("device.memory.bandwidth") is the same key.
+    std::map<std::string, std::string> keys;
+    for (const std::string& s : a.all("set")) {
+      const std::string key = s.substr(0, s.find('='));
+      const std::string same = key.rfind("device.", 0) == 0 ? key.substr(7) : key;
+      if (auto [it, fresh] = keys.emplace(same, key); !fresh)
+        throw UsageError("cardsim sweep: --set " + key + " is given twice" +
+                         (it->second != key ? " (as " + it->second + ")" : std::string()) +
+                         "; give its values once, comma-separated");
+    }
   }
   const std::string prefix = a.get("out", "sweep");
   if (prefix.empty() || prefix.back() == '/')

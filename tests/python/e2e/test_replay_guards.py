@@ -266,6 +266,12 @@ def test_sweep_refuses_a_key_given_twice_and_an_unwritable_output_before_replayi
     res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,2TB/s",
                   "--set", "memory.bandwidth=3TB/s,4TB/s", "--out", tmp_path / "s", "--no-plot")
     assert res.returncode == 2 and "memory.bandwidth is given twice" in res.stderr, res.stderr
+    # under its full path it is the same key (the fixed value was dropped before)
+    res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,2TB/s",
+                  "--set", "device.memory.bandwidth=3TB/s", "--out", tmp_path / "s", "--no-plot")
+    assert res.returncode == 2 and "device.memory.bandwidth is given twice (as memory.bandwidth)" in res.stderr, \
+        res.stderr
+    assert not list(tmp_path.glob("s*"))
     t = time.monotonic()
     res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=1TB/s,2TB/s",
                   "--out", "/nonexistent/dir/s", "--no-plot")
