@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <iostream>
 
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
@@ -34,8 +35,14 @@ const std::vector<FlagSpec> kFlags = {
     {"help", false, false, "this help"},
 };
 
-// An output that cannot be written is a usage error (exit status 2), naming the file.
+// An output that cannot be written is a usage error (exit status 2), naming the file; "-"
+// is standard output.
 void writeFile(const std::string& out, const std::function<void(std::ostream&)>& write) {
+  if (out == "-") {
+    write(std::cout);
+    std::cout.flush();
+    return;
+  }
   try {
     timeline::writeOutputFile(out, write);
   } catch (const std::runtime_error& e) {
@@ -63,7 +70,9 @@ int runExport(const std::vector<std::string>& argv) {
   if (a.has("chakra") && (prefix.empty() || prefix.back() == '/'))
     throw UsageError("cardsim export: --chakra needs a file name prefix (PREFIX.<rank>.et), got '" + prefix + "'");
   // Both outputs are checked before either is written: a failure leaves nothing behind.
-  if (a.has("perfetto"))
+  // With the timeline on standard output, what was written is said on standard error.
+  FILE* said = out == "-" ? stderr : stdout;
+  if (a.has("perfetto") && out != "-")
     if (const std::string why = unwritableReason(out); !why.empty())
       throw UsageError("cardsim export: --perfetto " + out + ": cannot write there: " + why);
   if (a.has("chakra"))
@@ -78,7 +87,7 @@ int runExport(const std::vector<std::string>& argv) {
       } catch (const std::runtime_error& e) {
         throw UsageError(std::string("cardsim export: ") + e.what());
       }
-      std::printf("wrote %s ... %s: %llu nodes (%llu compute, %llu collective, %llu send/recv, %llu event markers), "
+      std::fprintf(said, "wrote %s ... %s: %llu nodes (%llu compute, %llu collective, %llu send/recv, %llu event markers), "
                   "%llu dependencies, %llu process groups\n",
                   c.files.front().c_str(), c.files.back().c_str(), static_cast<unsigned long long>(c.nodes),
                   static_cast<unsigned long long>(c.compute_nodes), static_cast<unsigned long long>(c.collective_nodes),
@@ -86,7 +95,7 @@ int runExport(const std::vector<std::string>& argv) {
                   static_cast<unsigned long long>(c.marker_nodes), static_cast<unsigned long long>(c.dependencies),
                   static_cast<unsigned long long>(c.groups));
       if (c.pretimed_steps)
-        std::printf("note: %llu communication step(s) timed by their caller, of no Chakra collective type, are "
+        std::fprintf(said, "note: %llu communication step(s) timed by their caller, of no Chakra collective type, are "
                     "COMP_NODEs of their recorded duration\n",
                     static_cast<unsigned long long>(c.pretimed_steps));
       if (!a.has("perfetto")) return 0;
@@ -96,33 +105,33 @@ int runExport(const std::vector<std::string>& argv) {
     timeline::PerfettoWriter writer(run);
     writer.setLinkLoads(fabricLinkLoads(run, &no_links));
     writeFile(out, [&](std::ostream& f) { s = writer.write(f); });
-    std::printf("wrote %s: %llu device commands and %llu host calls on %llu tracks, %llu flows, %llu memory samples\n",
-                out.c_str(), static_cast<unsigned long long>(s.device_slices),
+    std::fprintf(said, "wrote %s: %llu device commands and %llu host calls on %llu tracks, %llu flows, %llu memory samples\n",
+                out == "-" ? "standard output" : out.c_str(), static_cast<unsigned long long>(s.device_slices),
                 static_cast<unsigned long long>(s.host_slices), static_cast<unsigned long long>(s.tracks),
                 static_cast<unsigned long long>(s.flows), static_cast<unsigned long long>(s.memory_samples));
     if (s.link_counters)
-      std::printf("fabric links: %llu utilization counters, %llu samples (the recording's collectives timed again by "
+      std::fprintf(said, "fabric links: %llu utilization counters, %llu samples (the recording's collectives timed again by "
                   "its fabric model)\n",
                   static_cast<unsigned long long>(s.link_counters), static_cast<unsigned long long>(s.link_samples));
     // What the timeline cannot show, so that a missing arrow or counter step is explained.
     if (s.overflow_tracks)
-      std::printf("note: %llu overflow track(s) hold device commands that overlapped others on their stream\n",
+      std::fprintf(said, "note: %llu overflow track(s) hold device commands that overlapped others on their stream\n",
                   static_cast<unsigned long long>(s.overflow_tracks));
     if (run.uncorrelatedCommands())
-      std::printf("note: %llu device command(s) not tied to a recorded call have no submit arrow\n",
+      std::fprintf(said, "note: %llu device command(s) not tied to a recorded call have no submit arrow\n",
                   static_cast<unsigned long long>(run.uncorrelatedCommands()));
     if (run.repairedCollectiveCalls())
-      std::printf("note: %llu collective command(s) tied to their collective call by order: the trace ties them "
+      std::fprintf(said, "note: %llu collective command(s) tied to their collective call by order: the trace ties them "
                   "to the call running when their stream reached them (args.recorded_call)\n",
                   static_cast<unsigned long long>(run.repairedCollectiveCalls()));
     if (run.waitsWithoutRecord())
-      std::printf("note: %llu event wait(s) on an event recorded before the trace began have no arrow\n",
+      std::fprintf(said, "note: %llu event wait(s) on an event recorded before the trace began have no arrow\n",
                   static_cast<unsigned long long>(run.waitsWithoutRecord()));
     if (run.unpairedCollectives())
-      std::printf("note: %llu collective(s) have members on ranks whose files are not in %s\n",
+      std::fprintf(said, "note: %llu collective(s) have members on ranks whose files are not in %s\n",
                   static_cast<unsigned long long>(run.unpairedCollectives()), path.c_str());
     if (run.unmatchedFrees())
-      std::printf("note: %llu free(s) of memory allocated before the trace began are not in the memory counters\n",
+      std::fprintf(said, "note: %llu free(s) of memory allocated before the trace began are not in the memory counters\n",
                   static_cast<unsigned long long>(run.unmatchedFrees()));
     return 0;
   } catch (const trace::TraceError& e) {

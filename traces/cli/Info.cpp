@@ -198,6 +198,8 @@ int runInfo(const std::vector<std::string>& argv) {
   if (a.positional().size() != 1)
     throw UsageError("cardsim info: expected one PATH (a trace directory or a rank" +
                      std::string(trace::kFileExtension) + " file), got " + std::to_string(a.positional().size()));
+  if (a.has("json") && a.has("records"))
+    throw UsageError("cardsim info: --records prints the records as text, --json one JSON object: give one of them");
   try {
     return run(a.positional()[0], a.has("json"), a.has("records"));
   } catch (const trace::TraceError& e) {

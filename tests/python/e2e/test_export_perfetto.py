@@ -489,6 +489,15 @@ def test_output_and_usage_errors(tmp_path):
     res = cardsim("export", "--perfetto", tmp_path / "x.json")
     assert res.returncode == 2 and "PATH" in res.stderr
     assert cardsim("export", "--help").returncode == 0
+    # "-": the timeline on standard output, what was written said on standard error (it
+    # wrote a file named "-" before)
+    res = subprocess.run([CARDSIM, "export", str(trace), "--perfetto", "-"], capture_output=True, text=True,
+                         cwd=str(tmp_path), timeout=120)
+    assert res.returncode == 0 and json.loads(res.stdout)["traceEvents"], res.stderr
+    assert "wrote standard output:" in res.stderr and not (tmp_path / "-").exists()
+    # info: the records as text and one JSON object do not mix on one output
+    res = cardsim("info", trace, "--json", "--records")
+    assert res.returncode == 2 and "give one of them" in res.stderr and res.stdout == "", res.stderr
 
 
 def test_the_summary_counts_memory_and_link_samples_apart(tmp_path):
