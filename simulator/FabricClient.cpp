@@ -407,6 +407,7 @@ std::string arriveFrame(const FabricClient::Collective& c, uint64_t id, bool eag
   if (c.device >= 0) a->set_device(static_cast<uint32_t>(c.device));
   a->set_dtype(c.dtype);
   a->set_reduce_op(c.reduce_op);
+  a->set_refused(c.refused);
   return wire::frame(m.SerializeAsString());
 }
 }  // namespace

@@ -58,6 +58,8 @@ class FabricClient {
     int device = -1;
     // A reduction's element type and operation, checked against the other members'.
     std::string dtype, reduce_op;
+    // Why this member cannot run it (empty: it runs): the server fails it on every member.
+    std::string refused;
   };
   // An earlier answer's new end (the server's Revise).
   struct Revision {

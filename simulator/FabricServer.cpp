@@ -219,6 +219,9 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
     sealed = std::max(sealed, a.sealed_ps());
     job.refresh(s.rank);
   }
+  if (!a.refused().empty())   // its other members would wait for transfers it never starts
+    return failPending(job, key, "the ranks disagree: rank " + std::to_string(s.rank) + " cannot run it (" +
+                                     a.refused().substr(0, 300) + ")");
   if (p.arrived.size() == p.ranks.size() && p.p2p) {
     // Timed alone and answered at once: its answer depends on the two arrivals only, and
     // the receiver should not wait for a settle of collectives it has no part in.

@@ -9,7 +9,7 @@ namespace cardsim::sim::wire {
 
 constexpr uint32_t kProtocolVersion = 9;   // 2: Park; 3: Arrive.eager (point to point); 4: Traffic; 5: Revise;
                                            // 6: Arrive.launched_ps; 7: Arrive.send_bytes, .recv_bytes, .device;
-                                           // 8: AskGone / Gone; 9: Arrive.dtype, .reduce_op
+                                           // 8: AskGone / Gone; 9: Arrive.dtype, .reduce_op, .refused
 // Far above any real message (an Arrive of a 100k-rank group is ~600 KB): a larger length
 // is garbage on the socket, not a message.
 constexpr uint32_t kMaxFrameBytes = 4u << 20;

@@ -396,12 +396,13 @@ PYBIND11_MODULE(_C, m) {
   // every member; `group` keys the process group's sequence of collectives. `p2p` (1 send,
   // 2 receive) joins the two sides of a send_recv by `tag`; `posted`, a receive's event
   // recorded when it was posted; `send_bytes` and `recv_bytes`, an uneven all_to_all's bytes
-  // to and from each member; `reduce_op`, a reduction's ("sum"; see shim CollectiveDesc).
+  // to and from each member; `reduce_op`, a reduction's ("sum"); `refused`, why this member
+  // cannot run it (see shim CollectiveDesc).
   m.def("_launch_collective", [](int64_t d, const std::string& op, double bytes, const std::vector<int>& ranks,
                                  int root, int peer, const std::string& group, double timeout_s,
                                  const std::string& dtype, int p2p, int tag, uintptr_t posted,
                                  const std::vector<double>& send_bytes, const std::vector<double>& recv_bytes,
-                                 const std::string& reduce_op) {
+                                 const std::string& reduce_op, const std::string& refused) {
     const c10::DeviceIndex dev = resolve(d);
     shim::CollectiveDesc desc;
     desc.op = op;
@@ -413,6 +414,7 @@ PYBIND11_MODULE(_C, m) {
     desc.timeout_s = timeout_s;
     desc.dtype = dtype;
     desc.reduce_op = reduce_op;
+    desc.refused = refused;
     TORCH_CHECK(p2p >= 0 && p2p <= 2, "_launch_collective: p2p must be 0 (none), 1 (send) or 2 (receive), got ", p2p);
     desc.p2p = static_cast<shim::CollectiveDesc::PointToPoint>(p2p);
     desc.tag = tag;
@@ -432,7 +434,7 @@ PYBIND11_MODULE(_C, m) {
      py::arg("peer") = 1, py::arg("group") = "", py::arg("timeout_s") = 0.0, py::arg("dtype") = "",
      py::arg("p2p") = 0, py::arg("tag") = 0, py::arg("posted") = 0,
      py::arg("send_bytes") = std::vector<double>{}, py::arg("recv_bytes") = std::vector<double>{},
-     py::arg("reduce_op") = "");
+     py::arg("reduce_op") = "", py::arg("refused") = "");
   // Where a receive is posted: a marker on the device's current stream that the runtime
   // records for itself (no host time), its handle for _launch_collective's `posted`.
   m.def("_posting_marker", [](int64_t d) {

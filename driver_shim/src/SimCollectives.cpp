@@ -334,6 +334,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     c.send_bytes = desc.send_bytes;
     c.recv_bytes = desc.recv_bytes;
     c.device = fabricDeviceOf(*client, s->device);
+    c.refused = desc.refused;
     if (op == fabric::CollectiveOp::AllReduce || op == fabric::CollectiveOp::Reduce ||
         op == fabric::CollectiveOp::ReduceScatter) {   // what moves bytes may reinterpret them
       c.dtype = desc.dtype;

@@ -374,6 +374,28 @@ TEST(FabricServer, AReductionsMembersMustAgreeOnItsTypeAndOperation) {
   EXPECT_EQ(end1, f.get());
 }
 
+TEST(FabricServer, AMemberThatCannotRunItFailsItOnEveryMemberAtOnce) {
+  // Its library refused the call on it alone (an output of the wrong size): the others would
+  // wait for transfers it never starts. Whichever arrives first, every member is told why.
+  for (bool refuser_first : {false, true}) {
+    Fixture fx;
+    auto c0 = fx.client(0, 3), c1 = fx.client(1, 3), c2 = fx.client(2, 3);
+    const std::vector<int> ranks = {0, 1, 2};
+    auto ok = allReduce(ranks, 0, 4096, 60), refused = ok;
+    refused.refused = "invalid tensor size";
+    auto first = std::async(std::launch::async, [&] {
+      return errorOf([&] { refuser_first ? c1->collective(refused) : c0->collective(ok); });
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string second = errorOf([&] { refuser_first ? c0->collective(ok) : c1->collective(refused); });
+    const std::string third = errorOf([&] { c2->collective(ok); });   // after the failure: told at once
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    for (const std::string& e : {first.get(), second, third})
+      EXPECT_NE(e.find("the ranks disagree: rank 1 cannot run it (invalid tensor size)"), std::string::npos) << e;
+  }
+}
+
 TEST(FabricServer, AMemberArrivingAfterTheOthersDisagreedGetsTheirErrorAtOnce) {
   // Rank 0 calls an all_reduce, ranks 1 and 2 a broadcast: the first two to meet fail; the
   // third, arriving after, is told the same at once, not after the group's timeout.

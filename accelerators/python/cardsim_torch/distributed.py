@@ -280,7 +280,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
             work = start()
         except Exception as refused:
             try:
-                self._charge(kind, tensors, **charge)
+                self._charge(kind, tensors, refused=f"{type(refused).__name__}: {refused}".splitlines()[0], **charge)
             except dist.DistBackendError as named:
                 raise named from refused
             raise
@@ -288,7 +288,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         return work
 
     def _charge(self, kind: str, tensors, root: int = 0, peer: int = 1, ranks=None, p2p: int = 0,
-                tag: int = 0, posted=None, send=None, recv=None, op=None) -> None:
+                tag: int = 0, posted=None, send=None, recv=None, op=None, refused: str = "") -> None:
         """Queues the collective's fabric time on the device's current stream. `tensors`
         carry nccl-tests' size for `kind` (see shim CollectiveDesc); `root` and `peer` are
         group ranks; `p2p` (1 send, 2 receive), `tag` and `posted` (the receive's event)
@@ -311,17 +311,18 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         self._timed(dev[0].device.index, _FABRIC_OP[kind], float(nbytes),
                     self._ranks if ranks is None else ranks, root, peer, str(dev[0].dtype).removeprefix("torch."),
                     p2p, tag, 0 if posted is None else posted.event_id, send, recv,
-                    "" if op is None else _op_name(op).lower())
+                    "" if op is None else _op_name(op).lower(), refused)
 
     def _timed(self, device: int, op: str, nbytes: float, ranks, root: int, peer: int, dtype: str = "",
-               p2p: int = 0, tag: int = 0, posted: int = 0, send=None, recv=None, reduce_op: str = "") -> None:
+               p2p: int = 0, tag: int = 0, posted: int = 0, send=None, recv=None, reduce_op: str = "",
+               refused: str = "") -> None:
         self._reported = True
         self._last = (op, list(ranks))
         if self._used_device is None:
             self._used_device = device
         try:
             self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
-                         p2p, tag, posted, send or (), recv or (), reduce_op)
+                         p2p, tag, posted, send or (), recv or (), reduce_op, refused)
         except dist.DistBackendError as e:
             if "the ranks disagree" in str(e) and op not in ("all_to_all", "send_recv", "barrier"):
                 # Gloo had started it (all_to_all and point to point are reported first).

@@ -271,6 +271,8 @@ struct CollectiveDesc {
   std::string reduce_op;       // a reduction's operation ("sum", "max"); empty: none or unknown.
                                // With a fabric server, members of a reduction that disagree on
                                // it or on dtype fail it on every member, named
+  std::string refused;         // why this member cannot run it (its library refused the call
+                               // here alone); with a fabric server it fails on every member
   // all_to_all with uneven splits: the bytes this rank sends each member, in group order
   // (its own entry stays on its card; `bytes` is their sum). Empty: bytes / members to
   // each. With a fabric server the members' sends make the exchange's matrix; timed alone,

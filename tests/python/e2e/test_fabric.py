@@ -260,9 +260,10 @@ elif scenario in ("kill_mid_transfer", "hang_mid_transfer"):
         time.sleep(1)   # the server rank 0 hosts stays up while the other survivor asks it
 elif scenario == "refused_by_one":
     # Rank 1 gives all_gather_into_tensor an output of the wrong size, which Gloo refuses on
-    # rank 1 alone before any byte moves: reported all the same, the members' sizes differ,
-    # and both fail naming them; the group, whose Gloo transfers are now out of step, then
-    # refuses collectives at once (no timeout, no abort); a new group works.
+    # rank 1 alone before any byte moves: reported all the same (as refused, with Gloo's
+    # words), and both fail naming it; the group, whose Gloo transfers are now out of step,
+    # then refuses collectives at once (no timeout, no abort); a new group works. Then an
+    # input that does not fit the (agreed) outputs: refused on rank 1 alone, failed on both.
     x = torch.ones(10, device=d)
     try:
         dist.all_gather_into_tensor(torch.empty(7 if rank == 1 else 20, device=d), x)
@@ -280,6 +281,13 @@ elif scenario == "refused_by_one":
     y = torch.ones(4, device=d)
     dist.all_reduce(y, group=fresh)
     out["fresh"] = y.cpu().tolist()
+    t0 = time.monotonic()
+    try:
+        dist.all_gather([torch.zeros(4, device=d) for _ in range(2)], torch.ones(4 + rank, device=d), group=fresh)
+        out["input_misfit"] = None
+    except Exception as e:
+        out["input_misfit"] = f"{type(e).__name__}: {e}"
+    out["input_misfit_s"] = time.monotonic() - t0
 elif scenario == "reduction_disagrees":
     # The same bytes reduced as another type, then with another operation: Gloo would sum
     # garbage without a word; the fabric server names both sides, and each group is then
@@ -854,10 +862,16 @@ def test_a_call_gloo_refuses_on_one_member_fails_every_member_and_the_group_says
         assert res[r], errs[r]
         first, nxt = res[r]["first"], res[r]["next"]
         assert first and "the ranks disagree" in first and "all_gather #0 of process group [0, 1]" in first, first
-        assert "28 bytes" in first and "80 bytes" in first, first
+        # the sizes (rank 0 arrived first), or why rank 1 could not run it (it arrived first)
+        assert ("28 bytes" in first and "80 bytes" in first) or \
+            ("rank 1 cannot run it" in first and "invalid tensor size" in first), first
         assert nxt and "process group [0, 1] is unusable" in nxt and "create a new group" in nxt, nxt
         assert res[r]["next_s"] < 5, res[r]
         assert res[r]["fresh"] == [2.0] * 4, res[r]
+        # every member fails at once (the others waited out the group's timeout before)
+        e = res[r]["input_misfit"]
+        assert e and "rank 1 cannot run it" in e and "all_gather #1 of process group [0, 1]" in e, e
+        assert res[r]["input_misfit_s"] < 5, res[r]
 
 
 def test_a_reductions_members_that_disagree_on_its_dtype_or_op_fail_naming_both(tmp_path):
