@@ -211,7 +211,18 @@ void RankReplayer::standIns(const trace::Envelope& e) {
 }
 
 void RankReplayer::alignClock(const trace::Envelope& e) {
-  const int64_t target = static_cast<int64_t>(e.host_begin_ps()) + drift_ps_[e.thread()];
+  const uint32_t t = e.thread();
+  if (last_thread_ && *last_thread_ != t) {
+    // A thread idle since before the other's latest call began (or new) was waiting on that
+    // thread (the autograd engine's thread handed a backward pass by the main thread, the
+    // main thread resuming when it is done, a worker started): it goes on as far ahead of or
+    // behind the recording as that thread is. Without it, on a faster what-if the thread
+    // handed the work would start it at its recorded time and everything after would wait.
+    const auto mine = spans_.find(t);
+    const Span& other = spans_[*last_thread_];
+    if (mine == spans_.end() || mine->second.end_ps <= other.begin_ps) drift_ps_[t] = drift_ps_[*last_thread_];
+  }
+  const int64_t target = static_cast<int64_t>(e.host_begin_ps()) + drift_ps_[t];
   uint64_t now = 0;
   (void)shim::hostTimePs(&now);
   if (target > static_cast<int64_t>(now)) (void)shim::hostClockJoin(static_cast<uint64_t>(target));
@@ -234,6 +245,8 @@ void RankReplayer::noteClock(const trace::Envelope& e) {
   uint64_t now = 0;
   (void)shim::hostTimePs(&now);
   drift_ps_[e.thread()] = static_cast<int64_t>(now) - static_cast<int64_t>(e.host_end_ps());
+  spans_[e.thread()] = Span{e.host_begin_ps(), e.host_end_ps()};
+  last_thread_ = e.thread();
 }
 
 void RankReplayer::run() {

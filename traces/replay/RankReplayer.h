@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -98,6 +99,11 @@ class RankReplayer {
   std::unique_ptr<HostRegion> pageable_;           // stand-in for the program's own buffers
   std::unique_ptr<HostRegion> pinned_;             // ... and for its pinned ones from before the recording
   std::map<uint32_t, int64_t> drift_ps_;            // per recorded thread: replay - recording
+  struct Span {
+    uint64_t begin_ps = 0, end_ps = 0;
+  };
+  std::map<uint32_t, Span> spans_;                  // per recorded thread: its latest call, as recorded
+  std::optional<uint32_t> last_thread_;             // the thread of the latest call replayed
   uint64_t calls_ = 0;
   uint64_t record_ = 0;
   // The calling thread's current device as this replayer last set it (-1: ask the runtime):

@@ -722,3 +722,33 @@ def test_fewer_ranks_than_a_transfer_or_group_names_are_refused_alike(tmp_path):
         in res.stderr and "replicate to 3 ranks or more" in res.stderr, res.stderr
     res = cardsim("replay", trace / "rank1.cstrace", "--ranks", "8")
     assert res.returncode == 0, res.stderr
+
+
+TRAIN_STEPS = r'''
+import torch, torch_mlu
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)).to("mlu")
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(256, 256, device="mlu")
+for _ in range(2):
+    loss = model(x).square().mean()
+    loss.backward()          # on the autograd engine's thread for the card
+    opt.step(); opt.zero_grad()
+    loss.item()
+torch.mlu.synchronize()
+'''
+
+
+def test_a_what_if_moves_the_backward_thread_with_the_thread_that_handed_it_the_work(tmp_path):
+    # Recorded on a slow card and replayed on the preset, a training step takes what it takes
+    # recorded on the preset, exactly: the backward pass's thread goes on from where the
+    # main thread handed it the work (its calls kept their recorded times before)
+    slow = tmp_path / "slow.textproto"
+    slow.write_text('memory.bandwidth = 100 GB/s\ncompute.peak.fp32 = 4 TFLOPS\n')
+    on_slow = record(tmp_path, "on_slow", TRAIN_STEPS, extra={"CARDSIM_CONFIG": str(slow)})
+    on_preset = record(tmp_path, "on_preset", TRAIN_STEPS)
+    threads = cardsim("info", on_preset, "--records").stdout
+    assert "thread: 1" in threads, threads[:2000]            # the backward ran on a thread of its own
+    assert total_us(cardsim("replay", on_slow, "--preset", "mlu370-x8")) == \
+        pytest.approx(recorded_total_us(on_preset), abs=1e-3)
+    assert total_us(cardsim("replay", on_preset, "--set", "memory.bandwidth=100 GB/s",
+                            "--set", "compute.peak.fp32=4 TFLOPS")) == pytest.approx(recorded_total_us(on_slow), abs=1e-3)
