@@ -88,6 +88,10 @@ const char* dimensionExample(Dimension d) {
   return "?";
 }
 
+namespace {
+constexpr double kMaxTimeSeconds = 1e6;
+}  // namespace
+
 std::optional<double> parseQuantity(const std::string& raw, Dimension d, std::string* why) {
   const std::string text = trim(raw);
   auto fail = [&](const std::string& msg) -> std::optional<double> {
@@ -138,7 +142,13 @@ std::optional<double> parseQuantity(const std::string& raw, Dimension d, std::st
   if (unit.empty())
     return fail("\"" + text + "\" has no unit of " + std::string(dimensionName(d)));
   for (const UnitDef& u : unitsFor(d)) {
-    if (unit == u.symbol) return number * u.scale;
+    if (unit != u.symbol) continue;
+    const double value = number * u.scale;
+    // Simulated time ends at 2^63 ps (about 107 days): a duration near it would wrap, and
+    // no card's figure comes close. (A smaller one that overflows is a TimeOverflow.)
+    if (d == Dimension::Time && value > kMaxTimeSeconds)
+      return fail("\"" + text + "\" is over 1e6 s (simulated time ends at 2^63 ps, about 107 days)");
+    return value;
   }
   std::string valid;
   for (const UnitDef& u : unitsFor(d)) valid += (valid.empty() ? "" : ", ") + std::string(u.symbol);

@@ -332,6 +332,13 @@ TEST(ParseQuantityRate, PerSecondPrefixes) {
   EXPECT_STREQ(dimensionName(Dimension::Rate), "rate");
 }
 
+TEST(ParseQuantityErrors, ATimeNearTheEndOfSimulatedTimeIsRefused) {
+  // 2^63 ps is about 107 days: a latency of 1e9 s wrapped into a time shorter than none.
+  EXPECT_DOUBLE_EQ(ok("1000000 s", Dimension::Time), 1e6);
+  EXPECT_TRUE(contains(err("1e9 s", Dimension::Time), "\"1e9 s\" is over 1e6 s"));
+  EXPECT_TRUE(contains(err("1000001 s", Dimension::Time), "2^63 ps"));
+}
+
 TEST(ParseQuantityErrors, NullWhyIsAllowed) {
   EXPECT_FALSE(parseQuantity("abc", Dimension::Time, nullptr).has_value());
   std::optional<double> v = parseQuantity("2 us", Dimension::Time, nullptr);
