@@ -270,10 +270,15 @@ void RankReplayer::run() {
           api == trace::ApiCall::CLOCK_JOIN)
         continue;   // the replay keeps each thread's clock itself
     }
-    standIns(e);   // before the call's time: their set-up is no part of the program's calls
-    alignClock(e);
-    replay(e);
-    noteClock(e);
+    try {
+      standIns(e);   // before the call's time: their set-up is no part of the program's calls
+      alignClock(e);
+      replay(e);
+      noteClock(e);
+    } catch (const std::overflow_error& x) {   // simulated time's end, met outside a shim call's status
+      throw WhatIfError(path_ + ": record " + std::to_string(record_) + " (call " + std::to_string(e.call()) +
+                        "): the what-if cannot replay it: " + x.what());
+    }
     ++calls_;
   }
 }

@@ -752,3 +752,24 @@ def test_a_what_if_moves_the_backward_thread_with_the_thread_that_handed_it_the_
         pytest.approx(recorded_total_us(on_preset), abs=1e-3)
     assert total_us(cardsim("replay", on_preset, "--set", "memory.bandwidth=100 GB/s",
                             "--set", "compute.peak.fp32=4 TFLOPS")) == pytest.approx(recorded_total_us(on_slow), abs=1e-3)
+
+
+KERNEL_THEN_ALL_REDUCE = r'''
+import torch, torch_mlu, torch.distributed as dist
+dist.init_process_group("cncl")
+torch.mlu.set_device(0)
+x = torch.ones(65536, device="mlu") * 2
+dist.all_reduce(x)
+torch.mlu.synchronize()
+dist.destroy_process_group()
+'''
+
+
+def test_a_what_if_past_the_end_of_simulated_time_names_the_record_in_a_joined_replay(tmp_path):
+    # the collective meets the overflow while reaching its stream's work (outside a shim
+    # call's status): still the what-if's fault, exit status 2, file and record named
+    trace = record(tmp_path, "kar", KERNEL_THEN_ALL_REDUCE, world=2)
+    res = cardsim("replay", trace, "--set", "memory.bandwidth=1e-30 TB/s")
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert "rank0.cstrace: record " in res.stderr and "the what-if cannot replay it" in res.stderr and \
+        "simulated time overflow" in res.stderr, res.stderr
