@@ -640,12 +640,16 @@ ChakraImport importChakra(const std::string& path, const std::string& out_dir) {
   }
   // A PREFIX stands for the whole job, as a trace directory does: every rank's file is there
   // (one .et file given alone is one rank standing for the job).
-  if (!one_file && !(replicated && files.size() == 1) && static_cast<int>(files.size()) < out.world_size)
-    throw TraceError(prefix + "." + std::to_string(files.size()) + ".et: missing (the job has " +
-                     std::to_string(out.world_size) + " ranks by " + world_from + "; " +
-                     (files.size() == 1 ? "only " + prefix + ".0.et is"
-                                        : prefix + ".0.et to ." + std::to_string(files.size() - 1) + ".et are") +
-                     " here); replay one .et file alone to let that rank stand for the job");
+  if (!one_file && !(replicated && files.size() == 1) && static_cast<int>(files.size()) < out.world_size) {
+    int missing = 0;
+    while (files.count(missing)) ++missing;
+    std::string here;   // every rank's file present, past the gap too
+    for (int r = 0; r < std::min(out.world_size, kMaxDevices); ++r)
+      if (isFile(prefix + "." + std::to_string(r) + ".et")) here += (here.empty() ? "" : ", ") + std::to_string(r);
+    throw TraceError(prefix + "." + std::to_string(missing) + ".et: missing (the job has " +
+                     std::to_string(out.world_size) + " ranks by " + world_from + "; the files of rank(s) " + here +
+                     " are here); replay one .et file alone to let that rank stand for the job");
+  }
   // A whole job's sends and receives pair up (source, destination, tag, size), else the
   // replay would wait for a side that never comes.
   if (static_cast<int>(files.size()) == out.world_size) {

@@ -549,7 +549,8 @@ def test_a_chakra_prefix_missing_a_rank_file_is_refused_and_one_file_stands_for_
     pathlib.Path(f"{prefix}.1.et").unlink()
     res = cardsim("replay", prefix)
     assert res.returncode == 2, res.stderr
-    assert f"{prefix}.1.et: missing (the job has 2 ranks" in res.stderr and "only" in res.stderr, res.stderr
+    assert f"{prefix}.1.et: missing (the job has 2 ranks" in res.stderr and "rank(s) 0 are here" in res.stderr, \
+        res.stderr
     res = cardsim("replay", f"{prefix}.0.et")
     assert res.returncode == 0 and "rank 0 replicated to 2 ranks" in res.stdout, res.stderr
 
