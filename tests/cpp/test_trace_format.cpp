@@ -225,6 +225,23 @@ TEST(TraceFormat, NewerMajorVersionIsRefusedNamingFileAndVersions) {
   std::remove(path.c_str());
 }
 
+TEST(TraceFormat, AHeaderWithoutAFormatVersionIsRefused) {
+  // format_major 0 is no field on the wire: a header a cardsim writer never made.
+  const std::string path = tempPath("unversioned");
+  trace::Envelope e;
+  e.mutable_header()->set_format_minor(3);
+  e.mutable_header()->set_preset("mlu370-x8");
+  std::string body = e.SerializeAsString();
+  std::string bytes(trace::kMagic, trace::kMagicSize);
+  bytes += static_cast<char>(body.size());
+  bytes += body;
+  writeAll(path, bytes);
+  const std::string err = readError(path);
+  EXPECT_NE(err.find(path), std::string::npos) << err;
+  EXPECT_NE(err.find("no trace format version"), std::string::npos) << err;
+  std::remove(path.c_str());
+}
+
 TEST(TraceFormat, NewerMinorVersionReads) {
   const std::string path = tempPath("minor");
   trace::Envelope e;

@@ -166,7 +166,15 @@ std::map<int, std::string> traceRankFiles(const std::string& path, std::map<int,
   if (!d) throw trace::TraceError(path + ": cannot open the directory");
   while (dirent* ent = ::readdir(d)) {
     int rank = 0;
-    if (isRankFileName(ent->d_name, &rank)) out[rank] = path + "/" + ent->d_name;
+    if (!isRankFileName(ent->d_name, &rank)) continue;
+    // rank1 and rank01 are one rank: which of them a reader took would depend on readdir.
+    if (auto [it, fresh] = out.emplace(rank, path + "/" + ent->d_name); !fresh) {
+      const std::string other = it->second;
+      ::closedir(d);
+      throw trace::TraceError(path + ": two files for rank " + std::to_string(rank) + ": " +
+                              other.substr(path.size() + 1) + " and " + ent->d_name +
+                              " (a directory holds one file per rank, rank<N>" + trace::kFileExtension + ")");
+    }
   }
   ::closedir(d);
   if (out.empty()) throw trace::TraceError(path + ": no rank files (rank<N>" + trace::kFileExtension + ") in the directory");

@@ -159,6 +159,9 @@ void TraceReader::open() {
   if (!readRecord(&first)) throw TraceError(path + ": truncated: the file ends after the magic, before the header");
   if (first.record_case() != Envelope::kHeader) throw TraceError(path + ": corrupt: record #0 is not the header");
   header_ = first.header();
+  // Every cardsim writes major 1 or later: a header without one was not written by it.
+  if (header_.format_major() == 0)
+    throw TraceError(path + ": corrupt: the header names no trace format version (format_major 0)");
   if (header_.format_major() > kFormatMajor)
     throw TraceError(path + ": trace format " + std::to_string(header_.format_major()) + "." +
                      std::to_string(header_.format_minor()) + " is newer than this cardsim reads (" +

@@ -293,6 +293,16 @@ def test_missing_rank_file(tmp_path):
     assert_bad(tmp_path / "ranks", tmp_path / "ranks" / "rank2.cstrace", "missing", "world size 4")
 
 
+def test_two_files_of_one_rank_are_refused_naming_both(tmp_path):
+    """rank1 and rank01 name one rank: which one a reader took would depend on the
+    directory's order, so neither is taken."""
+    for r in (0, 1):
+        demo_trace(tmp_path, "dup", rank=r, world=2)
+    d = tmp_path / "dup"
+    (d / "rank01.cstrace").write_bytes((d / "rank1.cstrace").read_bytes())
+    assert_bad(d, d, "two files for rank 1", "rank1.cstrace", "rank01.cstrace")
+
+
 def test_empty_directory_and_missing_path(tmp_path):
     (tmp_path / "empty").mkdir()
     assert_bad(tmp_path / "empty", tmp_path / "empty", "no rank files")
