@@ -9,6 +9,16 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+_runtime = None   # the extension module, bound at first use (it loads after this module)
+
+
+def _c():
+    global _runtime
+    if _runtime is None:
+        from . import _C
+        _runtime = _C
+    return _runtime
+
 
 class DoneWork(dist._Work):
     """A collective finished on the host: wait() orders the caller's current stream after it
@@ -19,8 +29,7 @@ class DoneWork(dist._Work):
         super().__init__()
         self._result = result
         self._end = end
-        self._fut = torch.futures.Future()
-        self._fut.set_result(result)
+        self._fut = None   # made when asked for (most callers only wait)
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         if self._end is not None:
@@ -37,6 +46,9 @@ class DoneWork(dist._Work):
         return self._result
 
     def get_future(self):
+        if self._fut is None:
+            self._fut = torch.futures.Future()
+            self._fut.set_result(self._result)
         return self._fut
 
 
@@ -171,9 +183,9 @@ class RuntimeMarker:
     event's record costs the program a call it never made)."""
 
     def __init__(self, device: int):
-        from . import _C
-        self._destroy = _C._posting_marker_destroy
-        self.event_id = _C._posting_marker(device)
+        c = _c()
+        self._destroy = c._posting_marker_destroy
+        self.event_id = c._posting_marker(device)
 
     def __del__(self):
         try:
@@ -187,13 +199,15 @@ class CollectiveEnd:
     from another stream, makes that stream wait for it (as the vendor libraries' wait()
     does); waited on from the same stream, stream order has it already."""
 
-    def __init__(self, module, device: int):
-        from . import _C
-        self._module, self._device = module, device
-        self._stream_id = module.current_stream(device).stream_id
+    def __init__(self, device: int):
+        c = _c()
+        self._device = device
+        # (stream id, device, type) as the runtime gives it: no Stream object per collective.
+        self._current = c._current_stream
+        self._stream_id = self._current(device)[0]
         self._marker = RuntimeMarker(device)
-        self._wait_marker = _C._stream_wait_marker
+        self._wait_marker = c._stream_wait_marker
 
     def order_current_stream(self) -> None:
-        if self._module.current_stream(self._device).stream_id != self._stream_id:
+        if self._current(self._device)[0] != self._stream_id:
             self._wait_marker(self._device, self._marker.event_id)

@@ -71,9 +71,22 @@ _FABRIC_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_sc
               "all_to_all": "all_to_all", "send": "send_recv", "recv": "send_recv", "barrier": "barrier"}
 
 
+_OP_NAMES: dict = {}
+
+
 def _op_name(op) -> str:
-    """A ReduceOp's name ("SUM"; a ReduceOp object shows no name of its own)."""
-    return str(getattr(op, "op", op)).rsplit(".", 1)[-1]
+    """A ReduceOp's name ("SUM"; a ReduceOp object shows no name of its own). Asked on every
+    reduction: remembered per operation type."""
+    kind = getattr(op, "op", op)
+    try:
+        return _OP_NAMES[kind]
+    except (KeyError, TypeError):   # TypeError: an unhashable stand-in, named each time
+        name = str(kind).rsplit(".", 1)[-1]
+        try:
+            _OP_NAMES[kind] = name
+        except TypeError:
+            pass
+        return name
 
 
 class _AllOf:
@@ -330,7 +343,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                                   f"an earlier {op} that Gloo had started ({e}); create a new group")
             raise _broken(dist.DistBackendError(f"{self._name}: {e}")) from None
         if not p2p:
-            self._ended = _CollectiveEnd(getattr(torch, self._device_type), device)
+            self._ended = _CollectiveEnd(device)
 
     def _work(self, result):
         """The Work of a collective that finished on the host (see _CollectiveEnd)."""
