@@ -447,7 +447,9 @@ std::string named(const FabricClient::Collective& c, const std::string& why) {
 }
 }  // namespace
 
-FabricClient::Completion FabricClient::collective(const Collective& c) {
+FabricClient::Completion FabricClient::collective(const Collective& c) { return await(arrive(c), c); }
+
+uint64_t FabricClient::arrive(const Collective& c) {
   uint64_t id;
   {
     std::unique_lock<std::mutex> lock(impl_->mutex);
@@ -461,6 +463,10 @@ FabricClient::Completion FabricClient::collective(const Collective& c) {
     impl_->waiting.insert(id);
   }
   impl_->send(arriveFrame(c, id, false));
+  return id;
+}
+
+FabricClient::Completion FabricClient::await(uint64_t id, const Collective& c) {
   // The server enforces the timeout and names the missing ranks; this is the backstop for
   // a server that stopped answering. (Its timer started at the first member's arrival, no
   // later than this one's: its answer is due by then; the grace covers a loaded machine.)

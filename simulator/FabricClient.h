@@ -78,6 +78,10 @@ class FabricClient {
   };
   // Reports the arrival and blocks until the server completes (or fails) the collective.
   Completion collective(const Collective& c);
+  // collective() in two halves: arrive() reports the arrival and returns its ticket at once;
+  // await() blocks until that ticket's answer (each ticket awaited once, with its `c`).
+  uint64_t arrive(const Collective& c);
+  Completion await(uint64_t ticket, const Collective& c);
   // Reports the sending side of a point-to-point transfer (op "send_recv", ranks [source,
   // destination]) and returns at once: a send does not wait for its receiver, whose
   // collective() call completes at the later arrival plus the transfer. An error about it

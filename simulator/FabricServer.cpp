@@ -164,16 +164,17 @@ void FabricServer::Impl::onArrive(Session& s, const rpc::Arrive& a) {
                    differs(p.dtype, a.dtype()) || differs(p.reduce_op, a.reduce_op()))) {
     const int first = p.arrived.empty() ? -1 : p.arrived.begin()->first;
     // A reduction's type and operation are named where the members disagree on them.
-    const auto of = [&](const std::string& dtype, const std::string& rop) {
+    const auto of = [&](const std::string& dtype, const std::string& rop, uint32_t peer) {
       std::string s;
       if (differs(p.dtype, a.dtype())) s += dtype + ", ";
       if (differs(p.reduce_op, a.reduce_op())) s += rop + ", ";
+      if (p.peer != a.peer()) s += "peer " + std::to_string(peer) + ", ";
       return s;
     };
     char detail[384];
     std::snprintf(detail, sizeof detail, "rank %d called %s of %.0f bytes (%sroot %u, algorithm '%s') but rank %d %s of %.0f bytes (%sroot %u, algorithm '%s')",
-                  s.rank, a.op().c_str(), a.bytes(), of(a.dtype(), a.reduce_op()).c_str(), a.root(), a.algorithm().c_str(), first,
-                  p.op.c_str(), p.bytes, of(p.dtype, p.reduce_op).c_str(), p.root, p.algorithm.c_str());
+                  s.rank, a.op().c_str(), a.bytes(), of(a.dtype(), a.reduce_op(), a.peer()).c_str(), a.root(), a.algorithm().c_str(), first,
+                  p.op.c_str(), p.bytes, of(p.dtype, p.reduce_op, p.peer).c_str(), p.root, p.algorithm.c_str());
     error(what + ": the ranks disagree: " + detail);
     return failPending(job, key, "the ranks disagree: " + std::string(detail));
   }

@@ -204,6 +204,8 @@ void Simulator::moveCollectiveEnd(const std::string& group, uint64_t seq, TimePs
   impl_->ends.move({group, seq}, to);
 }
 TimePs Simulator::sealedPs() const { return impl_->ends.sealed(); }
+void Simulator::setBeforeRun(std::function<void()> fn) { impl_->before_run = std::move(fn); }
+bool Simulator::callerDriven() const { return impl_->caller_driven; }
 
 void Simulator::setRecording(bool on) { impl_->recording.store(on); }
 

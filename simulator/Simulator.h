@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -147,6 +148,12 @@ class Simulator {
   void moveCollectiveEnd(const std::string& group, uint64_t seq, TimePs to);
   // The simulation may have run to this time: ends at or before it are sealed.
   TimePs sealedPs() const;
+  // Called by the thread about to run the simulation, before it runs (outside every lock of
+  // the simulator's): collectives whose ends are not known yet (reported to the fabric server,
+  // unanswered) get them there. Only with the caller-driven driver (callerDriven()); set
+  // once, before such collectives exist.
+  void setBeforeRun(std::function<void()> fn);
+  bool callerDriven() const;
 
   // Timeline of completed commands, kept while recording is on.
   void setRecording(bool on);

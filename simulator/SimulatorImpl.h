@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -115,6 +116,7 @@ struct Simulator::Impl : model::ICompletionSink {
 
   // Answered collective ends a run stops at unless its requests need more (holdCollectiveEnd).
   CollectiveEndLedger ends;
+  std::function<void()> before_run;   // setBeforeRun: the driver calls it before each run
 
   std::atomic<bool> recording{false};
   std::mutex activity_mutex;

@@ -90,6 +90,10 @@ void Simulator::Impl::driveUntilIdle() {
       batch.swap(intake);
       deferred = std::exchange(deferred_horizon, 0);
     }
+    // After the batch is taken: a collective is pending before its command is submitted, so
+    // every unanswered one in the batch (or queued earlier) is answered before it runs. May
+    // block on the fabric server; no lock is held here.
+    if (before_run) before_run();
     simulate(batch, deferred);
   }
 }

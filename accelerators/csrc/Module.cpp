@@ -402,7 +402,7 @@ PYBIND11_MODULE(_C, m) {
                                  int root, int peer, const std::string& group, double timeout_s,
                                  const std::string& dtype, int p2p, int tag, uintptr_t posted,
                                  const std::vector<double>& send_bytes, const std::vector<double>& recv_bytes,
-                                 const std::string& reduce_op, const std::string& refused) {
+                                 const std::string& reduce_op, const std::string& refused, bool answer_later) {
     const c10::DeviceIndex dev = resolve(d);
     shim::CollectiveDesc desc;
     desc.op = op;
@@ -415,6 +415,7 @@ PYBIND11_MODULE(_C, m) {
     desc.dtype = dtype;
     desc.reduce_op = reduce_op;
     desc.refused = refused;
+    desc.answer_later = answer_later;
     TORCH_CHECK(p2p >= 0 && p2p <= 2, "_launch_collective: p2p must be 0 (none), 1 (send) or 2 (receive), got ", p2p);
     desc.p2p = static_cast<shim::CollectiveDesc::PointToPoint>(p2p);
     desc.tag = tag;
@@ -434,7 +435,17 @@ PYBIND11_MODULE(_C, m) {
      py::arg("peer") = 1, py::arg("group") = "", py::arg("timeout_s") = 0.0, py::arg("dtype") = "",
      py::arg("p2p") = 0, py::arg("tag") = 0, py::arg("posted") = 0,
      py::arg("send_bytes") = std::vector<double>{}, py::arg("recv_bytes") = std::vector<double>{},
-     py::arg("reduce_op") = "", py::arg("refused") = "");
+     py::arg("reduce_op") = "", py::arg("refused") = "", py::arg("answer_later") = false);
+  // Awaits the fabric server's answers to collectives launched with answer_later; raises
+  // with the server's words for one of this thread's that failed.
+  m.def("_fabric_settle", [](const std::string& op) {
+    shim::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = shim::fabricSettle();
+    }
+    throwIfFailed(st, op.c_str());
+  }, py::arg("op") = "collective");
   // Where a receive is posted: a marker on the device's current stream that the runtime
   // records for itself (no host time), its handle for _launch_collective's `posted`.
   m.def("_posting_marker", [](int64_t d) {

@@ -118,6 +118,7 @@ class IBackend {
     return Status(Code::NotSupported, "fabricGone: no fabric server");
   }
   virtual Status fabricDisconnect() { return Status::Ok(); }
+  virtual Status fabricSettle() { return Status::Ok(); }
 
   // The vendor's collective library (shim.h, Communicators); only the native backend has one.
   virtual Status commGetUniqueId(std::string*) { return noComm("commGetUniqueId"); }

@@ -400,6 +400,7 @@ Status fabricGone(const std::vector<int>& ranks, double timeout_s, std::vector<s
   CARDSIM_FORWARD(fabricGone(ranks, timeout_s, gone));
 }
 Status fabricDisconnect() { CARDSIM_FORWARD(fabricDisconnect()); }
+Status fabricSettle() { CARDSIM_FORWARD(fabricSettle()); }
 Status commGetUniqueId(std::string* id) { CARDSIM_FORWARD(commGetUniqueId(id)); }
 Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank) {
   CARDSIM_FORWARD(commInitRank(comm, nranks, id, rank));

@@ -18,6 +18,7 @@
 #include "CarriedData.h"
 #include "DeviceMemory.h"
 #include "HandlePool.h"
+#include "FabricAnswers.h"
 #include "simulator/FabricModel.h"
 #include "simulator/Simulator.h"
 
@@ -196,7 +197,10 @@ class SimBackend final : public IBackend {
       default_streams_.push_back(std::move(s));
     }
     next_queue_.assign(static_cast<size_t>(devices_), 0);
+    // Collectives answered later are settled before any run reaches them (FabricAnswers.h).
+    sim_.setBeforeRun([this] { settleFabricAnswers(); });
   }
+  ~SimBackend() override { sim_.setBeforeRun(nullptr); }
 
   const char* name() const override { return "sim"; }
 
@@ -288,12 +292,17 @@ class SimBackend final : public IBackend {
   Status fabricGone(const std::vector<int>& ranks, double timeout_s,
                     std::vector<std::pair<int, std::string>>* gone) override;
   Status fabricDisconnect() override;
+  Status fabricSettle() override;
 
  private:
   // A peer copy about to be submitted (not captured) on `s`: told to the job's fabric server, if any, so that
   // the collectives it times after it share the links with it (SimCollectives.cpp).
   void reportPeerCopy(StreamObject* s, int src_device, int dst_device, std::size_t bytes);
   bool fabric_revise_ = true;   // CARDSIM_FABRIC_REVISE (read at fabricConnect)
+  FabricAnswers answers_;       // collectives launched with answer_later, not yet answered
+  void settleFabricAnswers();
+  void applyAnswer(const sim::FabricClient::Collective& c, const std::shared_ptr<model::CollectiveEnd>& end,
+                   const sim::FabricClient::Completion& done);
   static Status collectiveStartsAtCall(bool* from_call);   // CARDSIM_COLL_START
   static DeviceId dev(int d) { return DeviceId{static_cast<uint32_t>(d)}; }
   static std::string hex(unsigned v) {

@@ -199,6 +199,37 @@ Status SimBackend::fabricGone(const std::vector<int>& ranks, double timeout_s,
   return Status::Ok();
 }
 
+void SimBackend::settleFabricAnswers() {
+  if (!answers_.any()) return;
+  sim::FabricClient* client = fabricClient();
+  if (!client) return;   // (pending ones need a client: none without one)
+  answers_.settleAll(*client, [&](const FabricAnswers::Pending& p, const sim::FabricClient::Completion& done) {
+    applyAnswer(p.collective, p.end, done);
+  });
+}
+
+// The server's answer to `c`: its command's end and the earlier ends it moved. Until the
+// simulation passes it, a later answer may move this one's end (and may have moved earlier
+// ones: applied before this rank's simulation goes on).
+void SimBackend::applyAnswer(const sim::FabricClient::Collective& c, const std::shared_ptr<model::CollectiveEnd>& end,
+                             const sim::FabricClient::Completion& done) {
+  end->end_ps.store(done.end_ps);
+  if (fabric_revise_) {
+    for (const auto& r : done.revised) sim_.moveCollectiveEnd(r.group, r.seq, r.end_ps);
+    sim_.holdCollectiveEnd(c.group, c.seq, end);
+  }
+  if (!done.note.empty()) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) std::fprintf(stderr, "cardsim: %s\n", done.note.c_str());
+  }
+}
+
+Status SimBackend::fabricSettle() {
+  settleFabricAnswers();
+  if (std::string why = answers_.takeFailure(); !why.empty()) return Status(Code::CommFailed, why);
+  return Status::Ok();
+}
+
 Status SimBackend::fabricDisconnect() {
   // Closed, not deleted: the exit handler may still reach it (close() is idempotent).
   if (sim::FabricClient* client = fabricClient()) client->close();
@@ -343,21 +374,17 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
     try {
       if (desc.p2p == P2P::Send) {
         client->post(c);   // buffered: the send takes its own time from its own arrival
+      } else if (desc.answer_later && desc.p2p == P2P::None && sim_.callerDriven()) {
+        // Answered later (FabricAnswers.h): pending before its command is submitted.
+        cmd.end = std::make_shared<model::CollectiveEnd>();
+        cmd.end->end_ps.store(std::numeric_limits<model::TimePs>::max());
+        const uint64_t ticket = client->arrive(c);
+        answers_.add(FabricAnswers::Pending{ticket, c, cmd.end, std::this_thread::get_id()});
       } else {
         const sim::FabricClient::Completion done = client->collective(c);
         cmd.end = std::make_shared<model::CollectiveEnd>();
-        cmd.end->end_ps.store(done.end_ps);
-        // Until the simulation passes it, a later answer may move this one's end (and may
-        // have moved earlier ones: applied before this rank's simulation goes on).
-        if (fabric_revise_) {
-          for (const auto& r : done.revised) sim_.moveCollectiveEnd(r.group, r.seq, r.end_ps);
-          sim_.holdCollectiveEnd(c.group, c.seq, cmd.end);
-        }
+        applyAnswer(c, cmd.end, done);
         took = done.alone_s;
-        if (!done.note.empty()) {
-          static std::atomic<bool> said{false};
-          if (!said.exchange(true)) std::fprintf(stderr, "cardsim: %s\n", done.note.c_str());
-        }
       }
     } catch (const std::exception& e) {
       return Status(Code::CommFailed, e.what());

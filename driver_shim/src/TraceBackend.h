@@ -141,6 +141,7 @@ class TraceBackend final : public IBackend {
     return inner_->fabricGone(ranks, timeout_s, gone);
   }
   Status fabricDisconnect() override { return inner_->fabricDisconnect(); }
+  Status fabricSettle() override { return inner_->fabricSettle(); }
   // The vendor's collectives (native backend): passed through, not recorded.
   Status commGetUniqueId(std::string* id) override { return inner_->commGetUniqueId(id); }
   Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank) override {

@@ -1,9 +1,11 @@
 """The personality's torch.distributed backend (``cncl`` for mlu, ``bccl`` for supa).
 
 Bytes move through Gloo on CPU tensors that alias device memory (device memory is
-host-addressable in the emulator). Collectives complete before the call returns and
-their Work is already done, which is a legal schedule of the asynchronous API; point to
-point operations stay asynchronous so that isend/irecv pairs cannot deadlock.
+host-addressable in the emulator). Most collectives complete before the call returns and
+their Work is already done, which is a legal schedule of the asynchronous API; all_gather
+(ZeRO-3's parameter gathers, issued back to back with async_op) completes on the host at
+its Work's wait(), and point to point operations stay asynchronous so that isend/irecv
+pairs cannot deadlock.
 
 Timing: each collective occupies the device's current stream on the preset's collective
 fabric (shim launchFabricCollective); the group's global ranks are its devices on the fabric,
@@ -36,7 +38,7 @@ from torch.distributed import ReduceOp
 from . import gloo_hold as _gloo_hold
 from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
-from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork
+from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork, LaterWork as _LaterWork
 from .dist_work import SendsInFlight as _SendsInFlight
 from .dist_p2p import PointToPoint
 from .dist_a2a import AllToAll
@@ -150,6 +152,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         from . import _C
         self._alias = _C._cpu_alias
         self._launch = _C._launch_collective
+        self._settle_answers = _C._fabric_settle
         # The group's members as global ranks (their devices on the fabric), in group order.
         self._ranks = list(global_ranks) if global_ranks else list(range(size))
         # Point-to-point calls issued back to back on one stream form a batch, as
@@ -158,6 +161,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         # the batch's own sends. A call of anything else, or a wait, ends the batch.
         self._p2p_batch = None
         self._sends = _SendsInFlight()   # buffered sends Gloo has not handed over yet
+        self._in_flight = []             # collectives whose host side ends at their wait (_later)
         self._name = backend_name
         self._device_type = device_type
         self._timeout_s = timeout.total_seconds() if timeout else 0.0
@@ -202,6 +206,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         return self._name
 
     def _host(self) -> _Host:
+        self._reap()
         self._sends.check()
         self._refuse_if_unusable()
         self._refuse_in_capture()
@@ -224,23 +229,70 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                 f"card (stream {module.current_stream().stream_id} of device "
                 f"{module.current_device()} is capturing); run them outside the capture")
 
-    def _wait(self, work):
+    def _call(self) -> tuple:
+        """The last collective call's state its wait needs (whether it was reported to the
+        fabric server, what it was, whether its answer is pending), taken off the group."""
+        call = (getattr(self, "_reported", False), getattr(self, "_last", ("collective", self._ranks)),
+                getattr(self, "_pending_answer", None))
+        self._pending_answer = None
+        return call
+
+    def _wait(self, work, call=None):
         # A collective reported to the fabric server completed there, so every member has
-        # started Gloo's side of it; one on CPU tensors only was not reported.
+        # started Gloo's side of it; one on CPU tensors only was not reported. One whose
+        # answer was left for later (_started) is settled first: a member that disagreed
+        # or never came fails it there, named, where Gloo's side would wait for it until
+        # the group's timeout.
+        reported, last, pending = call or self._call()
+        if pending:
+            self._settle(pending)
         try:
-            if not getattr(self, "_reported", False):
+            if not reported:
                 return _parked_wait(work)
             return work.wait()
         except dist.DistBackendError:
             raise
         except RuntimeError as e:   # Gloo's words, for CPU tensors too: the group's instead
-            raise self._transfer_failure(e) from None
+            raise self._transfer_failure(e, last) from None
 
-    def _transfer_failure(self, err: Exception) -> Exception:
+    def _later(self, h: _Host, work, result, keep):
+        """The Work of a collective whose bytes may still be moving: its wait() (torch calls
+        it at once for a blocking call; an async_op caller when it needs the result) ends
+        Gloo's transfer, reads the fabric server's answer and finishes the host views. So
+        async collectives issued back to back overlap on the host as they do on Gloo. The
+        group holds it (and `keep`, its device tensors) until then: one never waited on is
+        finished by a later call of the group once Gloo is done with it."""
+        call = self._call()
+        w = _LaterWork(lambda: (self._wait(work, call), h.finish()), work, result, self._ended, keep)
+        self._in_flight.append(w)
+        return w
+
+    def _reap(self) -> None:
+        """Lets go of the collectives in flight whose host side has ended (_later)."""
+        if self._in_flight:
+            self._in_flight = [w for w in self._in_flight if not w.is_completed()]
+
+    def _settle(self, op: str) -> None:
+        """Awaits the fabric server's answer to the collective reported with answer_later."""
+        try:
+            self._settle_answers(op)
+        except dist.DistBackendError as e:
+            self._fabric_failed(e, op)
+
+    def _fabric_failed(self, e: Exception, op: str):
+        """Raises the fabric server's refusal of `op` in the group's words; a disagreement on
+        a collective Gloo had started leaves the group unusable."""
+        if "the ranks disagree" in str(e) and op not in ("all_to_all", "send_recv", "barrier"):
+            # Gloo had started it (all_to_all and point to point are reported first).
+            self._unusable = (f"{self._name}: process group {self._ranks} is unusable: its members disagreed on "
+                              f"an earlier {op} that Gloo had started ({e}); create a new group")
+        raise _broken(dist.DistBackendError(f"{self._name}: {e}")) from None
+
+    def _transfer_failure(self, err: Exception, last=None) -> Exception:
         """Gloo's error for a collective whose bytes stopped moving, in the words the fabric
         server uses for one a member never started: the group, the collective, and which
         member left (the server saw its connection close) or that none did (one hung)."""
-        op, ranks = getattr(self, "_last", ("collective", self._ranks))
+        op, ranks = last or getattr(self, "_last", ("collective", self._ranks))
         text = str(err).strip()
         first = text.splitlines()[0] if text else type(err).__name__
         timed_out = "timed out" in text.lower() or "timeout" in text.lower()
@@ -297,18 +349,22 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
             except dist.DistBackendError as named:
                 raise named from refused
             raise
-        self._charge(kind, tensors, **charge)
+        # Gloo is moving the bytes: the server's answer is read when the collective is waited on (_wait).
+        self._charge(kind, tensors, later=True, **charge)
         return work
 
     def _charge(self, kind: str, tensors, root: int = 0, peer: int = 1, ranks=None, p2p: int = 0,
-                tag: int = 0, posted=None, send=None, recv=None, op=None, refused: str = "") -> None:
+                tag: int = 0, posted=None, send=None, recv=None, op=None, refused: str = "",
+                later: bool = False) -> None:
         """Queues the collective's fabric time on the device's current stream. `tensors`
         carry nccl-tests' size for `kind` (see shim CollectiveDesc); `root` and `peer` are
         group ranks; `p2p` (1 send, 2 receive), `tag` and `posted` (the receive's event)
         join the two sides of a point-to-point transfer; `send` and `recv`, an all_to_all's
         bytes to and from each group rank where its splits are uneven; `op`, a reduction's
-        ReduceOp (the fabric server checks that its members agree on it and on the dtype)."""
+        ReduceOp (the fabric server checks that its members agree on it and on the dtype);
+        `later`: the server's answer is awaited by the next _wait (shim answer_later)."""
         self._reported = False
+        self._pending_answer = None
         self._ended = None
         self._last = (_FABRIC_OP.get(kind, kind), list(self._ranks if ranks is None else ranks))
         if not p2p:
@@ -324,24 +380,22 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         self._timed(dev[0].device.index, _FABRIC_OP[kind], float(nbytes),
                     self._ranks if ranks is None else ranks, root, peer, str(dev[0].dtype).removeprefix("torch."),
                     p2p, tag, 0 if posted is None else posted.event_id, send, recv,
-                    "" if op is None else _op_name(op).lower(), refused)
+                    "" if op is None else _op_name(op).lower(), refused, later and not p2p)
 
     def _timed(self, device: int, op: str, nbytes: float, ranks, root: int, peer: int, dtype: str = "",
                p2p: int = 0, tag: int = 0, posted: int = 0, send=None, recv=None, reduce_op: str = "",
-               refused: str = "") -> None:
+               refused: str = "", later: bool = False) -> None:
         self._reported = True
         self._last = (op, list(ranks))
         if self._used_device is None:
             self._used_device = device
         try:
             self._launch(device, op, nbytes, ranks, root, peer, self._group_key, self._timeout_s, dtype,
-                         p2p, tag, posted, send or (), recv or (), reduce_op, refused)
+                         p2p, tag, posted, send or (), recv or (), reduce_op, refused, later)
         except dist.DistBackendError as e:
-            if "the ranks disagree" in str(e) and op not in ("all_to_all", "send_recv", "barrier"):
-                # Gloo had started it (all_to_all and point to point are reported first).
-                self._unusable = (f"{self._name}: process group {self._ranks} is unusable: its members disagreed on "
-                                  f"an earlier {op} that Gloo had started ({e}); create a new group")
-            raise _broken(dist.DistBackendError(f"{self._name}: {e}")) from None
+            self._fabric_failed(e, op)
+        if later:
+            self._pending_answer = op
         if not p2p:
             self._ended = _CollectiveEnd(device)
 
@@ -410,7 +464,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         ins = [_movable(h(t)) for t in input_tensors]
         work = self._started(lambda: self._gloo.allgather(outs, ins, opts or _AllgatherOptions()),
                              "all_gather", [t for lst in output_tensors for t in lst])
-        return self._done(h, work, output_tensors)
+        return self._later(h, work, output_tensors, (output_tensors, input_tensors))
 
     def _allgather_uneven(self, output_tensors, input_tensors):
         """all_gather into outputs of different sizes (torch allows it; the vendor backends
@@ -448,7 +502,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                                                                 _movable(h(input)).reshape(-1),
                                                                 opts or _AllgatherOptions()),
                              "all_gather", output)
-        return self._done(h, work, [output])
+        return self._later(h, work, [output], (output, input))
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         for o, i in zip(outputs, inputs):

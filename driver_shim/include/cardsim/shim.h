@@ -292,6 +292,11 @@ struct CollectiveDesc {
   // Recv: an event recorded on the receiving stream when the receive was posted; the
   // transfer may start from then on (the receive's arrival). Null: when `stream` gets to it.
   Event posted{};
+  // With a fabric server (not a point-to-point side): report the arrival and return at
+  // once; fabricSettle() awaits the server's answer (the caller's bytes move meanwhile). No
+  // simulation runs past an unanswered collective: it is settled first, by whichever thread
+  // needs the simulation. The returned seconds are then the model's time for it alone.
+  bool answer_later = false;
 };
 
 // Queues the collective on `stream`. Connected to a fabric server (fabricConnect) and with
@@ -308,6 +313,10 @@ struct CollectiveDesc {
 // the last member's arrival) and the algorithm.
 Status launchFabricCollective(Stream stream, const CollectiveDesc& desc, double* seconds,
                               std::string* algorithm);
+// Awaits the server's answers to the collectives launched with answer_later; CommFailed
+// with the server's words for the first of this thread's that failed (another thread's
+// failures are its own to report). Ok at once when none is outstanding.
+Status fabricSettle();
 
 // ---- The fabric server (one shared fabric for the ranks of a job, one process per rank) ---
 

@@ -415,6 +415,28 @@ def worker(rank, world, q):
         got = w.get_future().wait()
         eq(got[0], base(0))
 
+    def t_async_all_gathers_back_to_back():
+        # ZeRO-3's pattern: gathers issued back to back, waited on after (here in reverse
+        # order, one polled first); each completes on the host at its wait, the non-contiguous
+        # outputs copied in then, and every output is its own gather's.
+        outs = [torch.empty(n * 6, device=d) for _ in range(4)]
+        works = [dist.all_gather_into_tensor(outs[j], (base(rank) + 100 * j).to(d), async_op=True)
+                 for j in range(4)]
+        lists = [[torch.empty(3, 2, device=d).t() for _ in range(n)] for _ in range(2)]
+        works += [dist.all_gather(lists[j], (base(rank).reshape(2, 3) * (j + 2)).to(d), async_op=True)
+                  for j in range(2)]
+        while not works[0].is_completed():
+            pass
+        eq(outs[0], torch.cat([base(k) for k in range(n)]))
+        for w in reversed(works):
+            assert w.wait() is True and w.is_completed() and w.is_success()
+        for j in range(4):
+            eq(outs[j], torch.cat([base(k) + 100 * j for k in range(n)]))
+        for j in range(2):
+            for r in range(n):
+                eq(lists[j][r], base(r).reshape(2, 3) * (j + 2))
+        assert works[1].get_future().wait()[0] is outs[1]
+
     def t_non_contiguous():
         m = (torch.arange(24, dtype=torch.float32).reshape(4, 6) * (rank + 1)).to(d)
         col = m[:, 1]
@@ -522,7 +544,7 @@ COLLECTIVES = ["backend", "bound_device", "all_reduce", "all_reduce_dtypes", "al
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "single_forms", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
                "all_to_all_single_uneven", "all_to_all_self_split_checked", "all_to_all_timing", "send_recv", "sends_are_buffered", "recv_any", "isend_irecv", "barrier", "objects",
-               "async_op", "async_wait_orders_streams", "unsupported_op_named", "reduce_scatter_bits_of_gloo", "direct_calls", "non_contiguous", "capture_refused"]
+               "async_op", "async_all_gathers_back_to_back", "async_wait_orders_streams", "unsupported_op_named", "reduce_scatter_bits_of_gloo", "direct_calls", "non_contiguous", "capture_refused"]
 
 WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
 
