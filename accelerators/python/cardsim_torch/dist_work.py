@@ -4,7 +4,6 @@ reported in the words the collectives use; and the runtime's markers on the card
 streams by."""
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import torch
@@ -48,70 +47,6 @@ class DoneWork(dist._Work):
 
     def get_future(self):
         if self._fut is None:
-            self._fut = torch.futures.Future()
-            self._fut.set_result(self._result)
-        return self._fut
-
-
-class LaterWork(dist._Work):
-    """A collective launched on the card whose host side ends at wait(): `finish` ends
-    Gloo's transfer and settles the fabric's answer (raising their failures), once; then, as
-    DoneWork, the caller's current stream is ordered after the collective (`end`). Until
-    then it holds `keep`, the device tensors Gloo reads and writes (as the vendor backends
-    stash a collective's tensors): a caller's temporary input must not be freed and its
-    memory handed to the next tensor while the bytes still move."""
-
-    def __init__(self, finish, inner, result, end=None, keep=()):
-        super().__init__()
-        self._finish, self._inner, self._result, self._end = finish, inner, result, end
-        self._keep = keep
-        self._lock = threading.Lock()
-        self._finished = False
-        self._error = None
-        self._fut = None
-
-    def _finish_once(self) -> None:
-        with self._lock:
-            if not self._finished:
-                self._finished = True
-                try:
-                    self._finish()
-                except BaseException as e:
-                    self._error = e
-                    raise
-                finally:
-                    self._keep = None
-            elif self._error is not None:
-                raise self._error
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        self._finish_once()
-        if self._end is not None:
-            self._end.order_current_stream()
-        return True
-
-    def is_completed(self) -> bool:
-        # Gloo's transfer done: the host side ends now, so a caller polling it then reading
-        # the output finds it there.
-        if not self._finished and self._inner.is_completed():
-            try:
-                self._finish_once()
-            except Exception:
-                pass   # completed, failed: wait() raises it
-        return self._finished
-
-    def is_success(self) -> bool:
-        return self._error is None
-
-    def exception(self):
-        return self._error
-
-    def result(self):
-        return self._result
-
-    def get_future(self):
-        if self._fut is None:
-            self.wait()
             self._fut = torch.futures.Future()
             self._fut.set_result(self._result)
         return self._fut

@@ -1,11 +1,9 @@
 """The personality's torch.distributed backend (``cncl`` for mlu, ``bccl`` for supa).
 
 Bytes move through Gloo on CPU tensors that alias device memory (device memory is
-host-addressable in the emulator). Most collectives complete before the call returns and
-their Work is already done, which is a legal schedule of the asynchronous API; all_gather
-(ZeRO-3's parameter gathers, issued back to back with async_op) completes on the host at
-its Work's wait(), and point to point operations stay asynchronous so that isend/irecv
-pairs cannot deadlock.
+host-addressable in the emulator). Collectives complete before the call returns and
+their Work is already done, which is a legal schedule of the asynchronous API; point to
+point operations stay asynchronous so that isend/irecv pairs cannot deadlock.
 
 Timing: each collective occupies the device's current stream on the preset's collective
 fabric (shim launchFabricCollective); the group's global ranks are its devices on the fabric,
@@ -38,7 +36,7 @@ from torch.distributed import ReduceOp
 from . import gloo_hold as _gloo_hold
 from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
-from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork, LaterWork as _LaterWork
+from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork
 from .dist_work import SendsInFlight as _SendsInFlight
 from .dist_p2p import PointToPoint
 from .dist_a2a import AllToAll
@@ -161,7 +159,6 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         # the batch's own sends. A call of anything else, or a wait, ends the batch.
         self._p2p_batch = None
         self._sends = _SendsInFlight()   # buffered sends Gloo has not handed over yet
-        self._in_flight = []             # collectives whose host side ends at their wait (_later)
         self._name = backend_name
         self._device_type = device_type
         self._timeout_s = timeout.total_seconds() if timeout else 0.0
@@ -206,7 +203,6 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         return self._name
 
     def _host(self) -> _Host:
-        self._reap()
         self._sends.check()
         self._refuse_if_unusable()
         self._refuse_in_capture()
@@ -254,23 +250,6 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
             raise
         except RuntimeError as e:   # Gloo's words, for CPU tensors too: the group's instead
             raise self._transfer_failure(e, last) from None
-
-    def _later(self, h: _Host, work, result, keep):
-        """The Work of a collective whose bytes may still be moving: its wait() (torch calls
-        it at once for a blocking call; an async_op caller when it needs the result) ends
-        Gloo's transfer, reads the fabric server's answer and finishes the host views. So
-        async collectives issued back to back overlap on the host as they do on Gloo. The
-        group holds it (and `keep`, its device tensors) until then: one never waited on is
-        finished by a later call of the group once Gloo is done with it."""
-        call = self._call()
-        w = _LaterWork(lambda: (self._wait(work, call), h.finish()), work, result, self._ended, keep)
-        self._in_flight.append(w)
-        return w
-
-    def _reap(self) -> None:
-        """Lets go of the collectives in flight whose host side has ended (_later)."""
-        if self._in_flight:
-            self._in_flight = [w for w in self._in_flight if not w.is_completed()]
 
     def _settle(self, op: str) -> None:
         """Awaits the fabric server's answer to the collective reported with answer_later."""
@@ -464,7 +443,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         ins = [_movable(h(t)) for t in input_tensors]
         work = self._started(lambda: self._gloo.allgather(outs, ins, opts or _AllgatherOptions()),
                              "all_gather", [t for lst in output_tensors for t in lst])
-        return self._later(h, work, output_tensors, (output_tensors, input_tensors))
+        return self._done(h, work, output_tensors)
 
     def _allgather_uneven(self, output_tensors, input_tensors):
         """all_gather into outputs of different sizes (torch allows it; the vendor backends
@@ -502,7 +481,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                                                                 _movable(h(input)).reshape(-1),
                                                                 opts or _AllgatherOptions()),
                              "all_gather", output)
-        return self._later(h, work, [output], (output, input))
+        return self._done(h, work, [output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         for o, i in zip(outputs, inputs):
