@@ -9,16 +9,6 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-_runtime = None   # the extension module, bound at first use (it loads after this module)
-
-
-def _c():
-    global _runtime
-    if _runtime is None:
-        from . import _C
-        _runtime = _C
-    return _runtime
-
 
 class DoneWork(dist._Work):
     """A collective finished on the host: wait() orders the caller's current stream after it
@@ -183,9 +173,9 @@ class RuntimeMarker:
     event's record costs the program a call it never made)."""
 
     def __init__(self, device: int):
-        c = _c()
-        self._destroy = c._posting_marker_destroy
-        self.event_id = c._posting_marker(device)
+        from . import _C
+        self._destroy = _C._posting_marker_destroy
+        self.event_id = _C._posting_marker(device)
 
     def __del__(self):
         try:
@@ -200,13 +190,13 @@ class CollectiveEnd:
     does); waited on from the same stream, stream order has it already."""
 
     def __init__(self, device: int):
-        c = _c()
+        from . import _C
         self._device = device
         # (stream id, device, type) as the runtime gives it: no Stream object per collective.
-        self._current = c._current_stream
+        self._current = _C._current_stream
         self._stream_id = self._current(device)[0]
         self._marker = RuntimeMarker(device)
-        self._wait_marker = c._stream_wait_marker
+        self._wait_marker = _C._stream_wait_marker
 
     def order_current_stream(self) -> None:
         if self._current(self._device)[0] != self._stream_id:

@@ -77,16 +77,11 @@ _OP_NAMES: dict = {}
 def _op_name(op) -> str:
     """A ReduceOp's name ("SUM"; a ReduceOp object shows no name of its own). Asked on every
     reduction: remembered per operation type."""
-    kind = getattr(op, "op", op)
-    try:
-        return _OP_NAMES[kind]
-    except (KeyError, TypeError):   # TypeError: an unhashable stand-in, named each time
-        name = str(kind).rsplit(".", 1)[-1]
-        try:
-            _OP_NAMES[kind] = name
-        except TypeError:
-            pass
-        return name
+    kind = getattr(op, "op", op)   # a ReduceOp.RedOpType: hashable
+    name = _OP_NAMES.get(kind)
+    if name is None:
+        name = _OP_NAMES[kind] = str(kind).rsplit(".", 1)[-1]
+    return name
 
 
 class _AllOf:
@@ -225,31 +220,23 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                 f"card (stream {module.current_stream().stream_id} of device "
                 f"{module.current_device()} is capturing); run them outside the capture")
 
-    def _call(self) -> tuple:
-        """The last collective call's state its wait needs (whether it was reported to the
-        fabric server, what it was, whether its answer is pending), taken off the group."""
-        call = (getattr(self, "_reported", False), getattr(self, "_last", ("collective", self._ranks)),
-                getattr(self, "_pending_answer", None))
-        self._pending_answer = None
-        return call
-
-    def _wait(self, work, call=None):
+    def _wait(self, work):
         # A collective reported to the fabric server completed there, so every member has
         # started Gloo's side of it; one on CPU tensors only was not reported. One whose
         # answer was left for later (_started) is settled first: a member that disagreed
         # or never came fails it there, named, where Gloo's side would wait for it until
         # the group's timeout.
-        reported, last, pending = call or self._call()
+        pending, self._pending_answer = getattr(self, "_pending_answer", None), None
         if pending:
             self._settle(pending)
         try:
-            if not reported:
+            if not getattr(self, "_reported", False):
                 return _parked_wait(work)
             return work.wait()
         except dist.DistBackendError:
             raise
         except RuntimeError as e:   # Gloo's words, for CPU tensors too: the group's instead
-            raise self._transfer_failure(e, last) from None
+            raise self._transfer_failure(e) from None
 
     def _settle(self, op: str) -> None:
         """Awaits the fabric server's answer to the collective reported with answer_later."""
@@ -267,11 +254,11 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                               f"an earlier {op} that Gloo had started ({e}); create a new group")
         raise _broken(dist.DistBackendError(f"{self._name}: {e}")) from None
 
-    def _transfer_failure(self, err: Exception, last=None) -> Exception:
+    def _transfer_failure(self, err: Exception) -> Exception:
         """Gloo's error for a collective whose bytes stopped moving, in the words the fabric
         server uses for one a member never started: the group, the collective, and which
         member left (the server saw its connection close) or that none did (one hung)."""
-        op, ranks = last or getattr(self, "_last", ("collective", self._ranks))
+        op, ranks = getattr(self, "_last", ("collective", self._ranks))
         text = str(err).strip()
         first = text.splitlines()[0] if text else type(err).__name__
         timed_out = "timed out" in text.lower() or "timeout" in text.lower()

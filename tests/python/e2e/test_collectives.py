@@ -417,8 +417,8 @@ def worker(rank, world, q):
 
     def t_async_all_gathers_back_to_back():
         # ZeRO-3's pattern: gathers issued back to back, waited on after (here in reverse
-        # order, one polled first); each completes on the host at its wait, the non-contiguous
-        # outputs copied in then, and every output is its own gather's.
+        # order, one polled first), with temporaries as inputs: every output is its own
+        # gather's, non-contiguous ones included, however the host side completes them.
         outs = [torch.empty(n * 6, device=d) for _ in range(4)]
         works = [dist.all_gather_into_tensor(outs[j], (base(rank) + 100 * j).to(d), async_op=True)
                  for j in range(4)]
