@@ -16,6 +16,7 @@ import torch
 
 
 from . import checker as _checker
+from . import in_flight as _in_flight
 
 _graph_pool_ids = itertools.count(1)
 
@@ -95,6 +96,8 @@ def build(p, _C) -> types.ModuleType:
             super().__init__(idx)
 
     def synchronize(device=None) -> None:
+        if _in_flight.any_in_flight():   # a collective's bytes are the card's once it is idle
+            _in_flight.finish_all()
         _C._synchronize(_dev(device))
 
     class _DeviceProperties:

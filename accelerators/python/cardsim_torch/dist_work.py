@@ -4,6 +4,7 @@ reported in the words the collectives use; and the runtime's markers on the card
 streams by."""
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import torch
@@ -40,6 +41,122 @@ class DoneWork(dist._Work):
             self._fut = torch.futures.Future()
             self._fut.set_result(self._result)
         return self._fut
+
+
+class LaterWork(dist._Work):
+    """A collective launched on the card whose host side ends later: `finish_host` ends
+    Gloo's transfer and settles the fabric's answer (raising their failures), once. Until
+    it is finished (in_flight: at its wait(), or earlier at a point the program's order
+    fixes) it holds `keep`, the device tensors Gloo reads and writes, as the vendor
+    backends stash a collective's tensors: a caller's temporary input must not be freed and
+    its memory handed to the next tensor while the bytes still move. wait() then orders the
+    caller's current stream after the collective (`end`), as DoneWork's."""
+
+    def __init__(self, finish_host, inner, result, end=None, keep=(), reads=(), writes=()):
+        super().__init__()
+        self._finish_host, self._inner, self._result, self._end = finish_host, inner, result, end
+        self._keep = keep
+        self.reads, self.writes = reads, writes   # byte spans (in_flight.finish_touching)
+        self._lock = threading.Lock()
+        self._host_done = False
+        self.finished = False
+        self._error = None
+        self._fut = None
+
+    def _end_host(self) -> None:
+        with self._lock:
+            if not self._host_done:
+                self._host_done = True
+                try:
+                    self._finish_host()
+                except BaseException as e:
+                    self._error = e
+                    raise
+                finally:   # Gloo's work and the host views go (gloo_hold waits for them at exit)
+                    self._finish_host = self._inner = None
+            elif self._error is not None:
+                raise self._error
+
+    def finish(self) -> None:
+        """Ends the host side and lets go of the tensors (in_flight calls it)."""
+        try:
+            self._end_host()
+        finally:
+            self.finished = True
+            self._keep = None
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        self.finish()
+        if self._end is not None:
+            self._end.order_current_stream()
+        return True
+
+    def is_completed(self) -> bool:
+        # Gloo's transfer done: its host side ends now, so a caller polling it then reading
+        # the output finds it there. (The tensors stay held until a point the program's
+        # order fixes: when Gloo finished must not change what the allocator hands out.)
+        if not self._host_done and self._inner.is_completed():
+            try:
+                self._end_host()
+            except Exception:
+                pass   # completed, failed: wait() raises it
+        return self._host_done
+
+    def is_success(self) -> bool:
+        return self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self):
+        return self._result
+
+    def get_future(self):
+        if self._fut is None:
+            self.wait()
+            self._fut = torch.futures.Future()
+            self._fut.set_result(self._result)
+        return self._fut
+
+
+class AllOf:
+    """Gloo transfers that make one collective, waited on as one."""
+
+    def __init__(self, works):
+        self._works = works
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        for w in self._works:
+            w.wait() if timeout is None else w.wait(timeout)
+        return True
+
+
+class AllWorks(dist._Work):
+    """Works that make one (a coalesced call, a coalescing block): waited on as one."""
+
+    def __init__(self, works, result):
+        super().__init__()
+        self._works, self._result = works, result
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        for w in self._works:
+            w.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+    def result(self):
+        return self._result
+
+    def get_future(self):
+        self.wait()
+        fut = torch.futures.Future()
+        fut.set_result(self._result)
+        return fut
 
 
 def p2p_failure(what: str, peer: int, err: Exception) -> Exception:

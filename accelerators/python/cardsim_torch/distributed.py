@@ -1,9 +1,11 @@
 """The personality's torch.distributed backend (``cncl`` for mlu, ``bccl`` for supa).
 
 Bytes move through Gloo on CPU tensors that alias device memory (device memory is
-host-addressable in the emulator). Collectives complete before the call returns and
-their Work is already done, which is a legal schedule of the asynchronous API; point to
-point operations stay asynchronous so that isend/irecv pairs cannot deadlock.
+host-addressable in the emulator). Most collectives complete before the call returns and
+their Work is already done, which is a legal schedule of the asynchronous API; all_gather
+(ZeRO-3's parameter gathers, issued back to back with async_op) completes on the host at
+its Work's wait() or at the next point of the program that needs its bytes (in_flight.py),
+and point to point operations stay asynchronous so that isend/irecv pairs cannot deadlock.
 
 Timing: each collective occupies the device's current stream on the preset's collective
 fabric (shim launchFabricCollective); the group's global ranks are its devices on the fabric,
@@ -36,7 +38,9 @@ from torch.distributed import ReduceOp
 from . import gloo_hold as _gloo_hold
 from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
-from .dist_work import CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork
+from .dist_work import AllWorks as _AllWorks, CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork
+from .dist_work import AllOf as _AllOf, LaterWork as _LaterWork
+from . import in_flight as _in_flight
 from .dist_work import SendsInFlight as _SendsInFlight
 from .dist_p2p import PointToPoint
 from .dist_a2a import AllToAll
@@ -82,21 +86,6 @@ def _op_name(op) -> str:
     if name is None:
         name = _OP_NAMES[kind] = str(kind).rsplit(".", 1)[-1]
     return name
-
-
-class _AllOf:
-    """Gloo transfers that make one collective, waited on as one."""
-
-    def __init__(self, works):
-        self._works = works
-
-    def is_completed(self) -> bool:
-        return all(w.is_completed() for w in self._works)
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        for w in self._works:
-            w.wait() if timeout is None else w.wait(timeout)
-        return True
 
 
 # Process groups created in this process, by their members: the n-th group with the same
@@ -154,6 +143,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         # the batch's own sends. A call of anything else, or a wait, ends the batch.
         self._p2p_batch = None
         self._sends = _SendsInFlight()   # buffered sends Gloo has not handed over yet
+        self._coalesced = None           # the works of a coalescing block (_start_coalescing)
         self._name = backend_name
         self._device_type = device_type
         self._timeout_s = timeout.total_seconds() if timeout else 0.0
@@ -187,7 +177,12 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         return _UnsplittableBackend(super()._get_backend(device))
 
     def shutdown(self):
-        # Buffered sends are the receivers' still: handed over before the group goes.
+        # Buffered sends are the receivers' still: handed over before the group goes; so
+        # are gathers still in flight (a failure of theirs was their waiters' to see).
+        try:
+            self._order_after_in_flight()
+        except Exception:
+            pass
         self._sends.drain()
         return super().shutdown()
 
@@ -197,7 +192,9 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
     def name(self) -> str:
         return self._name
 
-    def _host(self) -> _Host:
+    def _host(self, gather: bool = False) -> _Host:
+        if not gather:
+            self._order_after_in_flight()
         self._sends.check()
         self._refuse_if_unusable()
         self._refuse_in_capture()
@@ -220,23 +217,59 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                 f"card (stream {module.current_stream().stream_id} of device "
                 f"{module.current_device()} is capturing); run them outside the capture")
 
-    def _wait(self, work):
+    def _call(self) -> tuple:
+        """The last collective call's state its wait needs (whether it was reported to the
+        fabric server, what it was, whether its answer is pending), taken off the group."""
+        call = (getattr(self, "_reported", False), getattr(self, "_last", ("collective", self._ranks)),
+                getattr(self, "_pending_answer", None))
+        self._pending_answer = None
+        return call
+
+    def _wait(self, work, call=None):
         # A collective reported to the fabric server completed there, so every member has
         # started Gloo's side of it; one on CPU tensors only was not reported. One whose
         # answer was left for later (_started) is settled first: a member that disagreed
         # or never came fails it there, named, where Gloo's side would wait for it until
         # the group's timeout.
-        pending, self._pending_answer = getattr(self, "_pending_answer", None), None
+        reported, last, pending = call or self._call()
         if pending:
             self._settle(pending)
         try:
-            if not getattr(self, "_reported", False):
+            if not reported:
                 return _parked_wait(work)
             return work.wait()
         except dist.DistBackendError:
             raise
         except RuntimeError as e:   # Gloo's words, for CPU tensors too: the group's instead
-            raise self._transfer_failure(e) from None
+            raise self._transfer_failure(e, last) from None
+
+    def _later(self, h: _Host, work, result, keep, reads, writes):
+        """The Work of an all-gather whose bytes may still be moving (ZeRO-3 issues a step's
+        gathers back to back with async_op, then waits): its host side - Gloo's wait, the
+        fabric server's answer - ends at its wait() or at the next point that needs its
+        bytes (in_flight), so back-to-back gathers overlap on the host as on Gloo. One with
+        outputs to copy back (non-contiguous) finishes now: the copy is a kernel on the
+        stream, which must come at the same place in the program whenever Gloo finishes."""
+        if h.writebacks:
+            return self._done(h, work, result)
+        call = self._call()
+        w = _LaterWork(lambda: (self._wait(work, call), h.finish()), work, result, self._ended, keep,
+                       _in_flight.spans(reads), _in_flight.spans(writes))
+        _in_flight.add(w)
+        if self._coalesced is not None:
+            self._coalesced.append(w)
+        return w
+
+    def _order_after_in_flight(self, reads=None, writes=None) -> None:
+        """Finishes the collectives in flight (in_flight) before a collective that may read
+        or write their bytes: all of them, or, for a gather (`reads`, `writes`: its
+        tensors), those whose tensors meet its own."""
+        if not _in_flight.any_in_flight():
+            return
+        if reads is None:
+            _in_flight.finish_all()
+        else:
+            _in_flight.finish_touching(_in_flight.spans(reads), _in_flight.spans(writes))
 
     def _settle(self, op: str) -> None:
         """Awaits the fabric server's answer to the collective reported with answer_later."""
@@ -254,11 +287,11 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                               f"an earlier {op} that Gloo had started ({e}); create a new group")
         raise _broken(dist.DistBackendError(f"{self._name}: {e}")) from None
 
-    def _transfer_failure(self, err: Exception) -> Exception:
+    def _transfer_failure(self, err: Exception, last=None) -> Exception:
         """Gloo's error for a collective whose bytes stopped moving, in the words the fabric
         server uses for one a member never started: the group, the collective, and which
         member left (the server saw its connection close) or that none did (one hung)."""
-        op, ranks = getattr(self, "_last", ("collective", self._ranks))
+        op, ranks = last or getattr(self, "_last", ("collective", self._ranks))
         text = str(err).strip()
         first = text.splitlines()[0] if text else type(err).__name__
         timed_out = "timed out" in text.lower() or "timeout" in text.lower()
@@ -425,12 +458,14 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
     def allgather(self, output_tensors, input_tensors, opts=None):
         if any(len({t.shape for t in lst}) > 1 for lst in output_tensors):
             return self._allgather_uneven(output_tensors, input_tensors)
-        h = self._host()
+        self._order_after_in_flight(input_tensors, [t for lst in output_tensors for t in lst])
+        h = self._host(gather=True)
         outs = [[_movable(h(t, written=True)) for t in lst] for lst in output_tensors]
         ins = [_movable(h(t)) for t in input_tensors]
         work = self._started(lambda: self._gloo.allgather(outs, ins, opts or _AllgatherOptions()),
                              "all_gather", [t for lst in output_tensors for t in lst])
-        return self._done(h, work, output_tensors)
+        return self._later(h, work, output_tensors, (output_tensors, input_tensors), input_tensors,
+                           [t for lst in output_tensors for t in lst])
 
     def _allgather_uneven(self, output_tensors, input_tensors):
         """all_gather into outputs of different sizes (torch allows it; the vendor backends
@@ -445,6 +480,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                     + (f", output {me} of {outs[me].numel()} elements" if len(outs) > me else ""))
             nbytes = sum(t.numel() * t.element_size() for t in outs)
             if self._timing and nbytes > _TimingGloo.CARRIED_BYTES:
+                self._order_after_in_flight()   # where full mode's _host() does
                 self._charge("all_gather", outs)   # moves nothing (timing mode)
                 continue
             h = self._host()
@@ -462,23 +498,21 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         return self._work(output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
-        h = self._host()
+        self._order_after_in_flight([input], [output])
+        h = self._host(gather=True)
         # Gloo wants the concatenated form; the stacked (world, *input.shape) form is the same bytes.
         work = self._started(lambda: self._gloo._allgather_base(_movable(h(output, True)).view(-1),
                                                                 _movable(h(input)).reshape(-1),
                                                                 opts or _AllgatherOptions()),
                              "all_gather", output)
-        return self._done(h, work, [output])
+        return self._later(h, work, [output], (output, input), [input], [output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        for o, i in zip(outputs, inputs):
-            self._allgather_base(o, i, opts)
-        return self._work(outputs)
+        return _AllWorks([self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        for outs, inp in zip(output_lists, input_list):
-            self.allgather([outs], [inp], opts)
-        return self._work(output_lists)
+        return _AllWorks([self.allgather([outs], [inp], opts) for outs, inp in zip(output_lists, input_list)],
+                         output_lists)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         # Gloo's own reduce_scatter over the host views (its summation order: the same bits
@@ -489,6 +523,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
             o = dist.ReduceScatterOptions()
             o.reduceOp = self._reduce_op(op, ins)
             if self._timing and sum(t.numel() * t.element_size() for t in ins) > _TimingGloo.CARRIED_BYTES:
+                self._order_after_in_flight()   # where full mode's _host() does
                 self._charge("reduce_scatter", ins, op=op)   # moves nothing (timing mode)
                 continue
             h = self._host()
@@ -515,6 +550,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op, [input])
         if self._timing and input.numel() * input.element_size() > _TimingGloo.CARRIED_BYTES:
+            self._order_after_in_flight()   # where full mode's _host() does
             self._charge("reduce_scatter", [input], op=op)   # moves nothing (timing mode)
             return self._work([output])
         h = self._host()
@@ -594,12 +630,14 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
 
-    # Collectives complete at the call, so a coalescing block needs no batching.
+    # Collectives start at the call, so a coalescing block needs no batching; its end waits
+    # for the gathers still in flight (the others completed at their call).
     def _start_coalescing(self, device):
-        pass
+        self._coalesced = []
 
     def _end_coalescing(self, device):
-        return self._work([])
+        works, self._coalesced = self._coalesced or [], None
+        return _AllWorks(works, []) if works else self._work([])
 
     def _barrier_device(self, opts, module) -> int:
         """The device a barrier runs on, by torch's rule for the vendor backends: the one
@@ -619,6 +657,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         return self.rank() % max(1, module.device_count())
 
     def barrier(self, opts=None):
+        self._order_after_in_flight()
         self._refuse_if_unusable()
         self._refuse_in_capture()
         self._reported = False

@@ -437,6 +437,35 @@ def worker(rank, world, q):
                 eq(lists[j][r], base(r).reshape(2, 3) * (j + 2))
         assert works[1].get_future().wait()[0] is outs[1]
 
+    def t_gathers_in_flight_finish_when_needed():
+        # Gathers never waited on: what reads or writes their bytes next finds them settled -
+        # a gather of a gather's output, an all_reduce of one, a device synchronize, a
+        # coalescing block's end - while a gather of other tensors leaves them in flight.
+        mod = getattr(torch, d.type)
+        g1 = torch.empty(n * 6, device=d)
+        w1 = dist.all_gather_into_tensor(g1, base(rank).to(d), async_op=True)
+        g2 = torch.empty(n * n * 6, device=d)
+        dist.all_gather_into_tensor(g2, g1, async_op=True).wait()   # reads g1: after w1
+        eq(g2, torch.cat([torch.cat([base(k) for k in range(n)])] * n))
+        assert w1.is_completed()
+        g3 = torch.empty(n * 6, device=d)
+        w3 = dist.all_gather_into_tensor(g3, (base(rank) * 3).to(d), async_op=True)
+        s = torch.ones(n * 6, device=d)
+        dist.all_reduce(g3 if rank == 0 else s)            # rank 0 reduces g3: gathered first
+        eq(g3 if rank == 0 else s, torch.cat([base(k) * 3 for k in range(n)]) + (n - 1))
+        g4 = torch.empty(n * 6, device=d)
+        dist.all_gather_into_tensor(g4, (base(rank) + 7).to(d), async_op=True)
+        mod.synchronize()
+        eq(g4, torch.cat([base(k) + 7 for k in range(n)]))
+        outs = [torch.empty(n * 6, device=d) for _ in range(3)]
+        with dist._coalescing_manager(device=d, async_ops=True) as cm:
+            for j in range(3):
+                dist.all_gather_into_tensor(outs[j], (base(rank) - j).to(d))
+        cm.wait()
+        for j in range(3):
+            eq(outs[j], torch.cat([base(k) - j for k in range(n)]))
+        w3.wait()
+
     def t_non_contiguous():
         m = (torch.arange(24, dtype=torch.float32).reshape(4, 6) * (rank + 1)).to(d)
         col = m[:, 1]
@@ -544,7 +573,7 @@ COLLECTIVES = ["backend", "bound_device", "all_reduce", "all_reduce_dtypes", "al
                "all_gather_into_tensor", "all_gather_into_tensor_stacked", "single_forms", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
                "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
                "all_to_all_single_uneven", "all_to_all_self_split_checked", "all_to_all_timing", "send_recv", "sends_are_buffered", "recv_any", "isend_irecv", "barrier", "objects",
-               "async_op", "async_all_gathers_back_to_back", "async_wait_orders_streams", "unsupported_op_named", "reduce_scatter_bits_of_gloo", "direct_calls", "non_contiguous", "capture_refused"]
+               "async_op", "async_all_gathers_back_to_back", "gathers_in_flight_finish_when_needed", "async_wait_orders_streams", "unsupported_op_named", "reduce_scatter_bits_of_gloo", "direct_calls", "non_contiguous", "capture_refused"]
 
 WORLDS = [("mlu", 2), ("mlu", 3), ("supa", 3)]
 

@@ -1,0 +1,76 @@
+"""Collectives launched on the card whose host side ends later (distributed.py's async
+all-gathers, dist_work.LaterWork): Gloo may still be moving their bytes.
+
+Each is finished (Gloo's transfer waited for, the fabric server's answer read, the tensors
+it held let go) at a point the program's order fixes: its own wait(), the next collective
+that could read or write its tensors, a device synchronize, the group's end. Never when
+Gloo happens to be done: what the caching allocator hands out next depends on when those
+tensors are let go, so finishing by the host's speed would make simulated times vary from
+run to run (and between full and timing mode)."""
+from __future__ import annotations
+
+_works: list = []   # LaterWork, oldest first; finished ones dropped as they are met
+
+
+def add(work) -> None:
+    if len(_works) >= 64:
+        _works[:] = [w for w in _works if not w.finished]
+    _works.append(work)
+
+
+def any_in_flight() -> bool:
+    return bool(_works)
+
+
+def finish_all() -> None:
+    """Finishes every collective in flight, oldest first; the first failure is raised once
+    all are finished (each also keeps its own, for its wait())."""
+    first = None
+    while _works:
+        w = _works.pop(0)
+        if w.finished:
+            continue   # waited on: its failure, if any, was raised there
+        try:
+            w.finish()
+        except Exception as e:
+            first = first or e
+    if first is not None:
+        raise first
+
+
+def finish_touching(reads, writes) -> None:
+    """Finishes the collectives in flight that write memory in `reads` or `writes`, or read
+    memory in `writes` (spans: (start, end) byte addresses): a collective about to start on
+    those bytes must see them settled. Others stay in flight (gathers of other tensors)."""
+    if not _works:
+        return
+    hit = [w for w in _works if not w.finished and (_meets(w.writes, reads) or _meets(w.writes, writes)
+                                                     or _meets(w.reads, writes))]
+    if not hit:
+        return
+    first = None
+    for w in hit:
+        _works.remove(w)
+        try:
+            w.finish()
+        except Exception as e:
+            first = first or e
+    if first is not None:
+        raise first
+
+
+def _meets(a, b) -> bool:
+    return any(lo < hi2 and lo2 < hi for lo, hi in a for lo2, hi2 in b)
+
+
+def spans(tensors) -> list:
+    """The byte spans [start, end) the tensors' elements lie in (a view's whole extent)."""
+    out = []
+    for t in tensors:
+        n = t.numel()
+        if n == 0:
+            continue
+        extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 1)
+        start = t.data_ptr()
+        out.append((start, start + extent * t.element_size()))
+    return out
