@@ -1,7 +1,7 @@
 """The Work objects of the personality's process group (distributed.py): a collective that
-already finished, and a point-to-point transfer still in flight on Gloo, whose failures are
-reported in the words the collectives use; and the runtime's markers on the card they order
-streams by."""
+already finished, an all-gather whose host side ends later (in_flight.py), several waited on
+as one, and a point-to-point transfer still in flight on Gloo, whose failures are reported in
+the words the collectives use; and the runtime's markers on the card they order streams by."""
 from __future__ import annotations
 
 import threading
