@@ -49,11 +49,6 @@ def _destroy_groups_at_exit() -> None:
 
     def shutdown():
         try:
-            from . import in_flight
-            in_flight.finish_all()   # gathers never waited on: Gloo's, until they end
-        except Exception:
-            pass   # a failure of theirs was their waiters' to see
-        try:
             dist.destroy_process_group()
         except Exception as e:  # a group already broken: nothing left to release cleanly
             sys.stderr.write(f"cardsim: destroying the process groups at exit: {e}\n")

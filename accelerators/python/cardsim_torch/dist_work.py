@@ -10,6 +10,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from . import in_flight
+
 
 class DoneWork(dist._Work):
     """A collective finished on the host: wait() orders the caller's current stream after it
@@ -47,21 +49,32 @@ class LaterWork(dist._Work):
     """A collective launched on the card whose host side ends later: `finish_host` ends
     Gloo's transfer and settles the fabric's answer (raising their failures), once. Until
     it is finished (in_flight: at its wait(), or earlier at a point the program's order
-    fixes) it holds `keep`, the device tensors Gloo reads and writes, as the vendor
+    fixes) it holds the device tensors Gloo reads (`ins`) and writes (`outs`), as the vendor
     backends stash a collective's tensors: a caller's temporary input must not be freed and
     its memory handed to the next tensor while the bytes still move. wait() then orders the
     caller's current stream after the collective (`end`), as DoneWork's."""
 
-    def __init__(self, finish_host, inner, result, end=None, keep=(), reads=(), writes=()):
+    def __init__(self, finish_host, inner, result, end, ins, outs):
         super().__init__()
         self._finish_host, self._inner, self._result, self._end = finish_host, inner, result, end
-        self._keep = keep
-        self.reads, self.writes = reads, writes   # byte spans (in_flight.finish_touching)
+        self._ins, self._outs = ins, outs
+        self._spans = None   # (read, written) byte spans, once asked for (in_flight.finish_touching)
         self._lock = threading.Lock()
         self._host_done = False
-        self.finished = False
         self._error = None
         self._fut = None
+        in_flight.add(self)
+
+    def reads(self) -> list:
+        return self._spans_of()[0]
+
+    def writes(self) -> list:
+        return self._spans_of()[1]
+
+    def _spans_of(self) -> tuple:
+        if self._spans is None:
+            self._spans = (in_flight.spans(self._ins), in_flight.spans(self._outs))
+        return self._spans
 
     def _end_host(self) -> None:
         with self._lock:
@@ -82,8 +95,8 @@ class LaterWork(dist._Work):
         try:
             self._end_host()
         finally:
-            self.finished = True
-            self._keep = None
+            in_flight.discard(self)
+            self._ins = self._outs = ()
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         self.finish()
@@ -119,31 +132,17 @@ class LaterWork(dist._Work):
         return self._fut
 
 
-class AllOf:
-    """Gloo transfers that make one collective, waited on as one."""
-
-    def __init__(self, works):
-        self._works = works
-
-    def is_completed(self) -> bool:
-        return all(w.is_completed() for w in self._works)
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        for w in self._works:
-            w.wait() if timeout is None else w.wait(timeout)
-        return True
-
-
 class AllWorks(dist._Work):
-    """Works that make one (a coalesced call, a coalescing block): waited on as one."""
+    """Works that make one (Gloo's transfers of one collective, a coalesced call, a
+    coalescing block): waited on as one."""
 
-    def __init__(self, works, result):
+    def __init__(self, works, result=None):
         super().__init__()
         self._works, self._result = works, result
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         for w in self._works:
-            w.wait()
+            w.wait() if timeout is None else w.wait(timeout)
         return True
 
     def is_completed(self) -> bool:

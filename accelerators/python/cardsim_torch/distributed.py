@@ -39,7 +39,7 @@ from . import gloo_hold as _gloo_hold
 from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
 from .dist_work import AllWorks as _AllWorks, CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork
-from .dist_work import AllOf as _AllOf, LaterWork as _LaterWork
+from .dist_work import LaterWork as _LaterWork
 from . import in_flight as _in_flight
 from .dist_work import SendsInFlight as _SendsInFlight
 from .dist_p2p import PointToPoint
@@ -192,9 +192,10 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
     def name(self) -> str:
         return self._name
 
-    def _host(self, gather: bool = False) -> _Host:
-        if not gather:
-            self._order_after_in_flight()
+    def _host(self, ins=None, outs=None) -> _Host:
+        """The call's host side, after the collectives in flight it may touch (in_flight):
+        all of them, or for a gather (`ins`, `outs`: its tensors) those that meet its own."""
+        self._order_after_in_flight(ins, outs)
         self._sends.check()
         self._refuse_if_unusable()
         self._refuse_in_capture()
@@ -243,7 +244,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         except RuntimeError as e:   # Gloo's words, for CPU tensors too: the group's instead
             raise self._transfer_failure(e, last) from None
 
-    def _later(self, h: _Host, work, result, keep, reads, writes):
+    def _later(self, h: _Host, work, result, ins, outs):
         """The Work of an all-gather whose bytes may still be moving (ZeRO-3 issues a step's
         gathers back to back with async_op, then waits): its host side - Gloo's wait, the
         fabric server's answer - ends at its wait() or at the next point that needs its
@@ -253,23 +254,25 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         if h.writebacks:
             return self._done(h, work, result)
         call = self._call()
-        w = _LaterWork(lambda: (self._wait(work, call), h.finish()), work, result, self._ended, keep,
-                       _in_flight.spans(reads), _in_flight.spans(writes))
-        _in_flight.add(w)
+        w = _LaterWork(lambda: (self._wait(work, call), h.finish()), work, result, self._ended, ins, outs)
         if self._coalesced is not None:
             self._coalesced.append(w)
         return w
 
-    def _order_after_in_flight(self, reads=None, writes=None) -> None:
-        """Finishes the collectives in flight (in_flight) before a collective that may read
-        or write their bytes: all of them, or, for a gather (`reads`, `writes`: its
-        tensors), those whose tensors meet its own."""
+    @staticmethod
+    def _order_after_in_flight(ins=None, outs=None) -> None:
         if not _in_flight.any_in_flight():
             return
-        if reads is None:
+        if ins is None:
             _in_flight.finish_all()
         else:
-            _in_flight.finish_touching(_in_flight.spans(reads), _in_flight.spans(writes))
+            _in_flight.finish_touching(_in_flight.spans(ins), _in_flight.spans(outs))
+
+    def _charge_only(self, kind: str, tensors, **charge) -> None:
+        """Timing mode's collective that moves nothing: charged, after the collectives in
+        flight as full mode's _host() has it."""
+        self._order_after_in_flight()
+        self._charge(kind, tensors, **charge)
 
     def _settle(self, op: str) -> None:
         """Awaits the fabric server's answer to the collective reported with answer_later."""
@@ -458,14 +461,13 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
     def allgather(self, output_tensors, input_tensors, opts=None):
         if any(len({t.shape for t in lst}) > 1 for lst in output_tensors):
             return self._allgather_uneven(output_tensors, input_tensors)
-        self._order_after_in_flight(input_tensors, [t for lst in output_tensors for t in lst])
-        h = self._host(gather=True)
+        flat_outs = [t for lst in output_tensors for t in lst]
+        h = self._host(input_tensors, flat_outs)
         outs = [[_movable(h(t, written=True)) for t in lst] for lst in output_tensors]
         ins = [_movable(h(t)) for t in input_tensors]
         work = self._started(lambda: self._gloo.allgather(outs, ins, opts or _AllgatherOptions()),
-                             "all_gather", [t for lst in output_tensors for t in lst])
-        return self._later(h, work, output_tensors, (output_tensors, input_tensors), input_tensors,
-                           [t for lst in output_tensors for t in lst])
+                             "all_gather", flat_outs)
+        return self._later(h, work, output_tensors, input_tensors, flat_outs)
 
     def _allgather_uneven(self, output_tensors, input_tensors):
         """all_gather into outputs of different sizes (torch allows it; the vendor backends
@@ -480,8 +482,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                     + (f", output {me} of {outs[me].numel()} elements" if len(outs) > me else ""))
             nbytes = sum(t.numel() * t.element_size() for t in outs)
             if self._timing and nbytes > _TimingGloo.CARRIED_BYTES:
-                self._order_after_in_flight()   # where full mode's _host() does
-                self._charge("all_gather", outs)   # moves nothing (timing mode)
+                self._charge_only("all_gather", outs)
                 continue
             h = self._host()
             views = [_movable(h(t, written=True)) for t in outs]
@@ -493,19 +494,18 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
                     o = dist.BroadcastOptions()
                     o.rootRank = root
                     works.append(self._gloo.broadcast([v], o))
-                return _AllOf(works)
+                return _AllWorks(works)
             self._done(h, self._started(start, "all_gather", outs), outs)
         return self._work(output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
-        self._order_after_in_flight([input], [output])
-        h = self._host(gather=True)
+        h = self._host([input], [output])
         # Gloo wants the concatenated form; the stacked (world, *input.shape) form is the same bytes.
         work = self._started(lambda: self._gloo._allgather_base(_movable(h(output, True)).view(-1),
                                                                 _movable(h(input)).reshape(-1),
                                                                 opts or _AllgatherOptions()),
                              "all_gather", output)
-        return self._later(h, work, [output], (output, input), [input], [output])
+        return self._later(h, work, [output], [input], [output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         return _AllWorks([self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
@@ -523,8 +523,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
             o = dist.ReduceScatterOptions()
             o.reduceOp = self._reduce_op(op, ins)
             if self._timing and sum(t.numel() * t.element_size() for t in ins) > _TimingGloo.CARRIED_BYTES:
-                self._order_after_in_flight()   # where full mode's _host() does
-                self._charge("reduce_scatter", ins, op=op)   # moves nothing (timing mode)
+                self._charge_only("reduce_scatter", ins, op=op)
                 continue
             h = self._host()
             r_in = _Reducible([h(t) for t in ins], op, self._timing_gloo)
@@ -550,8 +549,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         o = dist.AllreduceOptions()
         o.reduceOp = self._reduce_op(op, [input])
         if self._timing and input.numel() * input.element_size() > _TimingGloo.CARRIED_BYTES:
-            self._order_after_in_flight()   # where full mode's _host() does
-            self._charge("reduce_scatter", [input], op=op)   # moves nothing (timing mode)
+            self._charge_only("reduce_scatter", [input], op=op)
             return self._work([output])
         h = self._host()
         r = _Reducible([h(input).reshape(n, -1)], op, self._timing_gloo)

@@ -9,13 +9,16 @@ tensors are let go, so finishing by the host's speed would make simulated times 
 run to run (and between full and timing mode)."""
 from __future__ import annotations
 
-_works: list = []   # LaterWork, oldest first; finished ones dropped as they are met
+_works: dict = {}   # id -> LaterWork not finished yet, oldest first
 
 
 def add(work) -> None:
-    if len(_works) >= 64:
-        _works[:] = [w for w in _works if not w.finished]
-    _works.append(work)
+    _works[id(work)] = work
+
+
+def discard(work) -> None:
+    """`work` finished (LaterWork.finish)."""
+    _works.pop(id(work), None)
 
 
 def any_in_flight() -> bool:
@@ -23,34 +26,22 @@ def any_in_flight() -> bool:
 
 
 def finish_all() -> None:
-    """Finishes every collective in flight, oldest first; the first failure is raised once
-    all are finished (each also keeps its own, for its wait())."""
-    first = None
-    while _works:
-        w = _works.pop(0)
-        if w.finished:
-            continue   # waited on: its failure, if any, was raised there
-        try:
-            w.finish()
-        except Exception as e:
-            first = first or e
-    if first is not None:
-        raise first
+    """Finishes every collective in flight, oldest first."""
+    _finish(list(_works.values()))
 
 
 def finish_touching(reads, writes) -> None:
     """Finishes the collectives in flight that write memory in `reads` or `writes`, or read
     memory in `writes` (spans: (start, end) byte addresses): a collective about to start on
     those bytes must see them settled. Others stay in flight (gathers of other tensors)."""
-    if not _works:
-        return
-    hit = [w for w in _works if not w.finished and (_meets(w.writes, reads) or _meets(w.writes, writes)
-                                                     or _meets(w.reads, writes))]
-    if not hit:
-        return
+    _finish([w for w in _works.values()
+             if _meets(w.writes(), reads) or _meets(w.writes(), writes) or _meets(w.reads(), writes)])
+
+
+def _finish(works) -> None:
+    # The first failure is raised once all are finished (each also keeps its own, for its wait()).
     first = None
-    for w in hit:
-        _works.remove(w)
+    for w in works:
         try:
             w.finish()
         except Exception as e:
@@ -67,8 +58,7 @@ def spans(tensors) -> list:
     """The byte spans [start, end) the tensors' elements lie in (a view's whole extent)."""
     out = []
     for t in tensors:
-        n = t.numel()
-        if n == 0:
+        if t.numel() == 0:
             continue
         extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 1)
         start = t.data_ptr()
