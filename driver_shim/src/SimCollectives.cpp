@@ -390,6 +390,7 @@ Status SimBackend::launchFabricCollective(Stream stream, const CollectiveDesc& d
       return Status(Code::CommFailed, e.what());
     }
   }
+  if (!joined) cmd.duration_ps += desc.peers_late_ps;
   if (seconds) *seconds = took;
   if (algorithm) *algorithm = t.algorithm;
   if (capturing(s)) return record(s, name, nullptr, std::move(cmd));

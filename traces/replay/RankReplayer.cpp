@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "cardsim/trace.h"
+#include "device_models/Command.h"
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceReader.h"
 
@@ -249,7 +250,34 @@ void RankReplayer::noteClock(const trace::Envelope& e) {
   last_thread_ = e.thread();
 }
 
+void RankReplayer::readCollectiveCommands() {
+  trace::TraceReader reader(path_);
+  reader.skipCrc(options_.verified);
+  while (const trace::Envelope* e = reader.next())
+    if (e->record_case() == trace::Envelope::kCommand && e->command().kind() == trace::DeviceCommand::COLLECTIVE &&
+        e->command().call() != 0)
+      collective_commands_[e->command().call()] = CommandSpan{e->command().start_ps(), e->command().end_ps()};
+}
+
+// What the recorded rank waited at collective call `e` for slower ranks: its command's
+// recorded end past where it would have ended with every member arriving when it did (its
+// start plus the model's time for it alone, and no earlier than its launch). Replicas of it
+// reach the collective that much later, so that on the recorded configuration the replay
+// ends it where the recording did.
+uint64_t RankReplayer::peersLatePs(const trace::Envelope& e) {
+  const trace::Collective& c = e.collective();
+  // A collective call returns once launched (the host's cost of issuing it), a barrier only
+  // once it completes: a barrier's launch is taken to cost what the last other one did.
+  if (c.op() != "barrier" && e.host_end_ps() >= e.host_begin_ps()) launch_ps_ = e.host_end_ps() - e.host_begin_ps();
+  auto it = collective_commands_.find(e.call());
+  if (it == collective_commands_.end()) return 0;
+  const uint64_t alone =
+      std::max(it->second.start_ps + model::secondsToPs(c.seconds()), e.host_begin_ps() + launch_ps_);
+  return it->second.end_ps > alone ? it->second.end_ps - alone : 0;
+}
+
 void RankReplayer::run() {
+  if (options_.scale_ranks > 0) readCollectiveCommands();
   trace::TraceReader reader(path_);
   world_ = std::max(1, reader.header().world_size());
   reader.skipCommands(true);   // the recorded commands' results: the replay makes its own
@@ -508,6 +536,7 @@ void RankReplayer::replay(const trace::Envelope& e) {
         if (c.posted_event() != 0) d.posted = event(c.posted_event(), e);
       }
       if (options_.scale_ranks > 0) {
+        d.peers_late_ps = peersLatePs(e);
         bool world = static_cast<int>(d.ranks.size()) == world_;
         for (int i = 0; world && i < world_; ++i) world = d.ranks[static_cast<std::size_t>(i)] == i;
         if (world) {

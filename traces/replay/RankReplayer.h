@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cardsim/shim.h"
@@ -30,7 +31,8 @@ class WhatIfError : public std::runtime_error {
 struct ReplayOptions {
   // >0: the trace is one rank of a data-parallel job of its world size, replicated to this
   // many ranks: collectives over the whole recorded world run over ranks 0..N-1 instead
-  // (each replica arrives when this one does, so no fabric server is needed).
+  // (no fabric server: each replica arrives when this one does, plus what this one waited
+  // there for slower ranks in the recording).
   int scale_ranks = 0;
   double collective_timeout_s = 120;
   // Hand the recorded kernel shapes on to the replay's own trace (only a trace that is
@@ -106,6 +108,15 @@ class RankReplayer {
   std::optional<uint32_t> last_thread_;             // the thread of the latest call replayed
   uint64_t calls_ = 0;
   uint64_t record_ = 0;
+  // A replicated rank (scale_ranks): each recorded collective call's command, as recorded
+  // (its start and end), for what the rank waited there for slower ranks (peersLatePs).
+  struct CommandSpan {
+    uint64_t start_ps = 0, end_ps = 0;
+  };
+  std::unordered_map<uint64_t, CommandSpan> collective_commands_;   // by call
+  uint64_t launch_ps_ = 0;   // a collective call's host time (its launch), as recorded last
+  void readCollectiveCommands();
+  uint64_t peersLatePs(const trace::Envelope& e);
   // The calling thread's current device as this replayer last set it (-1: ask the runtime):
   // the replay makes every call from one thread, and only it changes the device.
   int device_ = -1;

@@ -297,6 +297,11 @@ struct CollectiveDesc {
   // simulation runs past an unanswered collective: it is settled first, by whichever thread
   // needs the simulation. The returned seconds are then the model's time for it alone.
   bool answer_later = false;
+  // Timed without a fabric server only: the other members reach the collective this long
+  // after this one (a lone rank file's replay, whose replicas would otherwise arrive with
+  // it: what the recorded rank waited there for slower ranks). Its command holds the
+  // stream that much longer, as the waiting member's did.
+  uint64_t peers_late_ps = 0;
 };
 
 // Queues the collective on `stream`. Connected to a fabric server (fabricConnect) and with

@@ -167,6 +167,12 @@ def test_one_rank_file_of_a_job_stands_for_the_whole_job(tmp_path):
     assert rep["world_size"] == 2 and rep["replicated_to"] == 2 and [r["rank"] for r in rep["ranks"]] == [0]
     _, same = replay_json(tmp_path, one, "--ranks", "2")
     assert same["total_us"] == rep["total_us"]
+    # On the recorded configuration each rank file ends where its own recording did: rank 0,
+    # the faster, waited at the collectives for rank 1, and its replicas arrive as late.
+    for r in (0, 1):
+        f = GOLDEN / "dp_step" / f"rank{r}.cstrace"
+        _, alone = replay_json(tmp_path, f)
+        assert alone["total_us"] == pytest.approx(recorded_total_us(f), abs=1e-6), r
     # the directory replays every recorded rank, whatever --ranks says of the same count
     _, whole = replay_json(tmp_path, GOLDEN / "dp_step", "--ranks", "2")
     assert whole["replicated_to"] == 0 and whole["total_us"] == pytest.approx(recorded_total_us(GOLDEN / "dp_step"))
