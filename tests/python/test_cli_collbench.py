@@ -122,7 +122,7 @@ def test_table_output_names_the_columns():
 
 @pytest.mark.parametrize("args,needle", [
     (["--op", "all_sum"], "all_sum"),
-    (["--algo", "butterfly"], "butterfly"),
+    (["--algo", "butterfly"], "--algo: unknown collective algorithm 'butterfly'"),
     (["--algo", "switch", "--preset", "br100"], "switch"),
     (["--min-bytes", "12Q"], "12Q"),
     (["--set", "fabric.link.bandwidth=-5 GB/s"], "fabric.link.bandwidth"),
@@ -258,6 +258,8 @@ def test_a_preferred_algorithm_from_the_configuration_or_the_environment():
         assert got["all_gather"] == tuned["all_gather"], (how, got)
     bad = run(*args, "--set", "fabric.algorithm=butterfly")
     assert bad.returncode == 2 and "fabric.algorithm" in bad.stderr and "ring, tree" in bad.stderr, bad.stderr
+    bad = run(*args, env={"CARDSIM_COLL_ALGO": "butterfly"})   # named by where it came from
+    assert bad.returncode == 2 and "CARDSIM_COLL_ALGO: unknown collective algorithm 'butterfly'" in bad.stderr, bad.stderr
     refused = run(*args, "--op", "all_gather", "--algo", "tree")
     assert refused.returncode == 2 and "tree does not do all_gather" in refused.stderr, refused.stderr
     assert "(algorithms that can: ring, direct" in refused.stderr, refused.stderr   # what to force instead

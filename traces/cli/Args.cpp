@@ -134,9 +134,12 @@ double parseSize(const std::string& text) {
   return v * scale;
 }
 
-std::string Args::usage(const std::string& command, const std::vector<FlagSpec>& specs) {
+std::string Args::usage(const std::string& command, const std::vector<FlagSpec>& specs, const std::string& operands,
+                        const std::string& operands_help) {
   std::ostringstream o;
-  o << "usage: cardsim " << command << " [options]\n";
+  o << "usage: cardsim " << command << (operands.empty() ? "" : " " + operands) << " [options]";
+  if (!operands_help.empty()) o << "   (" << operands_help << ")";
+  o << "\n";
   for (const FlagSpec& s : specs) {
     std::string flag = "--" + s.name + (s.takes_value ? " V" : "");
     o << "  " << flag;

@@ -33,7 +33,9 @@ class Args {
   double size(const std::string& name, double fallback) const;
   double number(const std::string& name, double fallback) const;
   const std::vector<std::string>& positional() const { return positional_; }
-  static std::string usage(const std::string& command, const std::vector<FlagSpec>& specs);
+  // `operands`: what follows the command besides its options ("PATH"), and what it is.
+  static std::string usage(const std::string& command, const std::vector<FlagSpec>& specs,
+                           const std::string& operands = "", const std::string& operands_help = "");
 
  private:
   std::string command_;

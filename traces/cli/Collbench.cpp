@@ -78,7 +78,14 @@ int runCollbench(const std::vector<std::string>& argv) {
     throw UsageError("cardsim collbench: send_recv needs --ranks 2 or more");
   const char* env_algo = std::getenv("CARDSIM_COLL_ALGO");
   std::string algo = a.get("algo", env_algo ? env_algo : "");
-  if (!algo.empty()) fabric::algorithm(algo);   // unknown names fail before any work
+  if (!algo.empty()) {   // unknown names fail before any work, naming where they came from
+    try {
+      fabric::algorithm(algo);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("cardsim collbench: ") + (a.has("algo") ? "--algo" : "CARDSIM_COLL_ALGO") + ": " +
+                       e.what());
+    }
+  }
   // --algo is run or refused; CARDSIM_COLL_ALGO, else fabric.algorithm, is a preference, as
   // in a job (the shim's rule).
   const bool preferred = !a.has("algo");

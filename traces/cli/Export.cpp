@@ -55,8 +55,7 @@ void writeFile(const std::string& out, const std::function<void(std::ostream&)>&
 int runExport(const std::vector<std::string>& argv) {
   Args a("export", kFlags, argv);
   if (a.has("help")) {
-    std::fputs(("usage: cardsim export PATH [--perfetto OUT.json] [--chakra PREFIX]   (PATH: a trace directory or "
-                "one rank file)\n" + Args::usage("export", kFlags)).c_str(), stdout);
+    std::fputs(Args::usage("export", kFlags, "PATH", "PATH: a trace directory or one rank file").c_str(), stdout);
     return 0;
   }
   if (a.positional().size() != 1)

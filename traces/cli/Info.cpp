@@ -191,8 +191,7 @@ int run(const std::string& path, bool as_json, bool print) {
 int runInfo(const std::vector<std::string>& argv) {
   Args a("info", kFlags, argv);
   if (a.has("help")) {
-    std::fputs(("usage: cardsim info PATH [--json]   (PATH: a trace directory or one rank file)\n" +
-                Args::usage("info", kFlags)).c_str(), stdout);
+    std::fputs(Args::usage("info", kFlags, "PATH", "PATH: a trace directory or one rank file").c_str(), stdout);
     return 0;
   }
   if (a.positional().size() != 1)

@@ -243,7 +243,10 @@ struct RankChild {
 int runReplay(const std::vector<std::string>& argv) {
   Args a("replay", kFlags, argv);
   if (a.has("help")) {
-    std::fputs(Args::usage("replay", kFlags).c_str(), stdout);
+    std::fputs(Args::usage("replay", kFlags, "PATH",
+                           "PATH: a trace directory, one rank file, or Chakra traces' PREFIX or .et file")
+                   .c_str(),
+               stdout);
     return 0;
   }
   if (a.positional().size() != 1) throw UsageError("cardsim replay: expected one PATH (a trace directory or rank file)");

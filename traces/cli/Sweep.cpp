@@ -54,11 +54,13 @@ struct Dimension {
 
 // The comma list of a --set. A value in square brackets keeps its commas, so that a key
 // whose own value is a list can be swept: fabric.library_algorithms=[ring,tree],[ring].
-std::vector<std::string> splitValues(const std::string& list) {
+std::vector<std::string> splitValues(const std::string& key, const std::string& list) {
   std::vector<std::string> out;
   auto add = [&](std::string cur) {
     const auto a = cur.find_first_not_of(" \t"), z = cur.find_last_not_of(" \t");
-    if (a == std::string::npos) throw UsageError("cardsim sweep: an empty value in '" + list + "'");
+    if (a == std::string::npos)
+      throw UsageError("cardsim sweep: --set " + key + ": an empty value in '" + list + "'" +
+                       (list.empty() ? " (key '" + key + "' has no value)" : ""));
     cur = cur.substr(a, z - a + 1);
     if (cur.front() == '[') {
       if (cur.size() < 2 || cur.back() != ']')
@@ -154,7 +156,9 @@ int runSweep(const std::vector<std::string>& argv) {
   std::signal(SIGPIPE, SIG_IGN);
   Args a("sweep", kFlags, argv);
   if (a.has("help")) {
-    std::fputs(Args::usage("sweep", kFlags).c_str(), stdout);
+    std::fputs(Args::usage("sweep", kFlags, "PATH", "PATH: a trace directory or one rank file, as cardsim replay takes")
+                   .c_str(),
+               stdout);
     return 0;
   }
   if (a.positional().size() != 1)
@@ -183,7 +187,7 @@ int runSweep(const std::vector<std::string>& argv) {
   for (const std::string& s : a.all("set")) {
     const std::size_t eq = s.find('=');
     if (eq == std::string::npos || eq == 0) throw UsageError("cardsim sweep: --set expects key.path=v1,v2,..., got '" + s + "'");
-    Dimension d{s.substr(0, eq), splitValues(s.substr(eq + 1))};
+    Dimension d{s.substr(0, eq), splitValues(s.substr(0, eq), s.substr(eq + 1))};
     if (d.values.size() == 1) fixed.push_back(d.key + "=" + d.values[0]);
     else dims.push_back(std::move(d));
   }

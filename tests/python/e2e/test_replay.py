@@ -576,6 +576,9 @@ def test_sweep_of_a_list_valued_key_keeps_bracketed_commas(tmp_path):
         res = cardsim("sweep", GOLDEN_DP_STEP, "--set", f"fabric.library_algorithms={bad}", "--out", tmp_path / "bad")
         assert res.returncode == 2 and what in res.stderr, (bad, res.stderr)
         assert not (tmp_path / "bad.csv").exists()
+    for bad in ("", "ring,,tree"):   # an empty value names its key
+        res = cardsim("sweep", GOLDEN_DP_STEP, "--set", f"fabric.library_algorithms={bad}", "--out", tmp_path / "bad")
+        assert res.returncode == 2 and "--set fabric.library_algorithms: an empty value" in res.stderr, res.stderr
 
 
 PARTIAL_WITH_THINGS_FROM_BEFORE = r'''

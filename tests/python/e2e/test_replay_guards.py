@@ -542,6 +542,9 @@ def test_a_sweep_whose_plot_cannot_be_written_says_so_in_one_line(tmp_path):
 def test_short_help_and_unknown_short_options_and_a_directory_for_a_preset(tmp_path):
     res = cardsim("replay", "-h")
     assert res.returncode == 0 and "usage: cardsim replay" in res.stdout, res.stderr
+    for command in ("info", "export", "replay", "sweep"):   # each names what it reads, in one usage line
+        out = cardsim(command, "--help").stdout
+        assert out.startswith(f"usage: cardsim {command} PATH [options]") and out.count("usage:") == 1, out
     res = cardsim("replay", GOLDEN / "dp_step", "-x")
     assert res.returncode == 2 and "unknown option -x" in res.stderr, res.stderr
     res = cardsim("replay", GOLDEN / "dp_step", "--preset", tmp_path)
