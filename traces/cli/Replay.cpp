@@ -527,7 +527,9 @@ int runReplay(const std::vector<std::string>& argv) {
       report.notes.push_back("rank " + std::to_string(rank) + "'s recording ended by " + reason +
                              ": the run was cut short; the replay covers what was recorded");
   // "as recorded": the recording's own configuration, unless overrides changed it.
-  if (!a.has("preset")) report.preset = h0.preset() + (job.overrides.empty() ? " (as recorded)" : " (recorded, with --set)");
+  if (!a.has("preset")) report.preset = h0.preset();
+  report.configuration = std::string(a.has("preset") ? "preset" : job.overrides.empty() ? "as recorded" : "recorded") +
+                         (job.overrides.empty() ? "" : ", with --set");
   for (const auto& [name, u] : loads) {
     replay::LinkLoad l;
     l.name = name;

@@ -17,7 +17,11 @@ std::string num(double v) {
 }  // namespace
 
 void printReport(const replay::Report& r, const std::string& what, FILE* out) {
-  std::fprintf(out, "replay of %s on %s (%s), %d rank(s)\n", what.c_str(), r.preset.c_str(), r.device_name.c_str(),
+  // The recording's own configuration says so by the preset's name ("mlu370-x8 (as recorded)").
+  const std::string on = r.configuration.rfind("preset", 0) == 0 || r.configuration.empty()
+                             ? r.preset
+                             : r.preset + " (" + r.configuration + ")";
+  std::fprintf(out, "replay of %s on %s (%s), %d rank(s)\n", what.c_str(), on.c_str(), r.device_name.c_str(),
                r.world_size);
   std::fprintf(out, "total_us: %.3f\n", r.total_us);
   for (const std::string& n : r.notes) std::fprintf(out, "note: %s\n", n.c_str());
@@ -68,6 +72,7 @@ void printReport(const replay::Report& r, const std::string& what, FILE* out) {
 
 std::string jsonReport(const replay::Report& r, const std::string& path, int scale) {
   std::string j = "{\"path\": " + jsonString(path) + ", \"preset\": " + jsonString(r.preset) +
+                  ", \"configuration\": " + jsonString(r.configuration) +
                   ", \"device_name\": " + jsonString(r.device_name) + ", \"world_size\": " +
                   std::to_string(r.world_size) + ", \"replicated_to\": " + std::to_string(scale) +
                   ", \"total_us\": " + num(r.total_us) + ", \"notes\": [";

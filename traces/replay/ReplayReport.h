@@ -81,6 +81,9 @@ struct LinkLoad {
 
 struct Report {
   std::string preset;         // of the (replayed) trace
+  // Which configuration the replay ran on: "as recorded" or "recorded, with --set" (the
+  // recording's own, resolved), else "preset" or "preset, with --set" (--preset).
+  std::string configuration;
   std::string device_name;
   int world_size = 1;
   double total_us = 0;        // first host call to last device completion, across ranks

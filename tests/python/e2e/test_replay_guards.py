@@ -214,6 +214,9 @@ def test_what_if_another_collective_algorithm(tmp_path):
     text, tree = replay_json(tmp_path, GOLDEN / "dp_step", "--set", "fabric.algorithm=tree")
     assert names(tree) == {"all_reduce:tree"}, names(tree)
     assert "on mlu370-x8 (recorded, with --set)" in text, text.splitlines()[0]   # not "as recorded"
+    # the JSON names the preset as info does, and the configuration apart
+    assert base["preset"] == tree["preset"] == "mlu370-x8", (base["preset"], tree["preset"])
+    assert (base["configuration"], tree["configuration"]) == ("as recorded", "recorded, with --set")
     # a tree over two ranks moves the bytes in more steps than their direct exchange: slower,
     # by the collectives alone (the compute and copies are the same)
     assert tree["total_us"] > base["total_us"]
