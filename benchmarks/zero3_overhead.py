@@ -57,10 +57,10 @@ if mode == "cpu":
 '''
 
 
-def job(mode: str, steps: int) -> dict:
+def job(mode: str, steps: int, env: dict | None = None) -> dict:
     """One 2-rank job; returns rank 0's step times and losses."""
     return two_ranks.run(f"zero3_overhead: the {mode} job", WORKER, [mode, str(steps), str(ROOT)],
-                         {"DS_ACCELERATOR": mode})[0]
+                         dict(env or {}, DS_ACCELERATOR=mode))[0]
 
 
 def main(argv=None) -> int:
@@ -68,12 +68,14 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--check", action="store_true", help="assert both sides' losses agree (rel 1e-4)")
+    ap.add_argument("--no-fabric-server", action="store_true",
+                    help="the emulated ranks time their collectives alone (CARDSIM_FABRIC=off): what the server costs")
     args = ap.parse_args(argv)
     best = {"mlu": float("inf"), "cpu": float("inf")}
     losses = {}
     for _ in range(args.rounds):
         for mode in ("mlu", "cpu"):
-            r = job(mode, args.steps)
+            r = job(mode, args.steps, {"CARDSIM_FABRIC": "off"} if mode == "mlu" and args.no_fabric_server else None)
             timed = r["times"][2:] or r["times"]
             best[mode] = min(best[mode], statistics.median(timed))
             losses[mode] = r["losses"]

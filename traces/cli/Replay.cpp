@@ -528,8 +528,8 @@ int runReplay(const std::vector<std::string>& argv) {
                              ": the run was cut short; the replay covers what was recorded");
   // "as recorded": the recording's own configuration, unless overrides changed it.
   if (!a.has("preset")) report.preset = h0.preset();
-  report.configuration = std::string(a.has("preset") ? "preset" : job.overrides.empty() ? "as recorded" : "recorded") +
-                         (job.overrides.empty() ? "" : ", with --set");
+  report.configuration = a.has("preset") ? "preset" : job.overrides.empty() ? "as recorded" : "recorded";
+  if (!job.overrides.empty()) report.configuration += ", with --set";
   for (const auto& [name, u] : loads) {
     replay::LinkLoad l;
     l.name = name;

@@ -59,8 +59,7 @@ std::vector<std::string> splitValues(const std::string& key, const std::string& 
   auto add = [&](std::string cur) {
     const auto a = cur.find_first_not_of(" \t"), z = cur.find_last_not_of(" \t");
     if (a == std::string::npos)
-      throw UsageError("cardsim sweep: --set " + key + ": an empty value in '" + list + "'" +
-                       (list.empty() ? " (key '" + key + "' has no value)" : ""));
+      throw UsageError("cardsim sweep: --set " + key + ": an empty value in '" + list + "'");
     cur = cur.substr(a, z - a + 1);
     if (cur.front() == '[') {
       if (cur.size() < 2 || cur.back() != ']')

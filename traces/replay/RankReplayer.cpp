@@ -256,7 +256,7 @@ void RankReplayer::readCollectiveCommands() {
   while (const trace::Envelope* e = reader.next())
     if (e->record_case() == trace::Envelope::kCommand && e->command().kind() == trace::DeviceCommand::COLLECTIVE &&
         e->command().call() != 0)
-      collective_commands_[e->command().call()] = CommandSpan{e->command().start_ps(), e->command().end_ps()};
+      collective_commands_[e->command().call()] = Span{e->command().start_ps(), e->command().end_ps()};
 }
 
 // What the recorded rank waited at collective call `e` for slower ranks: its command's
@@ -272,7 +272,7 @@ uint64_t RankReplayer::peersLatePs(const trace::Envelope& e) {
   auto it = collective_commands_.find(e.call());
   if (it == collective_commands_.end()) return 0;
   const uint64_t alone =
-      std::max(it->second.start_ps + model::secondsToPs(c.seconds()), e.host_begin_ps() + launch_ps_);
+      std::max(it->second.begin_ps + model::secondsToPs(c.seconds()), e.host_begin_ps() + launch_ps_);
   return it->second.end_ps > alone ? it->second.end_ps - alone : 0;
 }
 

@@ -110,10 +110,7 @@ class RankReplayer {
   uint64_t record_ = 0;
   // A replicated rank (scale_ranks): each recorded collective call's command, as recorded
   // (its start and end), for what the rank waited there for slower ranks (peersLatePs).
-  struct CommandSpan {
-    uint64_t start_ps = 0, end_ps = 0;
-  };
-  std::unordered_map<uint64_t, CommandSpan> collective_commands_;   // by call
+  std::unordered_map<uint64_t, Span> collective_commands_;   // by call
   uint64_t launch_ps_ = 0;   // a collective call's host time (its launch), as recorded last
   void readCollectiveCommands();
   uint64_t peersLatePs(const trace::Envelope& e);
