@@ -98,6 +98,13 @@ std::string number(double v) {
 
 // ---- time -------------------------------------------------------------------------------
 
+// Shortest text without an exponent that reads back as `v`.
+std::string fixed(double v) {
+  char b[400];   // any finite double fits
+  const auto r = std::to_chars(b, b + sizeof b, v, std::chars_format::fixed);
+  return r.ec == std::errc() ? std::string(b, r.ptr) : number(v);
+}
+
 // A time in the file: its text in microseconds, and the nanoseconds Perfetto's importer
 // makes of it (it multiplies the parsed double by 1000 and truncates).
 struct Time {
@@ -111,9 +118,9 @@ int64_t importedNs(const std::string& text) {
 
 // Picoseconds as microseconds, exactly ("1.5" for 1,500,000 ps). A whole number of
 // nanoseconds can import one nanosecond short (1.001 * 1000 = 1000.99999...), which would
-// make back-to-back commands overlap in Perfetto; such a time gets a few digits below the
-// picosecond (at most 0.1 ps, so it still reads back as the same picosecond) that make it
-// import exactly.
+// make back-to-back commands overlap in Perfetto; such a time is written as the next double
+// or few up that imports exactly (a few units in the last place: it still reads back as the
+// same picosecond).
 Time usTime(uint64_t ps) {
   char full[48];
   std::snprintf(full, sizeof full, "%llu.%06llu", static_cast<unsigned long long>(ps / 1000000),
@@ -123,11 +130,36 @@ Time usTime(uint64_t ps) {
   if (plain.back() == '.') plain.pop_back();
   const int64_t want = static_cast<int64_t>(ps / 1000);
   if (importedNs(plain) == want) return {plain, want};
-  for (const char* below : {"0001", "001", "01", "1"}) {
-    std::string t = std::string(full) + below;
-    if (importedNs(t) == want) return {t, want};
+  double v = std::strtod(plain.c_str(), nullptr);
+  for (int i = 0; i < 64; ++i) {
+    v = std::nextafter(v, std::numeric_limits<double>::infinity());
+    if (static_cast<int64_t>(v * 1000.0) == want) return {fixed(v), want};
   }
   return {plain, importedNs(plain)};
+}
+
+// The duration of a slice from `ts` to `end`, chosen among the doubles within a few units in
+// the last place of their difference: one that a reader adding the two doubles (Python,
+// JavaScript) takes to end exactly at `end`'s double, so that a slice ending where another
+// begins, or where its parent ends, compares equal rather than a rounding error past it; of
+// those, one that Perfetto's importer (truncated nanoseconds) also takes to end at `end`'s
+// nanosecond, where one exists (a slice shorter than a nanosecond can straddle one).
+Time usDuration(const Time& ts, const Time& end) {
+  const double a = std::strtod(ts.text.c_str(), nullptr), b = std::strtod(end.text.c_str(), nullptr);
+  const int64_t want_ns = end.ns - ts.ns;
+  double d = b - a;
+  for (int i = 0; i < 8 && d > 0; ++i) d = std::nextafter(d, 0.0);
+  double fallback = std::numeric_limits<double>::quiet_NaN();
+  for (int i = 0; i < 17; ++i, d = std::nextafter(d, std::numeric_limits<double>::infinity())) {
+    if (a + d != b) continue;
+    if (static_cast<int64_t>(d * 1000.0) == want_ns) {
+      fallback = d;
+      break;
+    }
+    if (std::isnan(fallback)) fallback = d;
+  }
+  if (std::isnan(fallback)) fallback = b - a;   // not reached: a + (b - a) is within an ulp of b
+  return {fixed(fallback), static_cast<int64_t>(fallback * 1000.0)};
 }
 
 // ---- record payloads as args -----------------------------------------------------------
@@ -359,7 +391,7 @@ PerfettoWriter::Summary PerfettoWriter::write(std::ostream& out) const {
   }
   for (Slice& s : slices) {
     s.ts = usTime(s.begin);
-    s.dur = usTime(s.end - s.begin);
+    s.dur = usDuration(s.ts, usTime(s.end));
   }
 
   // Processes: per rank its host, then its cards; tracks numbered after every process so

@@ -104,6 +104,15 @@ def ps(us):
     return round(us * 1e6)
 
 
+def float_spans(doc):
+    """Per track, each slice's (ts, ts + dur) as doubles."""
+    spans = collections.defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            spans[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    return spans
+
+
 def imported_ns(us):
     """What Perfetto's JSON importer makes of a time: the double times 1000, truncated."""
     return int(us * 1000.0)
@@ -189,12 +198,24 @@ def check_timeline(doc):
                 stack.pop()
             assert not stack or end <= stack[-1], (threads[track], b, end, stack)
             stack.append(end)
-    # every time imports to its exact nanosecond (no 1 ns overlaps from float truncation)
+    # ... and as a reader adding the doubles ts + dur sees them: a slice ends exactly where
+    # the next begins or its parent ends, not a rounding error past it
+    for track, spans in float_spans(doc).items():
+        stack = []
+        for b, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while stack and stack[-1] <= b:
+                stack.pop()
+            assert not stack or end <= stack[-1], (threads[track], b, end, stack)
+            stack.append(end)
+    # every time imports to its exact nanosecond (no 1 ns overlaps from float truncation);
+    # a slice's end to its own, or (its start's nanosecond later in the nanosecond than its
+    # end's) one short
     for e in events:
         if e["ph"] in ("X", "C", "s", "f"):
             assert imported_ns(e["ts"]) == ps(e["ts"]) // 1000, e
         if e["ph"] == "X":
-            assert imported_ns(e["dur"]) == ps(e["dur"]) // 1000, e
+            end_ns = (ps(e["ts"]) + ps(e["dur"])) // 1000
+            assert imported_ns(e["ts"]) + imported_ns(e["dur"]) in (end_ns, end_ns - 1), e
     # flows: one start and one finish each
     ends = collections.defaultdict(list)
     for e in events:
