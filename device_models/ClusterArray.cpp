@@ -21,7 +21,7 @@ KernelShape ClusterArray::shape(const KernelCost& cost) const {
   const double eff = params_.efficiency[static_cast<size_t>(cost.kernel_class)];
   const double bytes = cost.bytes_read + cost.bytes_written;
   KernelShape s;
-  s.tiles = kernelTiles(params_, memory_.params(), cost.kernel_class, cost.dtype, cost.flops, bytes, cost.tiles);
+  s.tiles = kernelTiles(params_, cost.kernel_class, cost.dtype, cost.flops, bytes, cost.tiles);
   // A cluster's share of the peak, per cycle of the preset clock; a tile takes whole cycles.
   const double ops_per_cycle = peak * eff / params_.clusters / params_.clock_hz;
   if (cost.flops > 0 && ops_per_cycle > 0) {

@@ -36,18 +36,17 @@ double pcieLaneBytesPerSecond(uint32_t generation) {
   }
 }
 
-uint32_t kernelTiles(const ComputeParams& c, const MemoryParams& m, KernelClass k, DType t, double flops,
+uint32_t kernelTiles(const ComputeParams& c, KernelClass k, DType t, double flops,
                      double bytes, uint32_t given) {
   if (given > 0) return given;
   const double peak = peakFor(c, k, t);
   const double eff = c.efficiency[static_cast<std::size_t>(k)];
-  // A kernel's decomposition is its own and the cluster's: not the card's memory bandwidth,
+  // A kernel's decomposition is its own: fixed in bytes and in cycles, not in any bandwidth,
   // or a what-if with more of it would cut kernels finer and pay more waves.
-  const double cluster_bw = m.cluster_bandwidth_bytes_per_s > 0 ? m.cluster_bandwidth_bytes_per_s
-                                                                 : m.bandwidth_bytes_per_s / std::max<uint32_t>(1, c.clusters);
-  const double ridge_ops_per_byte = cluster_bw > 0 ? peak * eff / std::max<uint32_t>(1, c.clusters) / cluster_bw : 0;
+  const double ops_per_cycle = c.clock_hz > 0 ? peak * eff / std::max<uint32_t>(1, c.clusters) / c.clock_hz : 0;
+  const double tile_ops = ops_per_cycle * c.tile_cycles;
   const double by_bytes = std::ceil(bytes / c.tile_bytes);
-  const double by_work = ridge_ops_per_byte > 0 ? std::ceil(flops / (c.tile_bytes * ridge_ops_per_byte)) : 0;
+  const double by_work = tile_ops > 0 ? std::ceil(flops / tile_ops) : 0;
   return static_cast<uint32_t>(std::clamp(std::max(by_bytes, by_work), 1.0, 1048576.0));
 }
 

@@ -30,6 +30,7 @@ struct ComputeParams {
   double graph_dispatch_latency_s = 0;
   double wave_overhead_cycles = 0;  // fixed cost of one wave of tiles on a cluster
   double tile_bytes = 0;
+  double tile_cycles = 0;           // a tile's compute at most this, in cycles of one cluster
 };
 
 // The peak a kernel of class `k` in data type `t` runs at: GEMMs on the matrix units,
@@ -96,9 +97,9 @@ struct DeviceParams {
 };
 
 // The tiles a kernel is cut into (ClusterArray's rule): `given` if not 0, else tiles of about
-// compute.tile_bytes of traffic or of as much work as one cluster does while its port moves
-// that traffic, whichever gives more (1 .. 2^20). Plain arithmetic, for reports too.
-uint32_t kernelTiles(const ComputeParams& c, const MemoryParams& m, KernelClass k, DType t, double flops,
+// compute.tile_bytes of traffic or of compute.tile_cycles of one cluster's work, whichever
+// gives more (1 .. 2^20). Plain arithmetic, for reports too.
+uint32_t kernelTiles(const ComputeParams& c, KernelClass k, DType t, double flops,
                      double bytes, uint32_t given);
 
 // Raw data rate of one PCIe lane in one direction, after line encoding, in bytes/s.

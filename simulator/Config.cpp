@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -115,6 +116,25 @@ bool isQuantity(const pb::FieldDescriptor* f) {
          f->message_type() == config::Quantity::descriptor();
 }
 
+constexpr const char* kTileCyclesPath = "device.compute.tile_cycles";
+
+// compute.tile_cycles when the configuration does not give it: compute.tile_bytes through
+// one cluster's port (memory.cluster_bandwidth; without one, the card's bandwidth over its
+// clusters) in cycles of compute.clock. 0 where those do not parse (their own errors say why).
+double derivedTileCycles(const config::DeviceConfig& dev) {
+  std::string why;
+  const auto tile = parseQuantity(dev.compute().tile_bytes().value(), Dimension::Bytes, &why);
+  const auto clock = parseQuantity(dev.compute().clock().value(), Dimension::Frequency, &why);
+  auto port = parseQuantity(dev.memory().cluster_bandwidth().value(), Dimension::Bandwidth, &why);
+  if (!port || *port <= 0) {
+    const auto bw = parseQuantity(dev.memory().bandwidth().value(), Dimension::Bandwidth, &why);
+    const auto clusters = parseQuantity(dev.compute().clusters().value(), Dimension::Count, &why);
+    if (bw && clusters && *clusters >= 1) port = *bw / *clusters;
+  }
+  if (!tile || !clock || !port || *tile <= 0 || *clock <= 0 || *port <= 0) return 0;
+  return *tile / *port * *clock;
+}
+
 // Checks that every quantity under `msg` is present, has a value, a confidence and (when
 // published or derived) a source. Appends one line per problem.
 void checkQuantities(const pb::Message& msg, const std::string& prefix,
@@ -129,6 +149,7 @@ void checkQuantities(const pb::Message& msg, const std::string& prefix,
     if (path == "device.fabric") continue;
     if (isQuantity(f)) {
       if (!r->HasField(msg, f)) {
+        if (path == kTileCyclesPath) continue;   // optional: derived (derivedTileCycles)
         problems->push_back(path + ": missing");
         continue;
       }
@@ -366,6 +387,18 @@ std::string overrideKey(const std::string& assignment) {
 
 void applyOverride(config::Preset& preset, const std::string& assignment,
                    const std::string& origin) {
+  // A kernel's decomposition is fixed before any what-if: the derived tile_cycles is pinned
+  // from the configuration as it stands, so more bandwidth or another clock leaves it be.
+  if (preset.has_device() && !preset.device().compute().has_tile_cycles()) {
+    if (const double cycles = derivedTileCycles(preset.device()); cycles > 0) {
+      char text[64];
+      const auto r = std::to_chars(text, text + sizeof text, cycles);
+      config::Quantity* q = preset.mutable_device()->mutable_compute()->mutable_tile_cycles();
+      q->set_value(std::string(text, r.ptr) + " cycles");
+      q->set_confidence(config::DERIVED);
+      q->set_source("compute.tile_bytes / memory.cluster_bandwidth x compute.clock, before overrides");
+    }
+  }
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos)
     throw ConfigError(origin + ": \"" + assignment + "\" is not of the form key.path=value");
@@ -485,6 +518,8 @@ DeviceParams toDeviceParams(const config::Preset& preset, const std::string& ori
   c.graph_dispatch_latency_s = x.get("compute.graph_dispatch_latency", Dimension::Time);
   c.wave_overhead_cycles = x.get("compute.wave_overhead", Dimension::Cycles);
   c.tile_bytes = x.positive("compute.tile_bytes", Dimension::Bytes);
+  c.tile_cycles = dev.compute().has_tile_cycles() ? x.positive("compute.tile_cycles", Dimension::Cycles)
+                                                  : derivedTileCycles(dev);
 
   auto& m = p.memory;
   m.capacity_bytes = static_cast<uint64_t>(x.positive("memory.capacity", Dimension::Bytes));

@@ -713,12 +713,35 @@ TEST(ToDeviceParams, EveryQuantityNeedsAConfidence) {
 TEST(ToDeviceParams, EveryQuantityIsRequired) {
   const cfg::Preset base = loadPreset("br104");
   for (const std::string& path : allQuantityPaths()) {
+    if (path == "compute.tile_cycles") continue;   // optional: TileCyclesAbsentAreDerived...
     cfg::Preset p = base;
     clearQuantity(p.mutable_device(), path);
     const std::string msg = configError([&] { toDeviceParams(p, "missing-origin"); });
-    EXPECT_TRUE(contains(msg, "device." + path + ": missing")) << msg;
+    EXPECT_TRUE(contains(msg, "device." + path + ": missing")) << path << ": " << msg;
     EXPECT_TRUE(contains(msg, "missing-origin")) << msg;
   }
+}
+
+TEST(ToDeviceParams, TileCyclesAbsentAreDerivedAndPinnedBeforeOverrides) {
+  // A configuration from before compute.tile_cycles (a recording's header) derives it: the
+  // tile's bytes through one cluster's port, in cycles. An override pins that value first, so
+  // a what-if of the port's bandwidth (or the clock) does not recut the kernels.
+  cfg::Preset p = loadPreset("mlu370-x8");
+  p.mutable_device()->mutable_compute()->clear_tile_cycles();
+  const DeviceParams derived = toDeviceParams(p, "old");
+  EXPECT_DOUBLE_EQ(derived.compute.tile_cycles, 512.0 * 1024 / 128e9 * 1.3e9);
+  applyOverride(p, "memory.cluster_bandwidth=1 TB/s", "cli");
+  applyOverride(p, "compute.clock=2 GHz", "cli");
+  const DeviceParams what_if = toDeviceParams(p, "old + overrides");
+  EXPECT_DOUBLE_EQ(what_if.compute.tile_cycles, derived.compute.tile_cycles);
+  EXPECT_DOUBLE_EQ(what_if.memory.cluster_bandwidth_bytes_per_s, 1e12);
+  // Given, it is the given value, and overridable like any key.
+  cfg::Preset q = loadPreset("mlu370-x8");
+  EXPECT_DOUBLE_EQ(toDeviceParams(q, "preset").compute.tile_cycles, 5325);
+  applyOverride(q, "compute.tile_cycles=100 cycles", "cli");
+  EXPECT_DOUBLE_EQ(toDeviceParams(q, "preset").compute.tile_cycles, 100);
+  applyOverride(q, "compute.tile_cycles=-1 cycles", "cli");
+  EXPECT_TRUE(contains(configError([&] { toDeviceParams(q, "bad"); }), "device.compute.tile_cycles"));
 }
 
 TEST(ToDeviceParams, EmptyValueIsReportedOnce) {

@@ -183,7 +183,7 @@ void RankAnalyzer::record(const trace::Envelope& e) {
       cmd.clusters = s.have_params ? s.params.compute.clusters : 0;
       if (s.have_params && it)
         cmd.clusters = std::min(s.params.compute.clusters,
-                                model::kernelTiles(s.params.compute, s.params.memory, it->kernel_class, it->dtype,
+                                model::kernelTiles(s.params.compute, it->kernel_class, it->dtype,
                                                    it->flops, it->bytes, it->tiles));
       if (it) cmd.bytes = it->bytes;
     }

@@ -85,6 +85,11 @@ def test_more_memory_bandwidth_never_slows_a_run(tmp_path):
         totals = [total_us(cardsim("replay", GOLDEN / name, "--set", f"memory.bandwidth={bw}"))
                   for bw in ("307.2 GB/s", "614.4 GB/s", "1228.8 GB/s", "4 TB/s", "10 TB/s")]
         assert all(b <= a * (1 + 1e-9) for a, b in zip(totals, totals[1:])), (name, totals)
+        # nor wider cluster ports (they once cut kernels finer, each tile paying its wave)
+        totals = [total_us(cardsim("replay", GOLDEN / name, "--set", f"memory.cluster_bandwidth={bw}"))
+                  for bw in ("128 GB/s", "256 GB/s", "1 TB/s", "100 TB/s")]
+        assert all(b <= a * (1 + 1e-9) for a, b in zip(totals, totals[1:])), (name, totals)
+        assert totals[-1] < totals[0] * (1 + 1e-9), (name, totals)
 
 
 def test_a_kernel_capped_by_its_clusters_ports_is_memory_bound(tmp_path):
