@@ -15,9 +15,11 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include "simulator/Config.h"
+#include "simulator/FabricWire.h"
 #include "traces/cli/Args.h"
 #include "traces/cli/Commands.h"
 #include "traces/lib/TraceError.h"
+#include "traces/lib/TraceFormat.h"
 
 namespace {
 
@@ -43,7 +45,8 @@ constexpr Command kCommands[] = {
 };
 
 void printHelp(FILE* out) {
-  std::fprintf(out, "usage: cardsim COMMAND [options]   (cardsim COMMAND --help for its options)\n\ncommands:\n");
+  std::fprintf(out, "usage: cardsim COMMAND [options]   (cardsim COMMAND --help for its options;"
+                    " cardsim --version)\n\ncommands:\n");
   for (const Command& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
 }
 
@@ -73,6 +76,12 @@ int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     printHelp(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V") || !std::strcmp(argv[1], "version")) {
+    // What a trace header and a fabric server's handshake carry: enough to tell which reads which.
+    std::printf("cardsim %s (trace format %u.%u, fabric protocol %u)\n", CARDSIM_VERSION,
+                cardsim::trace::kFormatMajor, cardsim::trace::kFormatMinor, cardsim::sim::wire::kProtocolVersion);
+    return 0;
   }
   const std::string name = argv[1];
   for (const Command& c : kCommands) {

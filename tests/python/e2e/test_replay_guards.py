@@ -5,6 +5,7 @@ captured graph replays, what-ifs with more memory bandwidth never slow a run dow
 replay's own trace keeps the kernels' shapes."""
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import time
@@ -555,6 +556,12 @@ def test_short_help_and_unknown_short_options_and_a_directory_for_a_preset(tmp_p
         assert out.startswith(f"usage: cardsim {command} PATH [options]") and out.count("usage:") == 1, out
     res = cardsim("replay", GOLDEN / "dp_step", "-x")
     assert res.returncode == 2 and "unknown option -x" in res.stderr, res.stderr
+    # the tool's version, and the trace format it writes (what `cardsim info` reports of a file)
+    res = cardsim("--version")
+    fmt = json.loads(cardsim("info", GOLDEN / "dp_step", "--json").stdout)["format"]
+    assert res.returncode == 0 and re.fullmatch(r"cardsim \d+\.\d+\.\d+ \(trace format \d+\.\d+, fabric protocol \d+\)\n",
+                                                 res.stdout), res.stdout
+    assert f"trace format {fmt.split('.')[0]}." in res.stdout
     res = cardsim("replay", GOLDEN / "dp_step", "--preset", tmp_path)
     assert res.returncode == 2 and f"{tmp_path}: is a directory, not a configuration file" in res.stderr, res.stderr
 
