@@ -95,9 +95,14 @@ def build(p, _C) -> types.ModuleType:
             idx = obj.get_device() if obj.device.type == name else -1
             super().__init__(idx)
 
-    def synchronize(device=None) -> None:
-        if _in_flight.any_in_flight():   # a collective's bytes are the card's once it is idle
+    def _finish_in_flight() -> None:
+        # A collective's bytes are the card's once the work a synchronize waits for is done:
+        # gathers whose host side ends later (in_flight) end here, at the program's order.
+        if _in_flight.any_in_flight():
             _in_flight.finish_all()
+
+    def synchronize(device=None) -> None:
+        _finish_in_flight()
         _C._synchronize(_dev(device))
 
     class _DeviceProperties:
@@ -212,6 +217,16 @@ def build(p, _C) -> types.ModuleType:
             idx = _dev(device)
             return super().__new__(cls, device=torch.device(name, idx), priority=priority)
 
+        def synchronize(self) -> None:
+            _finish_in_flight()
+            super().synchronize()
+
+        def query(self) -> bool:
+            done = super().query()
+            if done:   # a program that polls, then reads, finds the bytes there
+                _finish_in_flight()
+            return done
+
         def wait_event(self, event) -> None:
             event.wait(self)
 
@@ -300,6 +315,16 @@ def build(p, _C) -> types.ModuleType:
             if stream is None:
                 stream = current_stream()
             super().wait(stream)
+
+        def synchronize(self) -> None:
+            _finish_in_flight()
+            super().synchronize()
+
+        def query(self) -> bool:
+            done = super().query()
+            if done:   # a program that polls, then reads, finds the bytes there
+                _finish_in_flight()
+            return done
 
         def elapsed_time(self, end_event) -> float:
             """Simulated milliseconds between this event and `end_event`."""

@@ -457,6 +457,25 @@ def worker(rank, world, q):
         dist.all_gather_into_tensor(g4, (base(rank) + 7).to(d), async_op=True)
         mod.synchronize()
         eq(g4, torch.cat([base(k) + 7 for k in range(n)]))
+        # ... as does a synchronize of a stream or of an event recorded after the gather, or
+        # a query of one that finds the work done (a polling loop, then a read)
+        from cardsim_torch import in_flight
+        side = mod.Stream()
+        for how in ("stream", "event", "stream query", "event query"):
+            g5 = torch.empty(n * 6, device=d)
+            with mod.stream(side):
+                dist.all_gather_into_tensor(g5, (base(rank) + 11).to(d), async_op=True)
+                ev = mod.Event()
+                ev.record()
+            assert in_flight.any_in_flight()
+            waited = side if how.startswith("stream") else ev
+            if how.endswith("query"):
+                while not waited.query():
+                    pass
+            else:
+                waited.synchronize()
+            assert not in_flight.any_in_flight(), how
+            eq(g5, torch.cat([base(k) + 11 for k in range(n)]))
         outs = [torch.empty(n * 6, device=d) for _ in range(3)]
         with dist._coalescing_manager(device=d, async_ops=True) as cm:
             for j in range(3):
