@@ -105,16 +105,15 @@ std::string fixed(double v) {
   return r.ec == std::errc() ? std::string(b, r.ptr) : number(v);
 }
 
-// A time in the file: its text in microseconds, and the nanoseconds Perfetto's importer
-// makes of it (it multiplies the parsed double by 1000 and truncates).
+// A time in the file: its text in microseconds, the double a reader parses from it, and the
+// nanoseconds Perfetto's importer makes of it (that double times 1000, truncated).
 struct Time {
   std::string text;
+  double us = 0;
   int64_t ns = 0;
 };
 
-int64_t importedNs(const std::string& text) {
-  return static_cast<int64_t>(std::strtod(text.c_str(), nullptr) * 1000.0);
-}
+int64_t importedNs(double us) { return static_cast<int64_t>(us * 1000.0); }
 
 // Picoseconds as microseconds, exactly ("1.5" for 1,500,000 ps). A whole number of
 // nanoseconds can import one nanosecond short (1.001 * 1000 = 1000.99999...), which would
@@ -129,13 +128,11 @@ Time usTime(uint64_t ps) {
   while (plain.back() == '0') plain.pop_back();
   if (plain.back() == '.') plain.pop_back();
   const int64_t want = static_cast<int64_t>(ps / 1000);
-  if (importedNs(plain) == want) return {plain, want};
-  double v = std::strtod(plain.c_str(), nullptr);
-  for (int i = 0; i < 64; ++i) {
-    v = std::nextafter(v, std::numeric_limits<double>::infinity());
-    if (static_cast<int64_t>(v * 1000.0) == want) return {fixed(v), want};
-  }
-  return {plain, importedNs(plain)};
+  const double parsed = std::strtod(plain.c_str(), nullptr);
+  double v = parsed;
+  for (int i = 0; i <= 64; ++i, v = std::nextafter(v, HUGE_VAL))
+    if (importedNs(v) == want) return {i == 0 ? plain : fixed(v), v, want};
+  return {plain, parsed, importedNs(parsed)};
 }
 
 // The duration of a slice from `ts` to `end`, chosen among the doubles within a few units in
@@ -145,21 +142,19 @@ Time usTime(uint64_t ps) {
 // those, one that Perfetto's importer (truncated nanoseconds) also takes to end at `end`'s
 // nanosecond, where one exists (a slice shorter than a nanosecond can straddle one).
 Time usDuration(const Time& ts, const Time& end) {
-  const double a = std::strtod(ts.text.c_str(), nullptr), b = std::strtod(end.text.c_str(), nullptr);
-  const int64_t want_ns = end.ns - ts.ns;
-  double d = b - a;
+  const double a = ts.us, b = end.us;
+  double d = b - a, chosen = d;   // a + (b - a) is within an ulp of b: some d near it ends at b
   for (int i = 0; i < 8 && d > 0; ++i) d = std::nextafter(d, 0.0);
-  double fallback = std::numeric_limits<double>::quiet_NaN();
-  for (int i = 0; i < 17; ++i, d = std::nextafter(d, std::numeric_limits<double>::infinity())) {
+  bool ends_at_b = false;
+  for (int i = 0; i < 17; ++i, d = std::nextafter(d, HUGE_VAL)) {
     if (a + d != b) continue;
-    if (static_cast<int64_t>(d * 1000.0) == want_ns) {
-      fallback = d;
+    if (!ends_at_b) chosen = d, ends_at_b = true;
+    if (importedNs(d) == end.ns - ts.ns) {
+      chosen = d;
       break;
     }
-    if (std::isnan(fallback)) fallback = d;
   }
-  if (std::isnan(fallback)) fallback = b - a;   // not reached: a + (b - a) is within an ulp of b
-  return {fixed(fallback), static_cast<int64_t>(fallback * 1000.0)};
+  return {fixed(chosen), chosen, importedNs(chosen)};
 }
 
 // ---- record payloads as args -----------------------------------------------------------

@@ -206,16 +206,9 @@ def build(p, _C) -> types.ModuleType:
 
     # ---- streams and events ----------------------------------------------------------
 
-    class Stream(torch.Stream):
-        """An in-order queue of work on one device (torch.cuda.Stream semantics)."""
-
-        def __new__(cls, device=None, priority=0, **kwargs):
-            if kwargs.get("stream_id") is not None:
-                return super().__new__(cls, stream_id=kwargs["stream_id"],
-                                       device_index=kwargs["device_index"],
-                                       device_type=kwargs["device_type"])
-            idx = _dev(device)
-            return super().__new__(cls, device=torch.device(name, idx), priority=priority)
+    class _FinishesInFlight:
+        """A stream's or event's synchronize, and a query that finds its work done, finish
+        the gathers in flight, as a device synchronize does."""
 
         def synchronize(self) -> None:
             _finish_in_flight()
@@ -226,6 +219,17 @@ def build(p, _C) -> types.ModuleType:
             if done:   # a program that polls, then reads, finds the bytes there
                 _finish_in_flight()
             return done
+
+    class Stream(_FinishesInFlight, torch.Stream):
+        """An in-order queue of work on one device (torch.cuda.Stream semantics)."""
+
+        def __new__(cls, device=None, priority=0, **kwargs):
+            if kwargs.get("stream_id") is not None:
+                return super().__new__(cls, stream_id=kwargs["stream_id"],
+                                       device_index=kwargs["device_index"],
+                                       device_type=kwargs["device_type"])
+            idx = _dev(device)
+            return super().__new__(cls, device=torch.device(name, idx), priority=priority)
 
         def wait_event(self, event) -> None:
             event.wait(self)
@@ -298,7 +302,7 @@ def build(p, _C) -> types.ModuleType:
     def stream(stream) -> StreamContext:
         return StreamContext(stream)
 
-    class Event(torch.Event):
+    class Event(_FinishesInFlight, torch.Event):
         """A marker in a stream; elapsed_time() is in simulated milliseconds."""
 
         def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
@@ -315,16 +319,6 @@ def build(p, _C) -> types.ModuleType:
             if stream is None:
                 stream = current_stream()
             super().wait(stream)
-
-        def synchronize(self) -> None:
-            _finish_in_flight()
-            super().synchronize()
-
-        def query(self) -> bool:
-            done = super().query()
-            if done:   # a program that polls, then reads, finds the bytes there
-                _finish_in_flight()
-            return done
 
         def elapsed_time(self, end_event) -> float:
             """Simulated milliseconds between this event and `end_event`."""

@@ -104,13 +104,23 @@ def ps(us):
     return round(us * 1e6)
 
 
-def float_spans(doc):
-    """Per track, each slice's (ts, ts + dur) as doubles."""
+def track_spans(doc, span):
+    """Per track, `span(slice)` of each slice: its (begin, end)."""
     spans = collections.defaultdict(list)
-    for e in doc["traceEvents"]:
-        if e["ph"] == "X":
-            spans[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    for e in slices(doc):
+        spans[(e["pid"], e["tid"])].append(span(e))
     return spans
+
+
+def assert_nested(spans_by_track, threads):
+    """The spans on each track are disjoint or properly nested."""
+    for track, spans in spans_by_track.items():
+        stack = []
+        for b, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while stack and stack[-1] <= b:
+                stack.pop()
+            assert not stack or end <= stack[-1], (threads[track], b, end, stack)
+            stack.append(end)
 
 
 def imported_ns(us):
@@ -187,26 +197,11 @@ def check_timeline(doc):
         assert e["pid"] in procs and (e["pid"], e["tid"]) in threads, e
     # thread ids are unique across processes (Perfetto names threads by thread id)
     assert len({tid for _, tid in threads}) == len(threads)
-    # slices on one track are disjoint or properly nested (in picoseconds)
-    by_track = collections.defaultdict(list)
-    for e in slices(doc):
-        by_track[(e["pid"], e["tid"])].append((ps(e["ts"]), ps(e["ts"]) + ps(e["dur"])))
-    for track, spans in by_track.items():
-        stack = []
-        for b, end in sorted(spans, key=lambda s: (s[0], -s[1])):
-            while stack and stack[-1] <= b:
-                stack.pop()
-            assert not stack or end <= stack[-1], (threads[track], b, end, stack)
-            stack.append(end)
-    # ... and as a reader adding the doubles ts + dur sees them: a slice ends exactly where
-    # the next begins or its parent ends, not a rounding error past it
-    for track, spans in float_spans(doc).items():
-        stack = []
-        for b, end in sorted(spans, key=lambda s: (s[0], -s[1])):
-            while stack and stack[-1] <= b:
-                stack.pop()
-            assert not stack or end <= stack[-1], (threads[track], b, end, stack)
-            stack.append(end)
+    # slices on one track are disjoint or properly nested, in picoseconds, and as a reader
+    # adding the doubles ts + dur sees them: a slice ends exactly where the next begins or
+    # its parent ends, not a rounding error past it
+    assert_nested(track_spans(doc, lambda e: (ps(e["ts"]), ps(e["ts"]) + ps(e["dur"]))), threads)
+    assert_nested(track_spans(doc, lambda e: (e["ts"], e["ts"] + e["dur"])), threads)
     # every time imports to its exact nanosecond (no 1 ns overlaps from float truncation);
     # a slice's end to its own, or (its start's nanosecond later in the nanosecond than its
     # end's) one short
