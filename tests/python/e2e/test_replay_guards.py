@@ -796,5 +796,6 @@ def test_a_what_if_past_the_end_of_simulated_time_names_the_record_in_a_joined_r
     trace = record(tmp_path, "kar", KERNEL_THEN_ALL_REDUCE, world=2)
     res = cardsim("replay", trace, "--set", "memory.bandwidth=1e-30 TB/s")
     assert res.returncode == 2, (res.returncode, res.stderr)
-    assert "rank0.cstrace: record " in res.stderr and "the what-if cannot replay it" in res.stderr and \
-        "simulated time overflow" in res.stderr, res.stderr
+    # both ranks overflow; whichever meets it first reports and takes the other down
+    assert re.search(r"rank[01]\.cstrace: record \d+", res.stderr) and \
+        "the what-if cannot replay it" in res.stderr and "simulated time overflow" in res.stderr, res.stderr
