@@ -34,8 +34,26 @@ def finish_touching(reads, writes) -> None:
     """Finishes the collectives in flight that write memory in `reads` or `writes`, or read
     memory in `writes` (spans: (start, end) byte addresses): a collective about to start on
     those bytes must see them settled. Others stay in flight (gathers of other tensors)."""
+    if not _works or not (reads or writes):
+        return
+    # ZeRO-3 keeps dozens of gathers in flight and asks this before each new one: each
+    # work's span bounds rule most out before their spans are compared.
+    touched = bounds(reads + writes)
+    written = bounds(writes)
     _finish([w for w in _works.values()
-             if _meets(w.writes(), reads) or _meets(w.writes(), writes) or _meets(w.reads(), writes)])
+             if (_overlap(w.write_box(), touched) and (_meets(w.writes(), reads) or _meets(w.writes(), writes)))
+             or (_overlap(w.read_box(), written) and _meets(w.reads(), writes))])
+
+
+def bounds(spans):
+    """The smallest span holding `spans` (None for none)."""
+    if not spans:
+        return None
+    return min(lo for lo, _ in spans), max(hi for _, hi in spans)
+
+
+def _overlap(a, b) -> bool:
+    return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
 
 
 def _finish(works) -> None:
