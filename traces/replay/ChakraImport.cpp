@@ -583,8 +583,8 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     // which an export leaves out again (keeping the dependency it carries).
     if (p.record_after) recordAfter(p.event, trace::kEventFlagRuntimeMarker | trace::kEventFlagDisableTiming);
   }
-  // The run ends when every device is done.
-  for (int d = 0; d < devices; ++d) {
+  // The run ends when every device is done (a rank given no work made no call: it ran nothing).
+  for (int d = 0; d < devices && !et_.nodes.empty(); ++d) {
     trace::Envelope e = call(d);
     e.mutable_api()->set_api(trace::ApiCall::DEVICE_SYNCHRONIZE);
     w.write(e);

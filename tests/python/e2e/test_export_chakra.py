@@ -622,6 +622,21 @@ def test_a_foreign_chakra_job_replays_on_a_preset(tmp_path):
     assert totals["a100-sxm"] > totals["h100-sxm"], totals
 
 
+def test_a_rank_given_no_work_runs_nothing(tmp_path):
+    # ASTRA-sim reports 0 cycles for an empty workload; the replay's own closing synchronize
+    # must not make one up (it made 2 us of idle, the preset's synchronize overhead)
+    write_et(tmp_path / "e.0.et", [])
+    rep = replay_json(tmp_path / "e", "--preset", "h100-sxm", tmp=tmp_path)
+    assert rep["total_us"] == 0 and all(v == 0 for v in rep["breakdown"].values()), rep
+    # beside a rank that works, the idle rank spans nothing and the job is the busy rank's
+    write_et(tmp_path / "m.0.et", [_enc_node(0, "step", COMP, duration=5)])
+    write_et(tmp_path / "m.1.et", [])
+    rep = replay_json(tmp_path / "m", "--preset", "h100-sxm", tmp=tmp_path)
+    busy, idle = (r["breakdown"] for r in rep["ranks"])
+    assert idle["total_us"] == 0 and busy["total_us"] >= 5 and busy["compute_us"] == 5, rep["ranks"]
+    assert rep["total_us"] == busy["total_us"], rep
+
+
 def test_bad_chakra_files_are_named(tmp_path):
     write_et(tmp_path / "x.0.et", [_enc_node(0, "a", COMP, deps=[7], duration=5)])
     res = cardsim("replay", tmp_path / "x", "--preset", "h100-sxm")
