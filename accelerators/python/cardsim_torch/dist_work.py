@@ -58,7 +58,7 @@ class LaterWork(dist._Work):
         super().__init__()
         self._finish_host, self._inner, self._result, self._end = finish_host, inner, result, end
         self._ins, self._outs = ins, outs
-        self._spans = None   # (read, written) byte spans and their bounds, once asked for (in_flight.finish_touching)
+        self._spans = None   # (read, written) byte spans, once asked for (in_flight.finish_touching)
         self._lock = threading.Lock()
         self._host_done = False
         self._error = None
@@ -71,16 +71,9 @@ class LaterWork(dist._Work):
     def writes(self) -> list:
         return self._spans_of()[1]
 
-    def read_box(self):
-        return self._spans_of()[2]
-
-    def write_box(self):
-        return self._spans_of()[3]
-
     def _spans_of(self) -> tuple:
         if self._spans is None:
-            r, w = in_flight.spans(self._ins), in_flight.spans(self._outs)
-            self._spans = (r, w, in_flight.bounds(r), in_flight.bounds(w))
+            self._spans = (in_flight.spans(self._ins), in_flight.spans(self._outs))
         return self._spans
 
     def _end_host(self) -> None:

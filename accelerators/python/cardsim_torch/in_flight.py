@@ -10,6 +10,7 @@ run to run (and between full and timing mode)."""
 from __future__ import annotations
 
 _works: dict = {}   # id -> LaterWork not finished yet, oldest first
+_bounds: dict = {}  # id -> the bounds of its (read, written) spans, once asked for
 
 
 def add(work) -> None:
@@ -19,6 +20,7 @@ def add(work) -> None:
 def discard(work) -> None:
     """`work` finished (LaterWork.finish)."""
     _works.pop(id(work), None)
+    _bounds.pop(id(work), None)
 
 
 def any_in_flight() -> bool:
@@ -38,14 +40,21 @@ def finish_touching(reads, writes) -> None:
         return
     # ZeRO-3 keeps dozens of gathers in flight and asks this before each new one: each
     # work's span bounds rule most out before their spans are compared.
-    touched = bounds(reads + writes)
-    written = bounds(writes)
+    touched = _hull(reads + writes)
+    written = _hull(writes)
     _finish([w for w in _works.values()
-             if (_overlap(w.write_box(), touched) and (_meets(w.writes(), reads) or _meets(w.writes(), writes)))
-             or (_overlap(w.read_box(), written) and _meets(w.reads(), writes))])
+             if (_overlap(_bounds_of(w)[1], touched) and (_meets(w.writes(), reads) or _meets(w.writes(), writes)))
+             or (_overlap(_bounds_of(w)[0], written) and _meets(w.reads(), writes))])
 
 
-def bounds(spans):
+def _bounds_of(work) -> tuple:
+    b = _bounds.get(id(work))
+    if b is None:
+        b = _bounds[id(work)] = (_hull(work.reads()), _hull(work.writes()))
+    return b
+
+
+def _hull(spans):
     """The smallest span holding `spans` (None for none)."""
     if not spans:
         return None

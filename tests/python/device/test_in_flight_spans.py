@@ -16,12 +16,6 @@ class FakeWork:
     def writes(self):
         return self._w
 
-    def read_box(self):
-        return in_flight.bounds(self._r)
-
-    def write_box(self):
-        return in_flight.bounds(self._w)
-
     def finish(self):
         self.finished = True
         in_flight.discard(self)
