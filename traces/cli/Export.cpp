@@ -86,12 +86,14 @@ int runExport(const std::vector<std::string>& argv) {
       } catch (const std::runtime_error& e) {
         throw UsageError(std::string("cardsim export: ") + e.what());
       }
-      std::fprintf(said, "wrote %s ... %s: %llu nodes (%llu compute, %llu collective, %llu send/recv, %llu event markers), "
+      std::fprintf(said, "wrote %s ... %s: %llu nodes (%llu compute, %llu collective, %llu send/recv, %llu event markers, "
+                  "%llu host), "
                   "%llu dependencies, %llu process groups\n",
                   c.files.front().c_str(), c.files.back().c_str(), static_cast<unsigned long long>(c.nodes),
                   static_cast<unsigned long long>(c.compute_nodes), static_cast<unsigned long long>(c.collective_nodes),
                   static_cast<unsigned long long>(c.point_to_point_nodes),
-                  static_cast<unsigned long long>(c.marker_nodes), static_cast<unsigned long long>(c.dependencies),
+                  static_cast<unsigned long long>(c.marker_nodes), static_cast<unsigned long long>(c.host_nodes),
+                  static_cast<unsigned long long>(c.dependencies),
                   static_cast<unsigned long long>(c.groups));
       if (c.pretimed_steps)
         std::fprintf(said, "note: %llu communication step(s) timed by their caller, of no Chakra collective type, are "

@@ -5,6 +5,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "traces/export/HostChain.h"
 #include "traces/export/OutputFile.h"
 #include "traces/export/proto/chakra_et.pb.h"
 #include "traces/lib/CapturedByGraph.h"
@@ -68,18 +69,6 @@ void appendDelimited(const google::protobuf::MessageLite& m, std::string* out) {
 
 void writeFile(const std::string& path, const std::string& bytes) {
   writeOutputFile(path, [&](std::ostream& f) { f.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); });
-}
-
-// Host calls after which the host had waited for device work.
-bool synchronizes(const trace::Envelope& c) {
-  switch (c.record_case()) {
-    case trace::Envelope::kApi: return c.api().api() == trace::ApiCall::DEVICE_SYNCHRONIZE;
-    case trace::Envelope::kStream: return c.stream().op() == trace::StreamOp::SYNCHRONIZE;
-    case trace::Envelope::kEvent: return c.event().op() == trace::EventOp::SYNCHRONIZE;
-    case trace::Envelope::kMemcpy: return !c.memcpy().async();
-    case trace::Envelope::kMemset: return !c.memset().async();
-    default: return false;
-  }
 }
 
 }  // namespace
@@ -197,36 +186,29 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
     });
 
     const std::map<std::size_t, std::size_t> captured = capturedKernelCalls(r);
-
-    // Host synchronizations of this rank, in host order: each waited for what had
-    // completed by its return on every stream.
-    std::vector<uint64_t> sync_ends;
+    // Pinned host memory the rank allocated (begin -> end): a copy's host side there is a
+    // pinned copy, also in recordings from before copies said so (format 1.4).
+    std::map<uint64_t, uint64_t> pinned;
     for (const auto& c : calls)
-      if (c.rank == r && c.record.status() == 0 && synchronizes(c.record)) sync_ends.push_back(c.record.host_end_ps());
-    std::sort(sync_ends.begin(), sync_ends.end());
+      if (c.rank == r && c.record.status() == 0 && c.record.record_case() == trace::Envelope::kAlloc &&
+          c.record.alloc().kind() == trace::MEMORY_HOST_PINNED)
+        pinned[c.record.alloc().address()] = c.record.alloc().address() + c.record.alloc().bytes();
+    auto hostPinned = [&](const trace::Memcpy& m) {
+      if (m.host_pinned()) return true;
+      const uint64_t host_side = m.kind() == trace::COPY_HOST_TO_DEVICE   ? m.src()
+                                 : m.kind() == trace::COPY_DEVICE_TO_HOST ? m.dst()
+                                                                          : 0;
+      auto it = pinned.upper_bound(host_side);
+      return host_side != 0 && it != pinned.begin() && host_side < std::prev(it)->second;
+    };
 
-    // In submission order: stream predecessors and the latest synchronization before each.
+    // In submission order: stream predecessors and event waits.
     std::vector<std::size_t> submitted = order;
     std::stable_sort(submitted.begin(), submitted.end(), [&](std::size_t a, std::size_t b) {
       return commands[a].command.ready_ps() < commands[b].command.ready_ps();
     });
     std::map<std::pair<int, uint32_t>, std::size_t> last_on_stream;   // (device, stream) -> command
-    std::map<std::pair<int, uint32_t>, std::size_t> absorbed;         // syncs already depended on
-    std::map<std::size_t, std::set<std::size_t>> deps;                // command -> commands
-    // For each synchronization, the frontier: per stream, the last command done by then.
-    // One sweep in completion order (a command is handed over before it ends).
-    std::vector<std::vector<std::size_t>> frontier(sync_ends.size());
-    {
-      std::map<std::pair<int, uint32_t>, std::size_t> last;
-      std::size_t next = 0;
-      for (std::size_t k = 0; k < sync_ends.size(); ++k) {
-        for (; next < order.size() && commands[order[next]].command.end_ps() <= sync_ends[k]; ++next) {
-          const auto& d = commands[order[next]].command;
-          last[{d.device(), d.stream()}] = order[next];
-        }
-        for (const auto& [stream, i] : last) frontier[k].push_back(i);
-      }
-    }
+    std::map<std::size_t, std::set<std::size_t>> deps;                // node -> nodes
     for (std::size_t i : submitted) {
       const auto& d = commands[i].command;
       const std::pair<int, uint32_t> stream{d.device(), d.stream()};
@@ -236,14 +218,6 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
       last_on_stream[stream] = i;
       for (std::size_t rec : waits_on[i])
         if (commands[rec].rank == r) mine.insert(rec);
-      // The latest synchronization that returned before this command was submitted.
-      const std::size_t k = static_cast<std::size_t>(
-          std::upper_bound(sync_ends.begin(), sync_ends.end(), d.ready_ps()) - sync_ends.begin());
-      if (k > 0 && absorbed[stream] < k) {
-        absorbed[stream] = k;
-        for (std::size_t f : frontier[k - 1])
-          if (f != i) mine.insert(f);
-      }
       mine.erase(i);
     }
     // The runtime's own event records and waits (RunTimeline::Command::runtime_marker) are no
@@ -276,6 +250,30 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
                   order.end());
       for (auto it = deps.begin(); it != deps.end();) it = commands[it->first].runtime_marker ? deps.erase(it) : std::next(it);
     }
+    // The host's time between its calls: CPU nodes of their own, numbered past the commands
+    // (node `host + h` is step h), chained one after another (HostChain.h).
+    const HostChain chain = hostChain(run_, r, order);
+    const std::size_t host = commands.size();
+    for (std::size_t h = 0; h < chain.steps.size(); ++h) {
+      std::set<std::size_t>& mine = deps[host + h];
+      if (h > 0) mine.insert(host + h - 1);
+      mine.insert(chain.steps[h].waits.begin(), chain.steps[h].waits.end());
+    }
+    for (const auto& [i, h] : chain.issued_after) deps[i].insert(host + h);
+    auto endOf = [&](std::size_t i) {
+      if (i >= host) return chain.steps[i - host].begin_ps + chain.steps[i - host].duration_ps;
+      return commands[i].command.end_ps();
+    };
+    auto startOf = [&](std::size_t i) {
+      return i >= host ? chain.steps[i - host].begin_ps : commands[i].command.start_ps();
+    };
+    for (std::size_t h = 0; h < chain.steps.size(); ++h) order.push_back(host + h);
+    // Completion order again, the host's steps first where they end with a command.
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      if (endOf(a) != endOf(b)) return endOf(a) < endOf(b);
+      if (startOf(a) != startOf(b)) return startOf(a) < startOf(b);
+      return (a >= host) > (b >= host);
+    });
 
     // Node numbers: a topological order, completion order where the dependencies leave a
     // choice (a wait of no duration can end at the very picosecond its record does).
@@ -300,8 +298,8 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
         for (std::size_t j : dependents[i])
           if (--missing[j] == 0) ready.insert(position[j]);
       }
-      if (numbered.size() != order.size())   // cannot happen: every edge points back in submission order
-        throw std::runtime_error("rank " + std::to_string(rank.rank) + ": the commands' dependencies form a cycle");
+      if (numbered.size() != order.size())   // cannot happen: every edge points back in time
+        throw std::runtime_error("rank " + std::to_string(rank.rank) + ": the nodes' dependencies form a cycle");
       order = std::move(numbered);
     }
 
@@ -332,7 +330,37 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
     }
     appendDelimited(meta, &out);
 
+    auto dependencies = [&](std::size_t i, chakra::Node* n) {
+      std::vector<uint64_t> ids;
+      for (std::size_t dep : deps[i]) ids.push_back(node_of[dep]);
+      std::sort(ids.begin(), ids.end());
+      for (uint64_t dep : ids) n->add_data_deps(dep);
+      s.dependencies += static_cast<uint64_t>(n->data_deps_size());
+    };
     for (std::size_t idx = 0; idx < order.size(); ++idx) {
+      if (order[idx] >= host) {   // the host's time: a CPU node
+        const HostStep& step = chain.steps[order[idx] - host];
+        chakra::Node n;
+        n.set_id(idx);
+        n.set_name("host");
+        n.set_type(chakra::COMP_NODE);
+        n.set_start_time_micros(micros(step.begin_ps - std::min(first_ps, step.begin_ps)));
+        n.set_duration_micros(micros(step.duration_ps));
+        dependencies(order[idx], &n);
+        attr(&n, "is_cpu_op")->set_bool_val(true);
+        attr(&n, "cardsim_kind")->set_string_val("HOST");
+        attr(&n, "cardsim_start_ps")->set_uint64_val(step.begin_ps);
+        attr(&n, "cardsim_duration_ps")->set_uint64_val(step.duration_ps);
+        if (!step.synchronized_devices.empty()) {   // a device synchronize's: the replay makes one
+          std::string devices;
+          for (int d : step.synchronized_devices) devices += (devices.empty() ? "" : ",") + std::to_string(d);
+          attr(&n, "cardsim_synchronizes")->set_string_val(devices);
+        }
+        appendDelimited(n, &out);
+        ++s.nodes;
+        ++s.host_nodes;
+        continue;
+      }
       const RunTimeline::Command& c = commands[order[idx]];
       const trace::DeviceCommand& d = c.command;
       chakra::Node n;
@@ -340,11 +368,7 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
       n.set_name(c.name);
       n.set_start_time_micros(micros(d.start_ps() - std::min(first_ps, d.start_ps())));
       n.set_duration_micros(micros(d.end_ps() - std::min(d.end_ps(), d.start_ps())));
-      std::vector<uint64_t> ids;
-      for (std::size_t dep : deps[order[idx]]) ids.push_back(node_of[dep]);
-      std::sort(ids.begin(), ids.end());
-      for (uint64_t dep : ids) n.add_data_deps(dep);
-      s.dependencies += static_cast<uint64_t>(n.data_deps_size());
+      dependencies(order[idx], &n);
       attr(&n, "is_cpu_op")->set_bool_val(false);
       switch (d.kind()) {
         case trace::DeviceCommand::COLLECTIVE: {
@@ -435,8 +459,13 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
           } else if (call && call->record_case() == trace::Envelope::kMemcpy) {
             attr(&n, "cardsim_src_device")->set_int64_val(call->memcpy().src_device());
             attr(&n, "cardsim_dst_device")->set_int64_val(call->memcpy().dst_device());
-            attr(&n, "cardsim_host_pinned")->set_int64_val(call->memcpy().host_pinned() ? 1 : 0);
+            attr(&n, "cardsim_host_pinned")->set_int64_val(hostPinned(call->memcpy()) ? 1 : 0);
           }
+          // A copy or memset the host waited for in its call (its host node comes after it).
+          if (!graph_node && call &&
+              ((call->record_case() == trace::Envelope::kMemcpy && !call->memcpy().async()) ||
+                       (call->record_case() == trace::Envelope::kMemset && !call->memset().async())))
+            attr(&n, "cardsim_blocking")->set_bool_val(true);
           break;
         }
       }
@@ -444,6 +473,9 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
       attr(&n, "cardsim_device")->set_int64_val(d.device());
       attr(&n, "cardsim_stream")->set_int64_val(d.stream());
       attr(&n, "cardsim_start_ps")->set_uint64_val(d.start_ps());
+      // Where its call began on the host: a replay issues the calls one step of the host
+      // allows in that order, as the program did.
+      if (c.call != RunTimeline::kNone) attr(&n, "cardsim_call_ps")->set_uint64_val(calls[c.call].record.host_begin_ps());
       const bool marker = d.kind() == trace::DeviceCommand::EVENT_RECORD || d.kind() == trace::DeviceCommand::EVENT_WAIT;
       // Which of the program's events (a replay waits on the record of the same one).
       if (marker && c.event != 0) attr(&n, "cardsim_event")->set_int64_val(c.event);

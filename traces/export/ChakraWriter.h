@@ -12,12 +12,14 @@
 //     with comm_src, comm_dst and comm_tag (the pair's number, the same on both ranks);
 //   - event records and waits: COMP_NODEs of no duration and no work (ASTRA-sim passes
 //     them straight to their dependents), so that the graph keeps the program's structure.
-// Every node has is_cpu_op false. data_deps: the previous command on the same stream, an
-// event wait's record, and after a host synchronization (device, stream or event
-// synchronize, a blocking copy) the commands it waited for, from the next command on each
-// stream. Chakra keeps whole microseconds; the exact recorded picoseconds ride along as
-// cardsim_start_ps and cardsim_duration_ps. Host time between calls is not in the graph:
-// a Chakra simulator runs each rank as fast as the dependencies allow.
+//   - the host's time between its calls: CPU nodes (is_cpu_op true, "host"), one chain per
+//     rank (HostChain.h); each device node depends on the one before its call, and the one
+//     after a host synchronization on what that synchronization waited for.
+// Device nodes have is_cpu_op false. data_deps: the previous command on the same stream, an
+// event wait's record, the host node before the command's call. Chakra keeps whole
+// microseconds; the exact recorded picoseconds ride along as cardsim_start_ps and
+// cardsim_duration_ps, where a command's call began as cardsim_call_ps, so that a replay of
+// the files on the recording's preset takes the recorded time.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +38,7 @@ class ChakraWriter {
     uint64_t nodes = 0;
     uint64_t compute_nodes = 0;       // kernels, copies, memsets
     uint64_t marker_nodes = 0;        // event records and waits
+    uint64_t host_nodes = 0;          // the host's time between calls (CPU nodes)
     uint64_t collective_nodes = 0;
     uint64_t point_to_point_nodes = 0;
     uint64_t dependencies = 0;

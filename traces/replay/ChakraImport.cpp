@@ -3,9 +3,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cctype>
-#include <fstream>
-#include <iterator>
 #include <regex>
 #include <map>
 #include <set>
@@ -18,6 +15,7 @@
 #include "traces/lib/TraceFormat.h"
 #include "traces/lib/TraceWriter.h"
 #include "traces/replay/ChakraAttributes.h"
+#include "traces/replay/ChakraFiles.h"
 #include "traces/replay/ReplayReport.h"
 
 namespace cardsim::replay {
@@ -45,119 +43,6 @@ uint64_t standIn(int side, int device) {
 
 bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-struct EtFile {
-  chakra::GlobalMetadata meta;
-  std::vector<chakra::Node> nodes;
-};
-
-EtFile readEt(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TraceError(path + ": cannot open the Chakra trace");
-  const std::string buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EtFile f;
-  std::size_t pos = 0, index = 0;
-  while (pos < buf.size()) {
-    uint64_t len = 0;
-    std::size_t i = 0;
-    for (int shift = 0;; shift += 7, ++i) {
-      if (pos + i >= buf.size() || i >= 10)
-        throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
-                         ": truncated or corrupt length prefix");
-      const auto b = static_cast<uint8_t>(buf[pos + i]);
-      len |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (!(b & 0x80)) break;
-    }
-    const std::size_t body = pos + i + 1;
-    if (len > buf.size() - body)
-      throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
-                       ": truncated: it needs " + std::to_string(len) + " bytes, " +
-                       std::to_string(buf.size() - body) + " left in the file");
-    bool ok = index == 0 ? f.meta.ParseFromArray(buf.data() + body, static_cast<int>(len))
-                         : f.nodes.emplace_back().ParseFromArray(buf.data() + body, static_cast<int>(len));
-    // Files of Chakra's layout before 0.0.4 (ASTRA-sim's data-parallel examples of 2023)
-    // start with their first node: no GlobalMetadata.
-    if (!ok && index == 0) {
-      f.meta.Clear();
-      chakra::Node& first = f.nodes.emplace_back();
-      ok = first.ParseFromArray(buf.data() + body, static_cast<int>(len)) &&
-           (first.id() > 0 || !first.name().empty() || first.type() != chakra::INVALID_NODE);
-      if (!ok) f.nodes.pop_back();
-    }
-    if (!ok)
-      throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
-                       ": does not parse as a Chakra " + (index == 0 ? "GlobalMetadata (or Node)" : "Node"));
-    pos = body + len;
-    ++index;
-  }
-  if (index == 0) throw TraceError(path + ": not a Chakra trace (the file is empty)");
-  return f;
-}
-
-// {"1": [0, 1], "2": [2, 3]}: ASTRA-sim's process groups. A small reader for that shape.
-std::map<std::string, std::vector<int>> readGroups(const std::string& path) {
-  std::map<std::string, std::vector<int>> out;
-  std::ifstream in(path);
-  if (!in) return out;
-  const std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::size_t i = 0;
-  auto fail = [&](const std::string& what) {
-    throw TraceError(path + ": offset " + std::to_string(i) + ": " + what +
-                     " (expected {\"<pg_name>\": [rank, ...], ...})");
-  };
-  auto skip = [&] {
-    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  };
-  auto expect = [&](char c) {
-    skip();
-    if (i >= s.size() || s[i] != c) fail(std::string("expected '") + c + "'");
-    ++i;
-  };
-  expect('{');
-  skip();
-  if (i < s.size() && s[i] == '}') return out;
-  for (;;) {
-    expect('"');
-    const std::size_t end = s.find('"', i);
-    if (end == std::string::npos) fail("unterminated group name");
-    const std::string key = s.substr(i, end - i);
-    i = end + 1;
-    expect(':');
-    expect('[');
-    std::vector<int>& ranks = out[key];
-    skip();
-    if (i < s.size() && s[i] == ']') {
-      ++i;
-    } else {
-      for (;;) {
-        skip();
-        std::size_t used = 0;
-        try {
-          ranks.push_back(std::stoi(s.substr(i), &used));
-        } catch (const std::exception&) {
-          fail("expected a rank");
-        }
-        if (ranks.back() < 0) fail("a negative rank");
-        i += used;
-        skip();
-        if (i < s.size() && s[i] == ',') {
-          ++i;
-          continue;
-        }
-        expect(']');
-        break;
-      }
-    }
-    skip();
-    if (i < s.size() && s[i] == ',') {
-      ++i;
-      continue;
-    }
-    expect('}');
-    break;
-  }
-  return out;
 }
 
 // Devices a converted rank may name (as CARDSIM_DEVICES allows).
@@ -199,7 +84,7 @@ class RankConverter {
   void write(const std::string& out, const std::string& preset);
 
  private:
-  enum class Op { kNone, kKernel, kStep, kCopy, kMemset, kCollective, kSendRecv };
+  enum class Op { kNone, kKernel, kStep, kCopy, kMemset, kCollective, kSendRecv, kHost };
   struct Plan {
     Op op = Op::kNone;
     int device = 0;
@@ -210,6 +95,7 @@ class RankConverter {
     // at its place for the program's event waits (so an export of the replay has them too).
     uint32_t program_event = 0;
     bool program_wait = false;   // an event wait of the program: waits on its record node's event
+    bool blocking = false;       // a copy or memset its call waited for (the host is past it)
     double recorded_event = -1;  // cardsim_event: the program's event of a record or wait (-1: not said)
     // Whether this program wait waits on record node q's event (the one of the same program
     // event; any record it depends on when the export did not say).
@@ -232,6 +118,7 @@ class RankConverter {
   const std::map<std::string, std::vector<int>>& groups_;
   std::map<uint64_t, std::size_t> index_;   // node id -> et_.nodes
   uint64_t calls_ = 0;
+  uint64_t host_ps_ = 0;   // the host's time where the next call is made (CPU nodes advance it)
   std::map<std::string, uint32_t> names_;
 };
 
@@ -252,17 +139,23 @@ std::vector<std::size_t> RankConverter::topologicalOrder() {
       dependents[it->second].push_back(i);
     }
   }
-  // Ready nodes in file order: a writer's own order where the graph leaves a choice.
-  std::set<std::size_t> ready;
+  // Ready nodes in file order: a writer's own order where the graph leaves a choice; the
+  // device's before the host's (a host node moves the host on: what its calls issue goes
+  // first, at the host time it was issued at).
+  // cardsim's own files say where each call began on the host: in that order.
+  std::set<std::tuple<bool, double, std::size_t>> ready;
+  auto key = [&](std::size_t i) {
+    return std::make_tuple(opOf(et_.nodes[i]) == Op::kHost, numberOr(et_.nodes[i], "cardsim_call_ps", 0), i);
+  };
   for (std::size_t i = 0; i < missing.size(); ++i)
-    if (!missing[i]) ready.insert(i);
+    if (!missing[i]) ready.insert(key(i));
   std::vector<std::size_t> order;
   while (!ready.empty()) {
-    const std::size_t i = *ready.begin();
+    const std::size_t i = std::get<2>(*ready.begin());
     ready.erase(ready.begin());
     order.push_back(i);
     for (std::size_t j : dependents[i])
-      if (--missing[j] == 0) ready.insert(j);
+      if (--missing[j] == 0) ready.insert(key(j));
   }
   if (order.size() != et_.nodes.size()) {
     for (std::size_t i = 0; i < missing.size(); ++i)
@@ -280,6 +173,7 @@ RankConverter::Op RankConverter::opOf(const chakra::Node& n) const {
     case chakra::MEM_LOAD_NODE:
     case chakra::MEM_STORE_NODE: return Op::kCopy;
     case chakra::COMP_NODE: {
+      if (numberOr(n, "is_cpu_op", 0) != 0) return Op::kHost;   // the host's time, not the device's
       if (kind.rfind("MEMCPY", 0) == 0) return Op::kCopy;
       if (kind == "MEMSET") return Op::kMemset;
       if (kind == "COLLECTIVE") return Op::kStep;   // a step its caller timed
@@ -300,7 +194,11 @@ RankConverter::Op RankConverter::opOf(const chakra::Node& n) const {
 trace::Envelope RankConverter::call(int device) {
   trace::Envelope e;
   e.set_call(++calls_);
-  e.set_device(device);   // host times stay 0: the replay issues each call as soon as it can
+  e.set_device(device);
+  // Calls between CPU nodes share one host time: the replay issues each as soon as it can,
+  // and after a CPU node that much later (its gap from the call before).
+  e.set_host_begin_ps(host_ps_);
+  e.set_host_end_ps(host_ps_);
   return e;
 }
 
@@ -324,10 +222,26 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
   std::map<std::pair<int, uint32_t>, std::size_t> tail;          // (device, stream) -> its last node
   uint32_t next_stream = 1, next_event = 1;
   int devices = 1;
+  std::set<int> used;   // devices the nodes run on
   for (std::size_t i : order) {
     const chakra::Node& n = et_.nodes[i];
     Plan& p = plan[i];
     p.op = opOf(n);
+    if (p.op == Op::kHost) {
+      // What the host waits for before going on: an event after it to synchronize on (a
+      // blocking copy's call waited already).
+      std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
+      deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
+      for (uint64_t d : deps) {
+        Plan& q = plan[index_.at(d)];
+        if (q.op != Op::kHost && !q.blocking && !q.record_after) {
+          q.record_after = true;
+          q.event = next_event++;
+        }
+      }
+      continue;
+    }
+    p.blocking = (p.op == Op::kCopy || p.op == Op::kMemset) && numberOr(n, "cardsim_blocking", 0) != 0;
     double device = 0, stream = 0;
     if (number(n, "cardsim_device", &device) && number(n, "cardsim_stream", &stream)) {
       if (!(device >= 0 && device < kMaxDevices) || !(stream >= 0 && stream < 4294967296.0))
@@ -375,6 +289,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       if (number(n, key, &e) && !(e >= -1 && e < kMaxDevices))
         throw TraceError(where(n) + ": " + key + " " + std::to_string(e) + " is not a device");
     devices = std::max(devices, p.device + 1);
+    used.insert(p.device);
     const std::string kind = text(n, "cardsim_kind");
     if (kind == "EVENT_RECORD") p.program_event = next_event++;
     p.program_wait = kind == "EVENT_WAIT";
@@ -384,7 +299,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
     for (uint64_t d : deps) {
       Plan& q = plan[index_.at(d)];
-      if (p.waitsOn(q)) continue;
+      if (q.op == Op::kHost || p.waitsOn(q)) continue;   // after the host's time: issued after it
       if ((q.stream != p.stream || q.device != p.device) && !q.record_after) {
         q.record_after = true;
         q.event = next_event++;
@@ -406,9 +321,49 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
   trace::TraceWriter w(out, h);
 
   std::set<std::pair<int, uint32_t>> created;
+  std::set<uint64_t> waited;   // nodes the host has synchronized with
   for (std::size_t i : order) {
     const chakra::Node& n = et_.nodes[i];
     const Plan& p = plan[i];
+    if (p.op == Op::kHost) {
+      // The host waits for the device work it depends on (cardsim's own: devices it
+      // synchronized whole, as it did), then spends the node's time.
+      bool bad = false;
+      std::set<int> whole;
+      for (double d : byteList(n, "cardsim_synchronizes", &bad)) {
+        if (bad || !(d >= 0 && d < kMaxDevices))
+          throw TraceError(where(n) + ": cardsim_synchronizes '" + text(n, "cardsim_synchronizes") +
+                           "' is not a list of devices (0.." + std::to_string(kMaxDevices - 1) + ")");
+        if (!whole.insert(static_cast<int>(d)).second) continue;
+        trace::Envelope e = call(static_cast<int>(d));
+        e.mutable_api()->set_api(trace::ApiCall::DEVICE_SYNCHRONIZE);
+        w.write(e);
+      }
+      std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
+      deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
+      for (uint64_t d : deps) {
+        const Plan& q = plan[index_.at(d)];
+        if (q.op == Op::kHost || q.blocking || whole.count(q.device) || !waited.insert(d).second) continue;
+        trace::Envelope e = call(q.device);
+        e.mutable_event()->set_op(trace::EventOp::SYNCHRONIZE);
+        e.mutable_event()->set_event(q.event);
+        w.write(e);
+      }
+      double ps = 0;
+      if (!number(n, "cardsim_duration_ps", &ps)) ps = static_cast<double>(n.duration_micros()) * 1e6;
+      if (!(ps >= 0 && ps < 1e18))   // simulated time ends at 2^63 ps
+        throw TraceError(where(n) + ": a host node of " + std::to_string(ps * 1e-6) + " us is not a host time");
+      if (calls_ == 0 && ps > 0) {
+        // The host's time before its first call reaching the device is the run's too (a
+        // replay's run starts at its first call): a call of no cost marks where it began.
+        trace::Envelope e = call(0);
+        e.mutable_api()->set_api(trace::ApiCall::SET_DEVICE);
+        e.mutable_api()->set_arg(0);
+        w.write(e);
+      }
+      host_ps_ += static_cast<uint64_t>(ps);
+      continue;
+    }
     if (p.stream != 0 && created.insert({p.device, p.stream}).second) {
       trace::Envelope e = call(p.device);
       e.mutable_stream()->set_op(trace::StreamOp::CREATE);
@@ -419,6 +374,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
     for (uint64_t d : deps) {
       const Plan& q = plan[index_.at(d)];
+      if (q.op == Op::kHost) continue;   // issued after the host's time: the call's order has it
       const bool program = p.waitsOn(q);
       if (!program && q.stream == p.stream && q.device == p.device) continue;   // stream order has it
       trace::Envelope e = call(p.device);
@@ -429,7 +385,8 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     }
     const double bytes = std::max(numberOr(n, "tensor_size", 0), numberOr(n, "comm_size", 0));
     switch (p.op) {
-      case Op::kNone: break;
+      case Op::kNone:
+      case Op::kHost: break;
       case Op::kKernel: {
         const uint32_t name = nameId(n.name().empty() ? "kernel" : n.name(), w);
         trace::Envelope e = call(p.device);
@@ -479,7 +436,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         m->set_src_device(src);
         m->set_dst_device(dst);
         m->set_stream(p.stream);
-        m->set_async(true);
+        m->set_async(!p.blocking);
         m->set_host_pinned(numberOr(n, "cardsim_host_pinned", 0) != 0);
         // One stand-in buffer per device and side, as large as its largest copy (the replay
         // grows it): copies move no bytes in a replay, and a block per node would hold the
@@ -494,7 +451,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         e.mutable_memset()->set_address(standIn(3, p.device));
         e.mutable_memset()->set_bytes(static_cast<uint64_t>(bytes));
         e.mutable_memset()->set_stream(p.stream);
-        e.mutable_memset()->set_async(true);
+        e.mutable_memset()->set_async(!p.blocking);
         w.write(e);
         break;
       }
@@ -584,7 +541,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     if (p.record_after) recordAfter(p.event, trace::kEventFlagRuntimeMarker | trace::kEventFlagDisableTiming);
   }
   // The run ends when every device is done (a rank given no work made no call: it ran nothing).
-  for (int d = 0; d < devices && !et_.nodes.empty(); ++d) {
+  for (int d : used) {
     trace::Envelope e = call(d);
     e.mutable_api()->set_api(trace::ApiCall::DEVICE_SYNCHRONIZE);
     w.write(e);

@@ -3,8 +3,11 @@
 //
 // PATH is a prefix with PREFIX.0.et ... PREFIX.<N-1>.et (and optionally
 // PREFIX.comm_groups.json, ASTRA-sim's process groups: {"1": [0, 1], ...}) or one .et file.
-// Each rank's nodes are issued in dependency order, as fast as the dependencies allow (a
-// Chakra graph has no host time):
+// Each rank's nodes are issued in dependency order, as fast as the dependencies allow (the
+// device's before the host's among those ready, by cardsim_call_ps where given):
+//   - COMP_NODE with is_cpu_op: host time of its duration; the host first waits for the
+//     device nodes it depends on (event synchronizes; a device synchronize per card
+//     cardsim_synchronizes names);
 //   - COMP_NODE with work (num_ops, tensor_size): a kernel the model times (class, dtype and
 //     bytes from cardsim's own attributes when present: then the replay on the recording's
 //     preset times it exactly as recorded); without work but with a duration: a step of that

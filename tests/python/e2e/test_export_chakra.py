@@ -140,12 +140,27 @@ def export_chakra(trace, prefix):
     return res.stdout
 
 
+def is_host(n):
+    return n["attr"]["cardsim_kind"][1] == "HOST"
+
+
+def device(nodes):
+    """The device's nodes (the host's time between calls, CPU nodes, left out)."""
+    return [n for n in nodes if not is_host(n)]
+
+
 def check_graph(nodes):
     ids = [n["id"] for n in nodes]
     assert ids == list(range(len(nodes)))
+    last_host = None
     for n in nodes:
         assert all(d < n["id"] for d in n["data_deps"]), n   # numbered in completion order: no cycle
-        assert n["attr"]["is_cpu_op"] == ("bool", False)
+        assert n["attr"]["is_cpu_op"] == ("bool", is_host(n))
+        if is_host(n):   # one chain: the host's time, step after step
+            assert n["name"] == "host" and n["type"] == COMP and "num_ops" not in n["attr"], n
+            assert n["duration"] == (n["attr"]["cardsim_duration_ps"][1] + 500_000) // 1_000_000
+            assert last_host is None or last_host in n["data_deps"], n
+            last_host = n["id"]
 
 
 def test_two_streams_with_an_event_wait(tmp_path):
@@ -155,8 +170,11 @@ def test_two_streams_with_an_event_wait(tmp_path):
     assert meta["version"] == "0.0.4"
     assert meta["attr"]["preset"] == ("string", "mlu370-x8") and meta["attr"]["rank"] == ("int64", 0)
     check_graph(nodes)
+    hosts = len(nodes) - len(device(nodes))
+    assert hosts > 0 and f"{len(nodes)} nodes" in out and f"{hosts} host)" in out, out
+    everything, nodes = nodes, device(nodes)
     commands, _ = recorded(trace)
-    assert len(nodes) == len(commands) and f"{len(nodes)} nodes" in out
+    assert len(nodes) == len(commands)
     # every node is its recorded command: exact picoseconds ride along, Chakra's µs rounded
     assert sorted((n["attr"]["cardsim_start_ps"][1], n["attr"]["cardsim_kind"][1]) for n in nodes) == \
         sorted((c[1], c[3]) for c in commands)
@@ -172,7 +190,7 @@ def test_two_streams_with_an_event_wait(tmp_path):
     assert all(n["inputs_shapes"] == "[[256, 256], [256, 256]]" and n["outputs_shapes"] == "[[256, 256]]"
                for n in mm), mm[0]
 
-    by_id = {n["id"]: n for n in nodes}
+    by_id = {n["id"]: n for n in everything}
 
     def key(n):
         return n["attr"]["cardsim_device"][1], n["attr"]["cardsim_stream"][1]
@@ -309,14 +327,17 @@ def canonical(nodes):
     node by its card, its stream's sequence of names and its place in it."""
     streams = {}
     for n in sorted(nodes, key=lambda n: n["attr"]["cardsim_start_ps"][1]):
-        streams.setdefault((n["attr"]["cardsim_device"][1], n["attr"]["cardsim_stream"][1]), []).append(n)
+        where = (-1, -1) if is_host(n) else (n["attr"]["cardsim_device"][1], n["attr"]["cardsim_stream"][1])
+        streams.setdefault(where, []).append(n)
     label = {}
     for (dev, _), seq in streams.items():
         sig = tuple(n["name"] for n in seq)
         for i, n in enumerate(seq):
             label[n["id"]] = (dev, sig, i)
+    # the host's steps keep their time too (the recorded picoseconds)
     return {label[n["id"]]: (n["name"], n["type"], n["attr"].get("num_ops"), n["attr"].get("tensor_size"),
                              n["attr"].get("comm_type"), n["attr"].get("comm_size"),
+                             n["attr"]["cardsim_duration_ps"] if is_host(n) else None,
                              sorted(label[d] for d in n["data_deps"]))
             for n in nodes}
 
@@ -359,8 +380,17 @@ def test_an_export_replays_to_the_same_graph(tmp_path):
     for name, code, world in (("streams", TWO_STREAMS, 1), ("dp", DP, 2), ("p2p", P2P, 2)):
         trace = record(tmp_path, name, code, world=world)
         export_chakra(trace, tmp_path / name)
-        out = replay(tmp_path / name, "--keep", tmp_path / f"{name}-kept")
-        assert "(as recorded)" in out.stdout and f"{world} rank(s)" in out.stdout, out.stdout
+        out = replay(tmp_path / name, "--keep", tmp_path / f"{name}-kept", "--json", "-")
+        assert "(as recorded)" in out.stderr and f"{world} rank(s)" in out.stderr, out.stderr
+        # the host's time between calls rides along (CPU nodes): the recording's time, exactly;
+        # an exchange's receive, which ran beside its send, runs after it (Chakra has no
+        # batched point-to-point: a send node and a receive node on one stream)
+        recorded_us = json.loads(cardsim("info", trace, "--json").stdout)["recorded_total_us"]
+        total_us = json.loads(out.stdout)["total_us"]
+        if name == "p2p":
+            assert recorded_us <= total_us <= recorded_us * 1.05, (total_us, recorded_us)
+        else:
+            assert total_us == pytest.approx(recorded_us, abs=1e-6), name
         export_chakra(tmp_path / f"{name}-kept", tmp_path / f"{name}-again")
         for r in range(world):
             first = canonical(read_et(tmp_path / f"{name}.{r}.et")[1])
@@ -371,19 +401,26 @@ def test_an_export_replays_to_the_same_graph(tmp_path):
 
 
 def test_orderings_from_host_synchronizations_come_back_as_they_were(tmp_path):
-    """Streams (of two cards) that meet through host synchronizations, not events: the replay
-    orders them with events of its own, which the second export leaves out again, keeping
-    the dependencies; the program's own event records and waits come back one for one."""
+    """Streams (of two cards) that meet through host synchronizations, not events: the
+    host's node after a synchronization waits for what the synchronization did (a device
+    synchronize: every stream of its card), the work after it waits for that node; the
+    replay comes back node for node, host time and the program's own event records and
+    waits included."""
     golden = ROOT / "tests" / "data" / "golden" / "traces" / "two_streams"
     export_chakra(golden, tmp_path / "first")
     first = read_et(tmp_path / "first.0.et")[1]
-    # The program's last copy waits (through the host) for both other streams' last work.
-    cards_streams = {(n["attr"]["cardsim_device"][1], n["attr"]["cardsim_stream"][1]) for n in first}
+    check_graph(first)
+    cards_streams = {(n["attr"]["cardsim_device"][1], n["attr"]["cardsim_stream"][1]) for n in device(first)}
     assert len(cards_streams) == 3, cards_streams
     byid = {n["id"]: n for n in first}
-    last = max(first, key=lambda n: n["attr"]["cardsim_start_ps"][1])
-    crossing = {(byid[d]["attr"]["cardsim_device"][1], byid[d]["attr"]["cardsim_stream"][1]) for d in last["data_deps"]}
-    assert len(crossing) == 3, crossing
+    # The program's last copy comes after the host's step that waited in its device 0
+    # synchronize for both streams of card 0 (not card 1's: a device synchronize is its card's).
+    last = max(device(first), key=lambda n: n["attr"]["cardsim_start_ps"][1])
+    step = [byid[d] for d in last["data_deps"] if is_host(byid[d])]
+    assert len(step) == 1 and step[0]["attr"]["cardsim_synchronizes"] == ("string", "0"), step
+    waited = {(byid[d]["attr"]["cardsim_device"][1], byid[d]["attr"]["cardsim_stream"][1])
+              for d in step[0]["data_deps"] if not is_host(byid[d])}
+    assert waited == {(0, 0), (0, 1)}, waited
     replay(tmp_path / "first", "--keep", tmp_path / "kept")
     out = export_chakra(tmp_path / "kept", tmp_path / "again")
     again = read_et(tmp_path / "again.0.et")[1]
@@ -552,18 +589,20 @@ def _enc_attr(name, kind, value):
         body += _key(7, 0) + _enc_varint(value)
     elif kind == "bool":
         body += _key(27, 0) + _enc_varint(int(value))
+    elif kind == "double":
+        body += _key(3, 1) + struct.pack("<d", value)
     else:
         body += _len_field(29, value.encode())
     return _len_field(10, body)
 
 
-def _enc_node(id, name, type, deps=(), duration=0, attrs=()):
+def _enc_node(id, name, type, deps=(), duration=0, attrs=(), cpu=False):
     body = _key(1, 0) + _enc_varint(id) + _len_field(2, name.encode()) + _key(3, 0) + _enc_varint(type)
     if deps:
         body += _len_field(5, b"".join(_enc_varint(d) for d in deps))
     if duration:
         body += _key(7, 0) + _enc_varint(duration)
-    body += _enc_attr("is_cpu_op", "bool", False)
+    body += _enc_attr("is_cpu_op", "bool", cpu)
     for a in attrs:
         body += _enc_attr(*a)
     return body
@@ -620,6 +659,33 @@ def test_a_foreign_chakra_job_replays_on_a_preset(tmp_path):
         assert all(r["breakdown"]["compute_us"] >= 100 for r in rep["ranks"]), rep["ranks"]
         totals[preset] = rep["total_us"]
     assert totals["a100-sxm"] > totals["h100-sxm"], totals
+
+
+def test_cpu_nodes_are_host_time_and_wait_for_the_device_work_they_depend_on(tmp_path):
+    """A CPU node (is_cpu_op, as ASTRA-sim runs them on the host) is host time: what depends
+    on it is issued that much later; one depending on device work waits for it first."""
+    def total(name, nodes):
+        write_et(tmp_path / f"{name}.0.et", nodes)
+        return replay_json(tmp_path / name, "--preset", "h100-sxm", tmp=tmp_path)["total_us"]
+
+    def host_first(host_us):   # the host works, then issues a 10 us step
+        return total(f"first{host_us}", [_enc_node(0, "host", COMP, duration=host_us, cpu=True),
+                                           _enc_node(1, "step", COMP, deps=[0], duration=10)])
+    assert host_first(100) - host_first(0) == pytest.approx(100, abs=1e-6)
+
+    def after_device(host_us, wait):   # a 50 us step; the host works (after it, or not); a 10 us step
+        return total(f"after{host_us}{wait}", [
+            _enc_node(0, "long", COMP, duration=50),
+            _enc_node(1, "host", COMP, deps=[0] if wait else [], duration=host_us, cpu=True),
+            _enc_node(2, "short", COMP, deps=[1], duration=10)])
+    waited, overlapped = after_device(5, True), after_device(5, False)
+    assert waited >= 50 + 5 + 10 and overlapped < 50 + 5 + 10, (waited, overlapped)
+    assert after_device(25, True) - waited == pytest.approx(20, abs=1e-6)
+    # a CPU node's time is a host time: a negative one is refused, naming the node
+    write_et(tmp_path / "bad.0.et", [_enc_node(0, "host", COMP, cpu=True,
+                                               attrs=[("cardsim_duration_ps", "double", -5.0)])])
+    res = cardsim("replay", tmp_path / "bad", "--preset", "h100-sxm")
+    assert res.returncode == 2 and "node 0 ('host')" in res.stderr and "not a host time" in res.stderr, res.stderr
 
 
 def test_a_rank_given_no_work_runs_nothing(tmp_path):

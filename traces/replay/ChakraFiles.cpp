@@ -1,0 +1,123 @@
+#include "traces/replay/ChakraFiles.h"
+
+#include <cctype>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+
+#include "traces/lib/TraceError.h"
+
+namespace cardsim::replay {
+
+namespace chakra = ChakraProtoMsg;
+using trace::TraceError;
+
+EtFile readEt(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TraceError(path + ": cannot open the Chakra trace");
+  const std::string buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EtFile f;
+  std::size_t pos = 0, index = 0;
+  while (pos < buf.size()) {
+    uint64_t len = 0;
+    std::size_t i = 0;
+    for (int shift = 0;; shift += 7, ++i) {
+      if (pos + i >= buf.size() || i >= 10)
+        throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
+                         ": truncated or corrupt length prefix");
+      const auto b = static_cast<uint8_t>(buf[pos + i]);
+      len |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) break;
+    }
+    const std::size_t body = pos + i + 1;
+    if (len > buf.size() - body)
+      throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
+                       ": truncated: it needs " + std::to_string(len) + " bytes, " +
+                       std::to_string(buf.size() - body) + " left in the file");
+    bool ok = index == 0 ? f.meta.ParseFromArray(buf.data() + body, static_cast<int>(len))
+                         : f.nodes.emplace_back().ParseFromArray(buf.data() + body, static_cast<int>(len));
+    // Files of Chakra's layout before 0.0.4 (ASTRA-sim's data-parallel examples of 2023)
+    // start with their first node: no GlobalMetadata.
+    if (!ok && index == 0) {
+      f.meta.Clear();
+      chakra::Node& first = f.nodes.emplace_back();
+      ok = first.ParseFromArray(buf.data() + body, static_cast<int>(len)) &&
+           (first.id() > 0 || !first.name().empty() || first.type() != chakra::INVALID_NODE);
+      if (!ok) f.nodes.pop_back();
+    }
+    if (!ok)
+      throw TraceError(path + ": message #" + std::to_string(index) + " at offset " + std::to_string(pos) +
+                       ": does not parse as a Chakra " + (index == 0 ? "GlobalMetadata (or Node)" : "Node"));
+    pos = body + len;
+    ++index;
+  }
+  if (index == 0) throw TraceError(path + ": not a Chakra trace (the file is empty)");
+  return f;
+}
+
+// A small reader for the one shape ASTRA-sim's groups file has.
+std::map<std::string, std::vector<int>> readGroups(const std::string& path) {
+  std::map<std::string, std::vector<int>> out;
+  std::ifstream in(path);
+  if (!in) return out;
+  const std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t i = 0;
+  auto fail = [&](const std::string& what) {
+    throw TraceError(path + ": offset " + std::to_string(i) + ": " + what +
+                     " (expected {\"<pg_name>\": [rank, ...], ...})");
+  };
+  auto skip = [&] {
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  };
+  auto expect = [&](char c) {
+    skip();
+    if (i >= s.size() || s[i] != c) fail(std::string("expected '") + c + "'");
+    ++i;
+  };
+  expect('{');
+  skip();
+  if (i < s.size() && s[i] == '}') return out;
+  for (;;) {
+    expect('"');
+    const std::size_t end = s.find('"', i);
+    if (end == std::string::npos) fail("unterminated group name");
+    const std::string key = s.substr(i, end - i);
+    i = end + 1;
+    expect(':');
+    expect('[');
+    std::vector<int>& ranks = out[key];
+    skip();
+    if (i < s.size() && s[i] == ']') {
+      ++i;
+    } else {
+      for (;;) {
+        skip();
+        std::size_t used = 0;
+        try {
+          ranks.push_back(std::stoi(s.substr(i), &used));
+        } catch (const std::exception&) {
+          fail("expected a rank");
+        }
+        if (ranks.back() < 0) fail("a negative rank");
+        i += used;
+        skip();
+        if (i < s.size() && s[i] == ',') {
+          ++i;
+          continue;
+        }
+        expect(']');
+        break;
+      }
+    }
+    skip();
+    if (i < s.size() && s[i] == ',') {
+      ++i;
+      continue;
+    }
+    expect('}');
+    break;
+  }
+  return out;
+}
+
+}  // namespace cardsim::replay

@@ -1,0 +1,25 @@
+// Reading Chakra's files: the length-delimited execution trace of a rank (PREFIX.<rank>.et:
+// a GlobalMetadata, then the nodes) and ASTRA-sim's process groups (PREFIX.comm_groups.json).
+// For ChakraImport; errors are trace::TraceError naming the file, message and offset.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "traces/export/proto/chakra_et.pb.h"
+
+namespace cardsim::replay {
+
+struct EtFile {
+  ChakraProtoMsg::GlobalMetadata meta;
+  std::vector<ChakraProtoMsg::Node> nodes;
+};
+
+// A rank's file; one of Chakra's layout before 0.0.4 (no GlobalMetadata) too.
+EtFile readEt(const std::string& path);
+
+// {"1": [0, 1], "2": [2, 3]}: the groups by name; none if the file is not there.
+std::map<std::string, std::vector<int>> readGroups(const std::string& path);
+
+}  // namespace cardsim::replay
