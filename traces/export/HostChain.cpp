@@ -76,9 +76,9 @@ HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<
     // it) costs only its call: host time, as any other call's.
     waits.erase(std::remove_if(waits.begin(), waits.end(), [&](std::size_t i) { return waited.count(i) > 0; }),
                 waits.end());
-    if (mine.empty() && waits.empty()) {
-      // Not a joint: its time is the step's. What it put on the device still counts.
-    } else {
+    // Any other call is no joint: its time is the next step's (what it put on the device
+    // still counts, below).
+    if (!mine.empty() || !waits.empty()) {
       const uint64_t gap = e.host_begin_ps() > prev_end ? e.host_begin_ps() - prev_end : 0;
       // Synchronizations back to back are one wait; a call reaching the device after one
       // starts a step (of no time, if need be) that waits first.
