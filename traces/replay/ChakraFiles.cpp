@@ -74,6 +74,16 @@ std::map<std::string, std::vector<int>> readGroups(const std::string& path) {
     if (i >= s.size() || s[i] != c) fail(std::string("expected '") + c + "'");
     ++i;
   };
+  // After an item: true past a comma (another follows), false past `close` (the list ended).
+  auto another = [&](char close) {
+    skip();
+    if (i < s.size() && s[i] == ',') {
+      ++i;
+      return true;
+    }
+    expect(close);
+    return false;
+  };
   expect('{');
   skip();
   if (i < s.size() && s[i] == '}') return out;
@@ -100,22 +110,10 @@ std::map<std::string, std::vector<int>> readGroups(const std::string& path) {
         }
         if (ranks.back() < 0) fail("a negative rank");
         i += used;
-        skip();
-        if (i < s.size() && s[i] == ',') {
-          ++i;
-          continue;
-        }
-        expect(']');
-        break;
+        if (!another(']')) break;
       }
     }
-    skip();
-    if (i < s.size() && s[i] == ',') {
-      ++i;
-      continue;
-    }
-    expect('}');
-    break;
+    if (!another('}')) break;
   }
   return out;
 }

@@ -74,6 +74,13 @@ const char* collectiveOp(int64_t type) {
   }
 }
 
+// A node's data and control dependencies together, each once.
+std::set<uint64_t> depsOf(const chakra::Node& n) {
+  std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
+  deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
+  return deps;
+}
+
 // One rank's graph as a cardsim trace.
 class RankConverter {
  public:
@@ -109,6 +116,8 @@ class RankConverter {
   }
   std::vector<std::size_t> topologicalOrder();
   Op opOf(const chakra::Node& n) const;
+  // Devices a host node synchronizes whole (cardsim_synchronizes), checked.
+  std::set<int> wholeDevices(const chakra::Node& n) const;
   trace::Envelope call(int device);
   uint32_t nameId(const std::string& text, trace::TraceWriter& w);
 
@@ -117,21 +126,22 @@ class RankConverter {
   int rank_, world_;
   const std::map<std::string, std::vector<int>>& groups_;
   std::map<uint64_t, std::size_t> index_;   // node id -> et_.nodes
+  std::vector<Op> ops_;                     // each node's, as opOf() says (topologicalOrder)
   uint64_t calls_ = 0;
   uint64_t host_ps_ = 0;   // the host's time where the next call is made (CPU nodes advance it)
   std::map<std::string, uint32_t> names_;
 };
 
 std::vector<std::size_t> RankConverter::topologicalOrder() {
-  for (std::size_t i = 0; i < et_.nodes.size(); ++i)
+  for (std::size_t i = 0; i < et_.nodes.size(); ++i) {
     if (!index_.emplace(et_.nodes[i].id(), i).second)
       throw TraceError(where(et_.nodes[i]) + ": a second node with this id");
+    ops_.push_back(opOf(et_.nodes[i]));
+  }
   std::vector<std::size_t> missing(et_.nodes.size(), 0);
   std::vector<std::vector<std::size_t>> dependents(et_.nodes.size());
   for (std::size_t i = 0; i < et_.nodes.size(); ++i) {
-    std::set<uint64_t> deps(et_.nodes[i].data_deps().begin(), et_.nodes[i].data_deps().end());
-    deps.insert(et_.nodes[i].ctrl_deps().begin(), et_.nodes[i].ctrl_deps().end());
-    for (uint64_t d : deps) {
+    for (uint64_t d : depsOf(et_.nodes[i])) {
       auto it = index_.find(d);
       if (it == index_.end())
         throw TraceError(where(et_.nodes[i]) + ": depends on node " + std::to_string(d) + ", which is not in the file");
@@ -145,7 +155,7 @@ std::vector<std::size_t> RankConverter::topologicalOrder() {
   // cardsim's own files say where each call began on the host: in that order.
   std::set<std::tuple<bool, double, std::size_t>> ready;
   auto key = [&](std::size_t i) {
-    return std::make_tuple(opOf(et_.nodes[i]) == Op::kHost, numberOr(et_.nodes[i], "cardsim_call_ps", 0), i);
+    return std::make_tuple(ops_[i] == Op::kHost, numberOr(et_.nodes[i], "cardsim_call_ps", 0), i);
   };
   for (std::size_t i = 0; i < missing.size(); ++i)
     if (!missing[i]) ready.insert(key(i));
@@ -191,6 +201,18 @@ RankConverter::Op RankConverter::opOf(const chakra::Node& n) const {
   }
 }
 
+std::set<int> RankConverter::wholeDevices(const chakra::Node& n) const {
+  bool bad = false;
+  std::set<int> whole;
+  for (double d : byteList(n, "cardsim_synchronizes", &bad)) {
+    if (bad || !(d >= 0 && d < kMaxDevices))
+      throw TraceError(where(n) + ": cardsim_synchronizes '" + text(n, "cardsim_synchronizes") +
+                       "' is not a list of devices (0.." + std::to_string(kMaxDevices - 1) + ")");
+    whole.insert(static_cast<int>(d));
+  }
+  return whole;
+}
+
 trace::Envelope RankConverter::call(int device) {
   trace::Envelope e;
   e.set_call(++calls_);
@@ -226,15 +248,14 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
   for (std::size_t i : order) {
     const chakra::Node& n = et_.nodes[i];
     Plan& p = plan[i];
-    p.op = opOf(n);
+    p.op = ops_[i];
     if (p.op == Op::kHost) {
       // What the host waits for before going on: an event after it to synchronize on (a
-      // blocking copy's call waited already).
-      std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
-      deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
-      for (uint64_t d : deps) {
+      // blocking copy's call waited already; a device synchronized whole needs none).
+      const std::set<int> whole = wholeDevices(n);
+      for (uint64_t d : depsOf(n)) {
         Plan& q = plan[index_.at(d)];
-        if (q.op != Op::kHost && !q.blocking && !q.record_after) {
+        if (q.op != Op::kHost && !q.blocking && !whole.count(q.device) && !q.record_after) {
           q.record_after = true;
           q.event = next_event++;
         }
@@ -295,9 +316,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     p.program_wait = kind == "EVENT_WAIT";
     if (!number(n, "cardsim_event", &p.recorded_event)) p.recorded_event = -1;
     // A dependency on another stream: an event after it (the program's own, or one of the replay's).
-    std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
-    deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
-    for (uint64_t d : deps) {
+    for (uint64_t d : depsOf(n)) {
       Plan& q = plan[index_.at(d)];
       if (q.op == Op::kHost || p.waitsOn(q)) continue;   // after the host's time: issued after it
       if ((q.stream != p.stream || q.device != p.device) && !q.record_after) {
@@ -328,20 +347,13 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     if (p.op == Op::kHost) {
       // The host waits for the device work it depends on (cardsim's own: devices it
       // synchronized whole, as it did), then spends the node's time.
-      bool bad = false;
-      std::set<int> whole;
-      for (double d : byteList(n, "cardsim_synchronizes", &bad)) {
-        if (bad || !(d >= 0 && d < kMaxDevices))
-          throw TraceError(where(n) + ": cardsim_synchronizes '" + text(n, "cardsim_synchronizes") +
-                           "' is not a list of devices (0.." + std::to_string(kMaxDevices - 1) + ")");
-        if (!whole.insert(static_cast<int>(d)).second) continue;
-        trace::Envelope e = call(static_cast<int>(d));
+      const std::set<int> whole = wholeDevices(n);
+      for (int d : whole) {
+        trace::Envelope e = call(d);
         e.mutable_api()->set_api(trace::ApiCall::DEVICE_SYNCHRONIZE);
         w.write(e);
       }
-      std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
-      deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
-      for (uint64_t d : deps) {
+      for (uint64_t d : depsOf(n)) {
         const Plan& q = plan[index_.at(d)];
         if (q.op == Op::kHost || q.blocking || whole.count(q.device) || !waited.insert(d).second) continue;
         trace::Envelope e = call(q.device);
@@ -370,9 +382,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       e.mutable_stream()->set_stream(p.stream);
       w.write(e);
     }
-    std::set<uint64_t> deps(n.data_deps().begin(), n.data_deps().end());
-    deps.insert(n.ctrl_deps().begin(), n.ctrl_deps().end());
-    for (uint64_t d : deps) {
+    for (uint64_t d : depsOf(n)) {
       const Plan& q = plan[index_.at(d)];
       if (q.op == Op::kHost) continue;   // issued after the host's time: the call's order has it
       const bool program = p.waitsOn(q);

@@ -80,6 +80,7 @@ def test_two_output_out_form(card, dm):
 # ---- fp32 matmuls run as TF32 exactly where PyTorch would use TF32 ------------------------
 
 M = 2048  # 2 x 2048^3 flops: compute-bound on every preset, in fp32 and in TF32
+M_BF16 = 512
 
 
 def _reset_fp32_precision():
@@ -118,11 +119,11 @@ SCENARIOS = [
 ]
 
 
-def _matmul_ns(card, dm, dtype=torch.float32):
-    a = torch.randn(M, M, device=card, dtype=dtype)
-    b = torch.randn(M, M, device=card, dtype=dtype)
+def _matmul_ns(card, dm, dtype=torch.float32, m=M):
+    a = torch.randn(m, m, device=card, dtype=dtype)
+    b = torch.randn(m, m, device=card, dtype=dtype)
     k = _one(dm, lambda: torch.mm(a, b), "aten::mm")
-    assert k[2] == 2.0 * M ** 3
+    assert k[2] == 2.0 * m ** 3
     return k[1]
 
 
@@ -148,8 +149,10 @@ def test_fp32_matmul_is_timed_as_tf32_exactly_where_pytorch_uses_tf32(card, dm):
 @pytest.mark.usefixtures("fp32_precision_restored")
 def test_tf32_setting_leaves_other_dtypes_and_elementwise_work_alone(card, dm):
     a = torch.randn(N, device=card)
-    half = _matmul_ns(card, dm, torch.bfloat16)
+    # A smaller bf16 product (the setting must leave any alone): a host without bf16
+    # instructions (AVX2 only) takes about a minute for one of M x M.
+    half = _matmul_ns(card, dm, torch.bfloat16, m=M_BF16)
     ew = _one(dm, lambda: torch.exp(a), "aten::exp")[1]
     torch.set_float32_matmul_precision("high")
-    assert _matmul_ns(card, dm, torch.bfloat16) == pytest.approx(half, abs=PS)
+    assert _matmul_ns(card, dm, torch.bfloat16, m=M_BF16) == pytest.approx(half, abs=PS)
     assert _one(dm, lambda: torch.exp(a), "aten::exp")[1] == pytest.approx(ew, abs=PS)
