@@ -5,7 +5,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-log() { printf '[setup] %s\n' "$*"; }
+log() { printf '[setup] %s [%s s]\n' "$*" "$SECONDS"; }
 
 # ---- Debian packages -------------------------------------------------------------------
 apt_packages=(build-essential cmake ninja-build ccache pkg-config libsystemc-dev libboost-dev

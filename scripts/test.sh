@@ -14,6 +14,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
+# A stage's heading, with the wall time since the script began (where a slow run spent it).
+stage() { echo "== $* [${SECONDS} s]"; }
+
 # The GoogleTest suites under a sanitizer; every finding fails its test. Suppressions
 # (tests/sanitizers/*.supp) are for third-party code only.
 asan_options="halt_on_error=1:detect_leaks=1:strict_string_checks=1"
@@ -22,7 +25,7 @@ sanitized_ctest() {
   local sanitize="$1" tree=build-asan
   [ "$sanitize" = thread ] && tree=build-tsan
   CARDSIM_SANITIZE="$sanitize" scripts/setup.sh
-  echo "== ctest under -fsanitize=$sanitize ($tree/)"
+  stage "ctest under -fsanitize=$sanitize ($tree/)"
   ASAN_OPTIONS="$asan_options" \
   LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS="$ubsan_options" \
@@ -42,7 +45,7 @@ sanitized_device_suites() {
   local preload
   preload="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so.6)"
   for card in mlu supa; do
-    echo "== pytest device suite as $card under -fsanitize=address,undefined (build-asan/)"
+    stage "pytest device suite as $card under -fsanitize=address,undefined (build-asan/)"
     set +e
     CARDSIM_TEST_CARD=$card LD_PRELOAD="$preload" PYTHONPATH="$root/build-asan/python" \
       ASAN_OPTIONS="${asan_options/detect_leaks=1/detect_leaks=0}" UBSAN_OPTIONS="$ubsan_options" \
@@ -69,10 +72,10 @@ fi
 scripts/setup.sh
 
 status=0
-echo "== ctest"
+stage "ctest"
 ctest --test-dir build --output-on-failure -j"$(nproc)" || status=1
 
-echo "== pytest (device suite as mlu, end-to-end, demo)"
+stage "pytest (device suite as mlu, end-to-end, demo)"
 set +e
 .venv/bin/python -m pytest -q tests/python
 rc=$?
@@ -80,14 +83,14 @@ set -e
 # 5 = no tests collected: fail loudly rather than pass on nothing.
 [ $rc -ne 0 ] && status=1
 
-echo "== pytest (device suite as supa)"
+stage "pytest (device suite as supa)"
 set +e
 CARDSIM_TEST_CARD=supa .venv/bin/python -m pytest -q tests/python/device
 rc=$?
 set -e
 [ $rc -ne 0 ] && status=1
 
-echo "== pytest (device suite as mlu under the async checker: correct programs report nothing)"
+stage "pytest (device suite as mlu under the async checker: correct programs report nothing)"
 set +e
 CARDSIM_CHECK=async,raise .venv/bin/python -m pytest -q tests/python/device \
   --ignore tests/python/device/test_async_check.py
