@@ -103,4 +103,5 @@ set -e
 # scripts/test.sh --sanitize address,undefined).
 sanitized_ctest address,undefined || status=1
 
+stage "done (status $status)"
 exit $status

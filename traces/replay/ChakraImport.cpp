@@ -103,6 +103,7 @@ class RankConverter {
     uint32_t program_event = 0;
     bool program_wait = false;   // an event wait of the program: waits on its record node's event
     bool blocking = false;       // a copy or memset its call waited for (the host is past it)
+    std::set<int> synchronizes;  // a host node's devices it synchronizes whole (cardsim_synchronizes)
     double recorded_event = -1;  // cardsim_event: the program's event of a record or wait (-1: not said)
     // Whether this program wait waits on record node q's event (the one of the same program
     // event; any record it depends on when the export did not say).
@@ -252,10 +253,10 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     if (p.op == Op::kHost) {
       // What the host waits for before going on: an event after it to synchronize on (a
       // blocking copy's call waited already; a device synchronized whole needs none).
-      const std::set<int> whole = wholeDevices(n);
+      p.synchronizes = wholeDevices(n);
       for (uint64_t d : depsOf(n)) {
         Plan& q = plan[index_.at(d)];
-        if (q.op != Op::kHost && !q.blocking && !whole.count(q.device) && !q.record_after) {
+        if (q.op != Op::kHost && !q.blocking && !p.synchronizes.count(q.device) && !q.record_after) {
           q.record_after = true;
           q.event = next_event++;
         }
@@ -347,15 +348,14 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     if (p.op == Op::kHost) {
       // The host waits for the device work it depends on (cardsim's own: devices it
       // synchronized whole, as it did), then spends the node's time.
-      const std::set<int> whole = wholeDevices(n);
-      for (int d : whole) {
+      for (int d : p.synchronizes) {
         trace::Envelope e = call(d);
         e.mutable_api()->set_api(trace::ApiCall::DEVICE_SYNCHRONIZE);
         w.write(e);
       }
       for (uint64_t d : depsOf(n)) {
         const Plan& q = plan[index_.at(d)];
-        if (q.op == Op::kHost || q.blocking || whole.count(q.device) || !waited.insert(d).second) continue;
+        if (q.op == Op::kHost || q.blocking || p.synchronizes.count(q.device) || !waited.insert(d).second) continue;
         trace::Envelope e = call(q.device);
         e.mutable_event()->set_op(trace::EventOp::SYNCHRONIZE);
         e.mutable_event()->set_event(q.event);
