@@ -97,6 +97,7 @@ bool plainCopy(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 void syncStream(c10::DeviceIndex device) {
+  onHostSync("a blocking copy");
   c10::DeviceGuard guard(c10::Device(kDev, device));
   throwIfFailed(shim::streamSynchronize(currentStream(device)), "synchronize after a copy");
 }

@@ -25,6 +25,11 @@ struct OpEntry {
   std::vector<size_t> generator_args;   // positions of Generator? arguments
   std::vector<size_t> written_args;     // positions of arguments the op writes (a!)
   bool cpu_operands_allowed = false;    // indexing: CPU index tensors are accepted
+  // The result's size depends on the values (nonzero, unique, masked_select): the host
+  // reads a count back from the card before it can size the result, waiting for the stream
+  // as CUDA's kernels do. kIfBoolIndex: indexing, only with a boolean mask among its indices;
+  // kUnlessSized: unless the caller gave the output size (repeat_interleave).
+  enum class HostRead { kNever, kAlways, kIfBoolIndex, kUnlessSized } host_read = HostRead::kNever;
 };
 
 std::mutex g_fallback_mutex;
@@ -53,6 +58,12 @@ const OpEntry& entryFor(const c10::OperatorHandle& op) {
     for (const char* n : {"index.Tensor", "index.Tensor_out", "index_put_", "index_put",
                           "_index_put_impl_", "_unsafe_index.Tensor", "_unsafe_index_put"})
       if (short_name == n) e->cpu_operands_allowed = true;
+    const std::string base_name = schema.name().substr(schema.name().find("::") + 2);
+    for (const char* n : {"nonzero", "masked_select", "_unique", "_unique2", "unique_dim", "unique_consecutive",
+                          "unique_dim_consecutive", "bincount", "equal"})
+      if (base_name == n) e->host_read = OpEntry::HostRead::kAlways;
+    if (base_name == "repeat_interleave") e->host_read = OpEntry::HostRead::kUnlessSized;
+    if (e->cpu_operands_allowed && base_name.rfind("_unsafe", 0) != 0) e->host_read = OpEntry::HostRead::kIfBoolIndex;
     const auto gen_type = c10::OptionalType::create(c10::GeneratorType::get());
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       const auto& a = schema.arguments()[i];
@@ -221,6 +232,47 @@ bool captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
   return true;
 }
 
+bool isDevice(const at::Tensor& t) { return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// Whether the call needs a count from the card before its result can be sized (see
+// OpEntry::host_read). Also refuses indexing a CPU tensor with device indices, as CUDA does.
+bool readsBack(const c10::OperatorHandle& op, const OpEntry& entry, const torch::jit::Stack& stack, size_t base) {
+  const auto& args = op.schema().arguments();
+  switch (entry.host_read) {
+    case OpEntry::HostRead::kNever: return false;
+    case OpEntry::HostRead::kAlways: return true;
+    case OpEntry::HostRead::kUnlessSized:
+      for (size_t i = 0; i < args.size(); ++i)
+        if (args[i].name() == "output_size") return stack[base + i].isNone();
+      return true;
+    case OpEntry::HostRead::kIfBoolIndex: break;
+  }
+  bool mask = false, device_index = false;
+  if (args.size() > 1 && stack[base + 1].isOptionalTensorList())
+    for (const std::optional<at::Tensor>& t : stack[base + 1].toOptionalTensorList()) {
+      if (!t.has_value() || !t->defined()) continue;
+      mask = mask || t->scalar_type() == at::kBool || t->scalar_type() == at::kByte;
+      device_index = device_index || isDevice(*t);
+    }
+  const c10::IValue& self = stack[base];
+  if (device_index && self.isTensor() && self.toTensor().defined() && !isDevice(self.toTensor()))
+    TORCH_CHECK_INDEX(false, "indices should be either on ", c10::kCPU,
+                      " or on the same device as the indexed tensor (", self.toTensor().device(), ")");
+  return mask;
+}
+
+// The host's read of a count the card computed: a small copy back on the stream, waited for
+// (the host clock moves to the end of the work queued before it).
+void readBack(shim::Stream stream, const void* device_data, size_t bytes, const char* op_name) {
+  onHostSync(op_name);
+  thread_local void* landing = nullptr;
+  if (!landing) throwIfFailed(shim::hostMalloc(&landing, 8), op_name);
+  if (device_data && bytes > 0)
+    throwIfFailed(shim::memcpyAsync(landing, device_data, std::min<size_t>(bytes, 8), shim::MemcpyKind::DeviceToHost,
+                                    stream), op_name);
+  throwIfFailed(shim::streamSynchronize(stream), op_name);
+}
+
 }  // namespace
 
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -232,6 +284,16 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   HostCall call;
   call.op_name = entry.name.c_str();
   call.cpu_operands_allowed = entry.cpu_operands_allowed;
+  const bool read_back = readsBack(op, entry, *stack, base);
+  const void* read_data = nullptr;   // device bytes the read-back copies (the first operand's)
+  size_t read_bytes = 0;
+  if (read_back)
+    for (size_t i = 0; i < nargs && !read_data; ++i)
+      if ((*stack)[base + i].isTensor() && isDevice((*stack)[base + i].toTensor()) &&
+          (*stack)[base + i].toTensor().nbytes() > 0) {
+        read_data = (*stack)[base + i].toTensor().const_data_ptr();
+        read_bytes = (*stack)[base + i].toTensor().nbytes();
+      }
   for (size_t i = 0; i < nargs; ++i) {
     c10::IValue& v = (*stack)[base + i];
     call.writing = std::find(entry.written_args.begin(), entry.written_args.end(), i) !=
@@ -277,7 +339,10 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // views, which read as the card's memory does (zeros, or carried host data); its results
   // are noted as carried, so that they are scrubbed when the memory is handed out again.
   const bool timing = !capturing && timingMode();
-  if ((capturing || timing) && captureOnHost(op, entry, call, stack, base, stream, capturing)) return;
+  if ((capturing || timing) && captureOnHost(op, entry, call, stack, base, stream, capturing)) {
+    if (read_back && !capturing) readBack(stream, read_data, read_bytes, entry.name.c_str());
+    return;
+  }
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
@@ -312,6 +377,7 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device);
   throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
+  if (read_back) readBack(stream, read_data, read_bytes, entry.name.c_str());
 }
 
 namespace {

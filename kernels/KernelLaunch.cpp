@@ -144,6 +144,28 @@ std::vector<HostReadSite> hostReads() {
   return g_reads;
 }
 
+namespace {
+std::atomic<int> g_sync_debug{0};
+}  // namespace
+
+void setSyncDebugMode(int mode) {
+  TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "invalid sync debug mode ", mode, " (0: default, 1: warn, 2: error)");
+  g_sync_debug = mode;
+}
+
+int syncDebugMode() { return g_sync_debug; }
+
+void onHostSync(const char* what) {
+  const int mode = g_sync_debug.load(std::memory_order_relaxed);
+  if (mode == 0) return;
+  const std::string device = c10::get_privateuse1_backend();
+  if (mode == 1) {
+    TORCH_WARN("called a synchronizing ", device, " operation (", what, ")");
+    return;
+  }
+  TORCH_CHECK(false, "called a synchronizing ", device, " operation (", what, ")");
+}
+
 bool timingMode() {
   static const bool timing = [] {
     shim::ExecutionMode m = shim::ExecutionMode::Full;

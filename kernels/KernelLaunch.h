@@ -42,6 +42,13 @@ double flopScale(at::ScalarType t, c10::DeviceIndex device);
 
 bool isCapturing(shim::Stream stream);
 
+// torch.cuda.set_sync_debug_mode's counterpart: 0 default, 1 warn, 2 error whenever an
+// operator makes the host wait for the card (a blocking copy, .item(), nonzero's count).
+void setSyncDebugMode(int mode);
+int syncDebugMode();
+// Warns or raises as the mode says; `what` names the operation.
+void onHostSync(const char* what);
+
 // CARDSIM_EXECUTION=timing: kernels are timed but do no work and touch no device memory
 // (read once from the runtime; it cannot change within a process).
 bool timingMode();

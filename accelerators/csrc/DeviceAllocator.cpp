@@ -43,6 +43,8 @@ struct DeviceState {
   // each such stream (recorded at the free).
   std::vector<std::pair<Block*, std::vector<std::pair<c10::Stream, shim::Event>>>> pending;
   stats::DeviceStats stats;
+  double fraction = 1;     // set_per_process_memory_fraction
+  size_t limit = 0;        // its bytes (reserved may not pass them); 0: none
 };
 
 std::recursive_mutex g_mutex;
@@ -211,27 +213,38 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
   if (!b) {
     RelaxedCaptureMode relaxed;
     void* ptr = nullptr;
-    shim::Status st = shim::malloc(&ptr, size);
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    // Past the process's memory fraction the allocation fails as the device's memory running
+    // out would (the same retry, the same error).
+    auto deviceMalloc = [&] {
+      if (d.limit > 0 && static_cast<size_t>(d.stats.reserved_bytes[agg].current) + size > d.limit)
+        return shim::Status(shim::Code::OutOfMemory, "over the process's memory fraction");
+      return shim::malloc(&ptr, size);
+    };
+    shim::Status st = deviceMalloc();
     if (st.code() == shim::Code::OutOfMemory) {
       // Wait for freed blocks, give the whole cache back, try once more.
       d.stats.num_alloc_retries++;
       collectPending(d, true);
       releaseCached(d);
-      st = shim::malloc(&ptr, size);
+      st = deviceMalloc();
     }
     if (st.code() == shim::Code::OutOfMemory) {
       d.stats.num_ooms++;
       size_t free_b = 0, total_b = 0;
       (void)shim::memGetInfo(&free_b, &total_b);
       memoryHistory().record("oom", device, nullptr, bytes, stream, context, free_b);
-      const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+      std::string limit;
+      if (d.limit > 0)
+        limit = "; this process may hold " + mib(static_cast<double>(d.limit)) + " (set_per_process_memory_fraction(" +
+                std::to_string(d.fraction) + "))";
       TORCH_CHECK_WITH(OutOfMemoryError, false, personality().device, " out of memory. Tried to allocate ",
                        mib(static_cast<double>(bytes)), " (", personality().device, ":", int(device),
                        "; ", mib(static_cast<double>(total_b)), " total capacity; ",
                        mib(static_cast<double>(d.stats.allocated_bytes[agg].current)),
                        " already allocated; ", mib(static_cast<double>(free_b)), " free; ",
                        mib(static_cast<double>(d.stats.reserved_bytes[agg].current)),
-                       " reserved in total by the allocator)");
+                       " reserved in total by the allocator", limit, ")");
     }
     throwIfFailed(st, "device malloc");
     b = new Block;
@@ -329,6 +342,23 @@ std::pair<size_t, size_t> CachingAllocator::getMemoryInfo(c10::DeviceIndex devic
   return {free_b, total_b};
 }
 
+void CachingAllocator::setMemoryFraction(double fraction, c10::DeviceIndex device) {
+  checkIndex(device);
+  TORCH_CHECK_VALUE(fraction >= 0 && fraction <= 1, "invalid memory fraction ", fraction, " for ",
+                    personality().device, ":", int(device), ": the allowed range is 0 to 1");
+  const size_t total = getMemoryInfo(device).second;
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  DeviceState& d = g_devices[device];
+  d.fraction = fraction;
+  d.limit = fraction >= 1 ? 0 : std::max<size_t>(1, static_cast<size_t>(fraction * static_cast<double>(total)));
+}
+
+double CachingAllocator::memoryFraction(c10::DeviceIndex device) {
+  checkIndex(device);
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  return g_devices[device].fraction;
+}
+
 size_t CachingAllocator::allocatedBytes(c10::DeviceIndex device) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   return static_cast<size_t>(g_devices[device].stats.allocated_bytes[0].current);
@@ -404,22 +434,85 @@ CachingAllocator& deviceAllocator() {
 
 namespace {
 
-struct PinnedAllocator final : public c10::Allocator {
-  static void release(void* p) { (void)shim::hostFree(p); }
+// Simulated host microseconds since `start_ps` (the host cost the runtime charged a call).
+int64_t hostMicrosSince(uint64_t start_ps) {
+  uint64_t now = 0;
+  (void)shim::hostTimePs(&now);
+  return static_cast<int64_t>((now - start_ps) / 1000000);
+}
+
+struct PinnedAllocator final : public at::HostAllocator {
+  static void release(void* p) { static_cast<PinnedAllocator&>(pinnedAllocator()).free(p); }
+
   at::DataPtr allocate(size_t bytes) override {
     void* p = nullptr;
-    if (bytes > 0) throwIfFailed(shim::hostMalloc(&p, bytes), "pinned host malloc");
+    if (bytes > 0) {
+      uint64_t start = 0;
+      (void)shim::hostTimePs(&start);
+      throwIfFailed(shim::hostMalloc(&p, bytes), "pinned host malloc");
+      const int64_t us = hostMicrosSince(start);
+      std::lock_guard<std::mutex> lock(mutex_);
+      sizes_[p] = bytes;
+      for (auto* s : {&stats_.active_requests, &stats_.allocations}) s->increase(1);
+      for (auto* s : {&stats_.active_bytes, &stats_.allocated_bytes}) s->increase(bytes);
+      stats_.host_alloc_time.increase(us);
+      stats_.num_host_alloc++;
+    }
     return at::DataPtr(p, p, &release, c10::Device(c10::DeviceType::CPU));
   }
   at::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
   }
+  // Blocks are not reused (each goes back to the runtime when freed): a stream's use of one
+  // needs no event to keep it from being handed out again.
+  bool record_event(void*, void*, c10::Stream) override { return true; }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* s : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes})
+      s->reset_accumulated();
+    stats_.host_alloc_time.reset_accumulated();
+    stats_.host_free_time.reset_accumulated();
+    stats_.num_host_alloc = stats_.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* s : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes})
+      s->reset_peak();
+    stats_.host_alloc_time.reset_peak();
+    stats_.host_free_time.reset_peak();
+  }
+
+ private:
+  void free(void* p) {
+    if (!p) return;
+    uint64_t start = 0;
+    (void)shim::hostTimePs(&start);
+    (void)shim::hostFree(p);
+    const int64_t us = hostMicrosSince(start);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sizes_.find(p);
+    if (it == sizes_.end()) return;
+    for (auto* s : {&stats_.active_requests, &stats_.allocations}) s->decrease(1);
+    for (auto* s : {&stats_.active_bytes, &stats_.allocated_bytes}) s->decrease(it->second);
+    stats_.host_free_time.increase(us);
+    stats_.num_host_free++;
+    sizes_.erase(it);
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<void*, size_t> sizes_;
+  at::HostStats stats_;
 };
 
 }  // namespace
 
-c10::Allocator& pinnedAllocator() {
+at::HostAllocator& pinnedAllocator() {
   static PinnedAllocator a;
   return a;
 }
@@ -429,6 +522,9 @@ c10::Allocator& pinnedAllocator() {
 namespace {
 cardsim::accel::CachingAllocator* const g_registered = [] {
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &cardsim::accel::deviceAllocator());
+  // Without one, torch.accelerator.empty_host_cache() (and so torch.accelerator.Graph's
+  // `with`) dereferences a null host allocator.
+  at::setHostAllocator(c10::DeviceType::PrivateUse1, &cardsim::accel::pinnedAllocator());
   return &cardsim::accel::deviceAllocator();
 }();
 }  // namespace

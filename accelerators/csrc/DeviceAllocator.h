@@ -2,6 +2,7 @@
 // pinned host allocator.
 #pragma once
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Storage.h>
 
@@ -40,12 +41,20 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
   // Per device: bytes in use by tensors, bytes held from the device (in use + cached).
   size_t allocatedBytes(c10::DeviceIndex device);
+  // torch.cuda.set_per_process_memory_fraction: the allocator holds at most `fraction` of
+  // the device's memory (reserved bytes, cached included); past it an allocation fails as
+  // an out-of-memory one does, after the cache is given back.
+  void setMemoryFraction(double fraction, c10::DeviceIndex device);
+  double memoryFraction(c10::DeviceIndex device);
   std::string summary(c10::DeviceIndex device);
   std::vector<SegmentSnapshot> segments();
 };
 
 CachingAllocator& deviceAllocator();
-c10::Allocator& pinnedAllocator();
+// The pinned host allocator, also PrivateUse1's at::HostAllocator (torch.accelerator's
+// empty_host_cache, host memory statistics). It caches nothing: each block goes back to the
+// runtime when freed, so emptying its cache has nothing to do.
+at::HostAllocator& pinnedAllocator();
 void registerHooks();
 
 }  // namespace cardsim::accel

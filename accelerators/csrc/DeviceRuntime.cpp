@@ -260,6 +260,14 @@ struct GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return prev;
   }
   void* getStreamNativeHandle(const c10::Stream s) const override { return shimStream(s); }
+  // torch.accelerator.get_device_capability: every dtype but the quantized ones (the host
+  // kernels take any dense dtype; quantized tensors are a backend of their own).
+  c10::DeviceCapability getDeviceCapability(c10::Device) const override {
+    c10::DeviceCapability cap;
+    auto& t = cap.capability_data.supported_scalar_types;
+    t.has_QInt8 = t.has_QUInt8 = t.has_QInt32 = t.has_QUInt4x2 = t.has_QUInt2x4 = 0;
+    return cap;
+  }
   c10::DeviceIndex deviceCount() const noexcept override {
     try { return static_cast<c10::DeviceIndex>(accel::deviceCount()); } catch (...) { return 0; }
   }

@@ -135,6 +135,37 @@ py::dict memorySnapshot() {
   return out;
 }
 
+// The pinned allocator's statistics, nested as torch.cuda's host_memory_stats_as_nested_dict.
+py::dict hostStats(const at::HostStats& s) {
+  py::dict out;
+  auto stat = [](const c10::CachingAllocator::Stat& st) {
+    py::dict d;
+    d["current"] = st.current;
+    d["peak"] = st.peak;
+    d["allocated"] = st.allocated;
+    d["freed"] = st.freed;
+    return d;
+  };
+  auto duration = [](const c10::CachingAllocator::DurationStat& st) {
+    py::dict d;
+    d["total"] = st.total;
+    d["max"] = st.max;
+    d["min"] = st.min;
+    d["count"] = st.count;
+    d["avg"] = st.count ? st.total / st.count : 0;
+    return d;
+  };
+  out["allocations"] = stat(s.allocations);
+  out["allocated_bytes"] = stat(s.allocated_bytes);
+  out["active_requests"] = stat(s.active_requests);
+  out["active_bytes"] = stat(s.active_bytes);
+  out["num_host_alloc"] = s.num_host_alloc;
+  out["num_host_free"] = s.num_host_free;
+  out["host_alloc_time"] = duration(s.host_alloc_time);
+  out["host_free_time"] = duration(s.host_free_time);
+  return out;
+}
+
 py::dict flattenStats(const c10::CachingDeviceAllocator::DeviceStats& s) {
   py::dict out;
   const char* pools[] = {"all", "small_pool", "large_pool"};
@@ -334,6 +365,15 @@ PYBIND11_MODULE(_C, m) {
     accel::deviceAllocator().resetAccumulatedStats(resolve(d));
   });
   m.def("_empty_cache", [] { accel::deviceAllocator().emptyCache(); });
+  m.def("_set_memory_fraction", [](double f, int64_t d) { accel::deviceAllocator().setMemoryFraction(f, resolve(d)); });
+  m.def("_memory_fraction", [](int64_t d) { return accel::deviceAllocator().memoryFraction(resolve(d)); });
+  m.def("_set_sync_debug_mode", [](int mode) { kernels::setSyncDebugMode(mode); });
+  m.def("_sync_debug_mode", [] { return kernels::syncDebugMode(); });
+  m.def("_host_memory_stats", [] { return hostStats(accel::pinnedAllocator().get_stats()); });
+  m.def("_reset_host_memory_stats", [](bool peak) {
+    if (peak) accel::pinnedAllocator().reset_peak_stats();
+    else accel::pinnedAllocator().reset_accumulated_stats();
+  });
   m.def("_memory_summary", [](int64_t d) { return accel::deviceAllocator().summary(resolve(d)); });
   m.def("_record_memory_history", [](bool contexts, bool trace, size_t max_entries, bool clear) {
     accel::memoryHistory().configure(contexts, trace, max_entries, clear, &gatherPythonStack);

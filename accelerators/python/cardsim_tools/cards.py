@@ -339,9 +339,27 @@ def _uuid(preset: str, index: int) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def _bus_id(index: int) -> str:
+def pci_address(index: int) -> tuple[int, int, int]:
+    """Card `index`'s PCI (domain, bus, device): one card per bus from 0x1a."""
     bus = 0x1a + index
-    return f"{bus // 256:04x}:{bus % 256:02x}:00.0"
+    return bus // 256, bus % 256, 0
+
+
+def _bus_id(index: int) -> str:
+    domain, bus, device = pci_address(index)
+    return f"{domain:04x}:{bus:02x}:{device:02x}.0"
+
+
+card_uuid = _uuid
+
+
+def physical_index(visible_env: str, index: int) -> int:
+    """The system's card behind a process's device `index` under a visible-devices variable
+    (MLU_VISIBLE_DEVICES=3,5: device 1 is card 5)."""
+    listed = [x.strip() for x in os.environ.get(visible_env, "").split(",") if x.strip()]
+    if os.environ.get(visible_env) and index < len(listed) and listed[index].isdigit():
+        return int(listed[index])
+    return index
 
 
 def device_count() -> int:

@@ -92,7 +92,11 @@ def activate(p: Personality):
     module = device_module.build(p, _C)
     torch._register_device_module(p.device, module)
     sys.modules[f"torch.{p.device}"] = module
-    sys.modules[f"torch.{p.device}.memory"] = module.memory
+    # Importable submodules, as torch.cuda's are: `from torch.mlu.amp import GradScaler`.
+    submodules = dict(module._submodules)
+    for sub in (p.profiler_module or "nvtx", "_utils"):
+        submodules[f"torch.{p.device}.{sub}"] = getattr(module, sub)
+    sys.modules.update(submodules)
     # torch.profiler.ProfilerActivity.MLU (.SUPA): the name the vendor's users write.
     from torch.profiler import ProfilerActivity
     if not hasattr(ProfilerActivity, p.device.upper()):

@@ -59,7 +59,13 @@ def build(p, _C) -> types.ModuleType:
             return False
 
     def device_count() -> int:
-        return _C._device_count()
+        # As torch.cuda.device_count(): never raises; a malformed visible-devices variable
+        # means no device (is_available() says False), with the reason as a warning.
+        try:
+            return _C._device_count()
+        except RuntimeError as e:
+            warnings.warn(f"{e}; no {name} device is visible", stacklevel=2)
+            return 0
 
     def current_device() -> int:
         return _C._current_device()
@@ -107,11 +113,17 @@ def build(p, _C) -> types.ModuleType:
 
     class _DeviceProperties:
         def __init__(self, d: dict):
+            index = d.pop("_index", 0)
             self.__dict__.update(d)
             self.multi_processor_count = d["cluster_count"]
             self.clock_rate = int(d["clock_hz"] / 1000)   # kHz, as torch.cuda reports
             self.is_integrated = False
             self.is_multi_gpu_board = False
+            # As the management tools (cnmon, brsmi) show the card: its UUID and PCI address.
+            from cardsim_tools import cards
+            physical = cards.physical_index(p.visible_env, index)
+            self.uuid = cards.card_uuid(d["preset"], physical)
+            self.pci_domain_id, self.pci_bus_id, self.pci_device_id = cards.pci_address(physical)
 
         def __repr__(self):
             return (f"_{name.upper()}DeviceProperties(name='{self.name}', major={self.major}, "
@@ -119,7 +131,12 @@ def build(p, _C) -> types.ModuleType:
                     f"cluster_count={self.cluster_count}, preset='{self.preset}')")
 
     def get_device_properties(device=None) -> _DeviceProperties:
-        return _DeviceProperties(_C._device_properties(_dev(device)))
+        idx = _dev(device)
+        if idx < 0:
+            raise AssertionError(f"Invalid {name} device id {idx}")
+        props = _C._device_properties(idx)
+        props["_index"] = idx
+        return _DeviceProperties(props)
 
     def get_device_name(device=None) -> str:
         return get_device_properties(device).name
@@ -415,6 +432,13 @@ def build(p, _C) -> types.ModuleType:
         def __init__(self, keep_graph: bool = False):
             self._g = _C._Graph()
             self._pool = None
+            self._keep_graph = keep_graph
+
+        def instantiate(self):
+            """A captured graph replays as captured: there is no separate executable to build
+            (keep_graph=True, as on CUDA, leaves the call to the user; replay() works either way)."""
+            if self._g.node_count() == 0 and not getattr(self, "_captured", False):
+                raise RuntimeError(f"{type(self).__name__}.instantiate(): nothing was captured")
 
         def capture_begin(self, pool=None, capture_error_mode: str = "global"):
             if capture_error_mode not in ("global", "thread_local", "relaxed", "default"):
@@ -426,6 +450,7 @@ def build(p, _C) -> types.ModuleType:
 
         def capture_end(self):
             self._g.capture_end()
+            self._captured = True
 
         def replay(self):
             s = current_stream()
@@ -547,13 +572,7 @@ def build(p, _C) -> types.ModuleType:
 
     # ---- amp -------------------------------------------------------------------------
 
-    amp = types.ModuleType(f"torch.{name}.amp")
-    amp.autocast = functools.partial(torch.autocast, name)
-
-    def _grad_scaler(*args, **kwargs):
-        return torch.amp.GradScaler(name, *args, **kwargs)
-
-    amp.GradScaler = _grad_scaler
+    # torch.<device>.amp: module_extras
 
     def get_autocast_dtype():
         return torch.get_autocast_dtype(name)
@@ -617,7 +636,7 @@ def build(p, _C) -> types.ModuleType:
         empty_cache=empty_cache, mem_get_info=mem_get_info, memory_summary=memory_summary,
         graph=graph, graph_pool_handle=graph_pool_handle,
         is_current_stream_capturing=is_current_stream_capturing, make_graphed_callables=make_graphed_callables,
-        amp=amp, get_autocast_dtype=get_autocast_dtype, is_autocast_enabled=is_autocast_enabled,
+        get_autocast_dtype=get_autocast_dtype, is_autocast_enabled=is_autocast_enabled,
         host_time_ns=host_time_ns, fallback_operators=fallback_operators, _utils=utils,
         record_trace=record_trace, start_trace=start_trace, stop_trace=stop_trace, trace_path=trace_path,
         _get_device_index=_get_device_index,
@@ -637,6 +656,9 @@ def build(p, _C) -> types.ModuleType:
     ns.update(runtime_ns)
     ns[p.profiler_module or "nvtx"] = prof
     ns.update({k: _legacy(k, v) for k, v in legacy.items()})
+    ns[f"_{name.upper()}DeviceProperties"] = _DeviceProperties
+    from . import module_extras
+    mod._submodules = module_extras.extend(p, _C, mod, ns)
     for k, v in ns.items():
         setattr(mod, k, v)
     for cls in (Stream, ExternalStream, Event, StreamContext, device, device_of, graph, Graph):
