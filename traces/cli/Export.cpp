@@ -68,6 +68,9 @@ int runExport(const std::vector<std::string>& argv) {
   if (a.has("perfetto") && out.empty()) throw UsageError("cardsim export: --perfetto needs a file name");
   if (a.has("chakra") && (prefix.empty() || prefix.back() == '/'))
     throw UsageError("cardsim export: --chakra needs a file name prefix (PREFIX.<rank>.et), got '" + prefix + "'");
+  if (a.has("chakra") && prefix == "-")
+    throw UsageError("cardsim export: --chakra writes several files (PREFIX.<rank>.et, PREFIX.comm_groups.json), "
+                     "which standard output cannot hold: give a file name prefix");
   // Both outputs are checked before either is written: a failure leaves nothing behind.
   // With the timeline on standard output, what was written is said on standard error.
   FILE* said = out == "-" ? stderr : stdout;
@@ -79,6 +82,13 @@ int runExport(const std::vector<std::string>& argv) {
       throw UsageError("cardsim export: --chakra " + prefix + ": cannot write " + prefix + ".0.et: " + why);
   try {
     const timeline::RunTimeline run(traceRankFiles(path));
+    if (a.has("chakra"))   // every rank's file and the groups file, before anything is written
+      for (std::size_t r = 0; r <= run.ranks().size(); ++r) {
+        const std::string file = r < run.ranks().size() ? prefix + "." + std::to_string(run.ranks()[r].rank) + ".et"
+                                                        : prefix + ".comm_groups.json";
+        if (const std::string why = unwritableReason(file); !why.empty())
+          throw UsageError("cardsim export: --chakra " + prefix + ": cannot write " + file + ": " + why);
+      }
     if (a.has("chakra")) {
       timeline::ChakraWriter::Summary c;
       try {

@@ -366,11 +366,13 @@ int runReplay(const std::vector<std::string>& argv) {
   }
   job.out_dir = a.has("keep") ? a.get("keep") : std::string();
   if (a.has("keep") && job.out_dir.empty()) throw UsageError("cardsim replay: --keep needs a directory");
+  bool keep_dir_made = false;   // --keep's directory is the replay's own: a failed replay removes it
   if (a.has("keep")) {
     // The replay writes rank<N>.cstrace there: never over a recording (the input's own
     // directory included) or another replay's files.
     struct stat st {};
-    if (::stat(job.out_dir.c_str(), &st) == 0) {
+    keep_dir_made = ::stat(job.out_dir.c_str(), &st) != 0;
+    if (!keep_dir_made) {
       if (!S_ISDIR(st.st_mode)) throw UsageError("cardsim replay: --keep " + job.out_dir + " is not a directory");
       if (DIR* d = ::opendir(job.out_dir.c_str())) {
         std::string held;
@@ -490,7 +492,15 @@ int runReplay(const std::vector<std::string>& argv) {
     loads = server->linkLoads();
     server->stop(0.5);
   }
+  // A failed replay leaves no replayed traces behind (they end short of their End record).
+  auto discardKept = [&] {
+    if (job.out_dir.empty()) return;
+    for (const RankChild& c : children)
+      std::remove((job.out_dir + "/rank" + std::to_string(c.rank) + trace::kFileExtension).c_str());
+    if (keep_dir_made) ::rmdir(job.out_dir.c_str());
+  };
   if (failed) {
+    discardKept();
     std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
     return bad_input ? 2 : 1;
   }
@@ -518,6 +528,7 @@ int runReplay(const std::vector<std::string>& argv) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = true;
   }
   if (failed) {
+    discardKept();
     std::fprintf(stderr, "cardsim replay: the replay of %s failed (see above)\n", path.c_str());
     return 1;
   }
@@ -550,7 +561,11 @@ int runReplay(const std::vector<std::string>& argv) {
     const std::string json = jsonReport(report, path, job.scale);
     std::fwrite(json.data(), 1, json.size(), stdout);
   } else if (a.has("json")) {
-    timeline::writeOutputFile(a.get("json"), [&](std::ostream& out) { out << jsonReport(report, path, job.scale); });
+    try {
+      timeline::writeOutputFile(a.get("json"), [&](std::ostream& out) { out << jsonReport(report, path, job.scale); });
+    } catch (const std::runtime_error& e) {   // the output's problem (a full disk), as export's
+      throw UsageError(std::string("cardsim replay: --json ") + e.what());
+    }
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "traces/export/ChakraWriter.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 #include "traces/export/OutputFile.h"
 #include "traces/export/proto/chakra_et.pb.h"
 #include "traces/lib/CapturedByGraph.h"
+#include "traces/lib/PeersLate.h"
 
 namespace cardsim::timeline {
 
@@ -172,6 +174,25 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
   for (const auto& d : run_.dependencies())
     if (d.kind == RunTimeline::DependencyKind::kEventWait) waits_on[d.to].push_back(d.from);
 
+  // What each collective call's rank waited there for slower ranks (PeersLate.h): a replay
+  // of one rank's file standing for its job starts its replicas that much later.
+  std::vector<uint64_t> peers_late(calls.size(), 0);
+  {
+    std::map<std::size_t, std::size_t> command_of;   // call -> its collective command
+    for (std::size_t i = 0; i < commands.size(); ++i)
+      if (commands[i].command.kind() == trace::DeviceCommand::COLLECTIVE && commands[i].call != RunTimeline::kNone)
+        command_of.emplace(commands[i].call, i);
+    std::map<std::size_t, trace::PeersLate> per_rank;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const trace::Envelope& e = calls[i].record;
+      if (e.record_case() != trace::Envelope::kCollective || e.collective().pretimed() || e.status() != 0) continue;
+      auto it = command_of.find(i);
+      const trace::DeviceCommand* d = it != command_of.end() ? &commands[it->second].command : nullptr;
+      const uint64_t start = d ? d->start_ps() : 0, end = d ? d->end_ps() : 0;
+      peers_late[i] = per_rank[calls[i].rank].at(e, d ? &start : nullptr, d ? &end : nullptr);
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> outputs;   // (path, bytes), written at the end
   for (std::size_t r = 0; r < run_.ranks().size(); ++r) {
     const RunTimeline::Rank& rank = run_.ranks()[r];
     // The rank's commands in completion order (a dependency never completes after its
@@ -382,6 +403,7 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
             attr(&n, "comm_dst")->set_int32_val(dst);
             attr(&n, "comm_tag")->set_int32_val(static_cast<int32_t>(c.group_seq));
             attr(&n, "comm_size")->set_int64_val(static_cast<int64_t>(coll->bytes()));
+            if (peers_late[c.call] > 0) attr(&n, "cardsim_peers_late_ps")->set_uint64_val(peers_late[c.call]);
             ++s.point_to_point_nodes;
           } else if (coll && commType(coll->op(), &type)) {
             n.set_type(chakra::COMM_COLL_NODE);
@@ -400,6 +422,7 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
             // Chakra has no field for them, ASTRA-sim skips attributes it does not know.
             if (coll->send_bytes_size() > 0) attr(&n, "cardsim_send_bytes")->set_string_val(byteList(coll->send_bytes()));
             if (coll->recv_bytes_size() > 0) attr(&n, "cardsim_recv_bytes")->set_string_val(byteList(coll->recv_bytes()));
+            if (peers_late[c.call] > 0) attr(&n, "cardsim_peers_late_ps")->set_uint64_val(peers_late[c.call]);
             ++s.collective_nodes;
           } else {   // a step the caller timed itself: its duration is all there is
             n.set_type(chakra::COMP_NODE);
@@ -483,9 +506,7 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
       appendDelimited(n, &out);
       ++s.nodes;
     }
-    const std::string path = prefix + "." + std::to_string(rank.rank) + ".et";
-    writeFile(path, out);
-    s.files.push_back(path);
+    outputs.emplace_back(prefix + "." + std::to_string(rank.rank) + ".et", std::move(out));
   }
 
   // ASTRA-sim's --comm-group-configuration: {"<pg_name>": [global ranks], ...}.
@@ -497,9 +518,18 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
     json += "]";
   }
   json += "}\n";
-  const std::string groups = prefix + ".comm_groups.json";
-  writeFile(groups, json);
-  s.files.push_back(groups);
+  outputs.emplace_back(prefix + ".comm_groups.json", std::move(json));
+  // Every file is made before any is written; one that cannot be written takes those
+  // written before it away again: the export is whole or not there.
+  try {
+    for (const auto& [path, bytes] : outputs) {
+      writeFile(path, bytes);
+      s.files.push_back(path);
+    }
+  } catch (...) {
+    for (const std::string& path : s.files) std::remove(path.c_str());
+    throw;
+  }
   return s;
 }
 

@@ -13,7 +13,7 @@ constexpr uint32_t kFormatMajor = 1;
 // reproduces the recorded times); 3: a collective starts on its stream at its call, its
 // launch overhead overlapping it (a replay of an older recording starts it after); 4:
 // Memcpy.host_pinned; 5: Collective.send_bytes, recv_bytes (an uneven all_to_all's per-member sizes).
-constexpr uint32_t kFormatMinor = 6;
+constexpr uint32_t kFormatMinor = 7;
 
 // The first bytes of every trace file.
 constexpr char kMagic[] = "CSTRACE\n";

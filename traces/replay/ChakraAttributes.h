@@ -37,6 +37,19 @@ inline double numberOr(const chakra::Node& n, const std::string& name, double fa
   return number(n, name, &v) ? v : fallback;
 }
 
+// What cardsim's export says the rank waited at a collective for slower ranks (0: nothing).
+inline uint64_t peersLatePs(const chakra::Node& n) {
+  const chakra::AttributeProto* a = attr(n, "cardsim_peers_late_ps");
+  return a && a->value_case() == chakra::AttributeProto::kUint64Val ? a->uint64_val() : 0;
+}
+
+// A node's duration in picoseconds: cardsim's exact one when it wrote the node, else
+// duration_micros.
+inline double durationPs(const chakra::Node& n) {
+  double ps = 0;
+  return number(n, "cardsim_duration_ps", &ps) ? ps : static_cast<double>(n.duration_micros()) * 1e6;
+}
+
 inline std::string text(const chakra::Node& n, const std::string& name) {
   const chakra::AttributeProto* a = attr(n, name);
   return a && a->value_case() == chakra::AttributeProto::kStringVal ? a->string_val() : std::string();

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "simulator/FabricModel.h"
 #include "traces/export/proto/chakra_et.pb.h"
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceFormat.h"
@@ -26,6 +27,8 @@ namespace chakra = ChakraProtoMsg;
 using chakra_attr::attr;
 using chakra_attr::byteList;
 using chakra_attr::number;
+using chakra_attr::durationPs;
+using chakra_attr::peersLatePs;
 using chakra_attr::numberOr;
 using chakra_attr::text;
 using trace::TraceError;
@@ -300,6 +303,17 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       if (number(n, key, &v) && !(v >= 0 && v < 1e30))
         throw TraceError(where(n) + ": " + key + " " + std::to_string(v) + " is not a non-negative size");
     }
+    // Durations and collective sizes the model can run (simulated time ends at 2^63 ps).
+    if (p.op == Op::kStep || p.op == Op::kHost) {
+      const double ps = durationPs(n);
+      if (!(ps >= 0 && ps < 1e18))
+        throw TraceError(where(n) + (p.op == Op::kHost ? ": a host node of " : ": a node of ") +
+                         std::to_string(ps * 1e-6) + " us is " +
+                         (p.op == Op::kHost ? "not a host time" : "not a duration (a node may take up to 10^18 ps, 11.6 days)"));
+    }
+    if ((p.op == Op::kCollective || p.op == Op::kSendRecv) && numberOr(n, "comm_size", 0) > sim::FabricModel::kMaxCollectiveBytes)
+      throw TraceError(where(n) + ": comm_size " + std::to_string(static_cast<uint64_t>(numberOr(n, "comm_size", 0))) +
+                       " bytes is over the fabric model's limit of 2^48 bytes (256 TiB)");
     double e = 0;
     if (number(n, "cardsim_kernel_class", &e) && !(e >= 0 && e < 64 && trace::KernelClass_IsValid(static_cast<int>(e))))
       throw TraceError(where(n) + ": cardsim_kernel_class " + std::to_string(e) +
@@ -361,10 +375,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         e.mutable_event()->set_event(q.event);
         w.write(e);
       }
-      double ps = 0;
-      if (!number(n, "cardsim_duration_ps", &ps)) ps = static_cast<double>(n.duration_micros()) * 1e6;
-      if (!(ps >= 0 && ps < 1e18))   // simulated time ends at 2^63 ps
-        throw TraceError(where(n) + ": a host node of " + std::to_string(ps * 1e-6) + " us is not a host time");
+      const double ps = durationPs(n);   // checked in the plan loop
       if (calls_ == 0 && ps > 0) {
         // The host's time before its first call reaching the device is the run's too (a
         // replay's run starts at its first call): a call of no cost marks where it began.
@@ -507,6 +518,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         c->set_algorithm(text(n, "cardsim_algorithm"));
         c->set_dtype(text(n, "cardsim_dtype_name"));
         c->set_stream(p.stream);
+        c->set_peers_late_ps(peersLatePs(n));
         w.write(e);
         break;
       }
@@ -528,6 +540,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         c->set_p2p(n.type() == chakra::COMM_SEND_NODE ? trace::Collective::SEND : trace::Collective::RECV);
         c->set_tag(static_cast<int32_t>(numberOr(n, "comm_tag", 0)));
         c->set_stream(p.stream);
+        c->set_peers_late_ps(peersLatePs(n));
         w.write(e);
         break;
       }

@@ -12,6 +12,7 @@
 
 #include "cardsim/trace.h"
 #include "device_models/Command.h"
+#include "traces/lib/PeersLate.h"
 #include "traces/lib/TraceError.h"
 #include "traces/lib/TraceReader.h"
 
@@ -259,21 +260,13 @@ void RankReplayer::readCollectiveCommands() {
       collective_commands_[e->command().call()] = Span{e->command().start_ps(), e->command().end_ps()};
 }
 
-// What the recorded rank waited at collective call `e` for slower ranks: its command's
-// recorded end past where it would have ended with every member arriving when it did (its
-// start plus the model's time for it alone, and no earlier than its launch). Replicas of it
-// reach the collective that much later, so that on the recorded configuration the replay
-// ends it where the recording did.
+// What the recorded rank waited at collective call `e` for slower ranks (PeersLate.h): from
+// its recorded command, or as a converted file carries it.
 uint64_t RankReplayer::peersLatePs(const trace::Envelope& e) {
-  const trace::Collective& c = e.collective();
-  // A collective call returns once launched (the host's cost of issuing it), a barrier only
-  // once it completes: a barrier's launch is taken to cost what the last other one did.
-  if (c.op() != "barrier" && e.host_end_ps() >= e.host_begin_ps()) launch_ps_ = e.host_end_ps() - e.host_begin_ps();
   auto it = collective_commands_.find(e.call());
-  if (it == collective_commands_.end()) return 0;
-  const uint64_t alone =
-      std::max(it->second.begin_ps + model::secondsToPs(c.seconds()), e.host_begin_ps() + launch_ps_);
-  return it->second.end_ps > alone ? it->second.end_ps - alone : 0;
+  const bool have = it != collective_commands_.end();
+  const uint64_t late = peers_late_.at(e, have ? &it->second.begin_ps : nullptr, have ? &it->second.end_ps : nullptr);
+  return have ? late : e.collective().peers_late_ps();
 }
 
 void RankReplayer::run() {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cardsim/shim.h"
+#include "traces/lib/PeersLate.h"
 #include "traces/proto/trace.pb.h"
 
 namespace cardsim::replay {
@@ -111,7 +112,7 @@ class RankReplayer {
   // A replicated rank (scale_ranks): each recorded collective call's command, as recorded
   // (its start and end), for what the rank waited there for slower ranks (peersLatePs).
   std::unordered_map<uint64_t, Span> collective_commands_;   // by call
-  uint64_t launch_ps_ = 0;   // a collective call's host time (its launch), as recorded last
+  trace::PeersLate peers_late_;
   void readCollectiveCommands();
   uint64_t peersLatePs(const trace::Envelope& e);
   // The calling thread's current device as this replayer last set it (-1: ask the runtime):

@@ -450,7 +450,7 @@ def test_replay_of_collectives_on_two_streams_moves_the_first_ones_end_as_record
 
 
 def as_older_format(data: bytes, minor: int) -> bytes:
-    """A trace file of format 1.6 as the same bytes marked 1.`minor` (its header's
+    """A trace file of format 1.7 as the same bytes marked 1.`minor` (its header's
     format_minor and its End record's CRC-32 changed, nothing else)."""
     def varint(at):
         v = shift = 0
@@ -474,7 +474,7 @@ def as_older_format(data: bytes, minor: int) -> bytes:
     out = bytearray(data)
     _, body = varint(starts[0])
     _, inner = varint(body + 1)                     # Envelope.header: tag 0x0A, length
-    assert out[inner:inner + 4] == bytes([0x08, 1, 0x10, 6]), out[inner:inner + 4]   # format 1.6
+    assert out[inner:inner + 4] == bytes([0x08, 1, 0x10, 7]), out[inner:inner + 4]   # format 1.7
     out[inner + 3] = minor
     out[crc_at:crc_at + 4] = zlib.crc32(bytes(out[:starts[-1]])).to_bytes(4, "little")
     return bytes(out)
