@@ -12,6 +12,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 #include <chrono>
 
 #include "traces/lib/TraceError.h"
@@ -418,10 +419,20 @@ TEST(TraceFormat, CompressedTraceOfAKilledWriterReadsAsIncomplete) {
   std::remove(path.c_str());
 }
 
+// Every record of a trace file, serialized (what a reader gets out of it).
+std::vector<std::string> recordBytes(const std::string& path) {
+  std::vector<std::string> out;
+  trace::TraceReader r(path);
+  trace::Envelope e;
+  while (r.next(&e)) out.push_back(e.SerializeAsString());
+  return out;
+}
+
 TEST(TraceFormat, EveryCorruptedByteOfACompressedTraceIsDetected) {
   const std::string good = writeSample("zcorrupt", 20, gzip());
   const std::string bytes = readAll(good);
   const std::string path = tempPath("zflipped");
+  const std::vector<std::string> want = recordBytes(good);
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     // The gzip header's modification time, extra flags and OS (bytes 4-9) carry no data.
     if (i >= 4 && i <= 9) continue;
@@ -429,6 +440,9 @@ TEST(TraceFormat, EveryCorruptedByteOfACompressedTraceIsDetected) {
     bad[i] = static_cast<char>(bad[i] ^ 0x5a);
     writeAll(path, bad);
     const std::string err = readError(path);
+    // The deflate stream's last byte (before the 8-byte trailer) is padded after its
+    // end-of-block code: a flip of padding bits only changes nothing that is read.
+    if (err.empty() && i == bytes.size() - 9 && recordBytes(path) == want) continue;
     ASSERT_FALSE(err.empty()) << "byte " << i << " of " << bytes.size() << " flipped read cleanly";
     EXPECT_EQ(err.rfind(path, 0), 0u) << err;
   }
