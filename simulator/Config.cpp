@@ -434,7 +434,7 @@ void applyOverride(config::Preset& preset, const std::string& assignment,
       auto* q = static_cast<config::Quantity*>(msg->GetReflection()->MutableMessage(msg, f));
       q->set_value(value);
       q->set_confidence(config::OVERRIDDEN);
-      q->set_source("override from " + origin);
+      q->set_source(origin.rfind("override", 0) == 0 ? origin : "override from " + origin);
       return;
     }
     if (f->type() != pb::FieldDescriptor::TYPE_MESSAGE && !last)

@@ -17,6 +17,12 @@ std::unique_ptr<ICollectiveAlgorithm> makeSwitch();
 
 // Ring strides coprime with n, one per channel (1, then the next coprime ones).
 std::vector<uint32_t> ringStrides(uint32_t n, uint32_t channels);
+// The rank orders (indices into `members`, devices of one node) of `channels` rings: member
+// 0, s, 2s, ... over the coprime strides; asked for more channels than there are such
+// strides, a full mesh (each hop a link of its own) takes link-disjoint rings instead, as many
+// as asked up to n - 2 (even n) or n - 1 (odd n), so that every channel runs over other links.
+std::vector<std::vector<uint32_t>> ringOrders(const std::vector<NodeId>& members, uint32_t channels,
+                                              const Topology& t);
 
 // The registry: algorithms by name ("ring", "tree", "direct", "hierarchical", "switch").
 const ICollectiveAlgorithm& algorithm(const std::string& name);   // throws listing the names

@@ -32,15 +32,19 @@ class Hierarchical final : public ICollectiveAlgorithm {
     const double bytes = r.op == CollectiveOp::Barrier ? 4.0 : r.bytes;
     const uint32_t nodes = static_cast<uint32_t>(groups.size());
     const uint32_t local = static_cast<uint32_t>(groups.begin()->second.size());
-    // Inside a node the rings run on every channel, as the flat ring does (strides coprime
-    // with the node's ranks: different links on a full mesh).
-    const std::vector<uint32_t> strides = ringStrides(local, r.channels);
-    const double k = static_cast<double>(strides.size());
+    // Inside a node the rings run on every channel, as the flat ring does (other links on a
+    // full mesh: ringOrders).
     Phase intra;
-    for (const auto& [node, ranks] : groups)
-      for (uint32_t stride : strides)
+    for (const auto& [node, ranks] : groups) {
+      const std::vector<std::vector<uint32_t>> orders = ringOrders(ranks, r.channels, t);
+      const double k = static_cast<double>(orders.size());
+      std::vector<uint32_t> next(local);
+      for (const std::vector<uint32_t>& o : orders) {
+        for (uint32_t j = 0; j < local; ++j) next[o[j]] = o[(j + 1) % local];
         for (uint32_t i = 0; i < local && local > 1; ++i)
-          intra.transfers.push_back({ranks[i], ranks[(i + stride) % local], bytes / (local * k)});
+          intra.transfers.push_back({ranks[i], ranks[next[i]], bytes / (local * k)});
+      }
+    }
     if (nodes == 1) {   // one node: its ring, both passes through one pipeline
       pipelineRing(intra, 2 * (local - 1), r.chunk_bytes, t, local);
       s.phases.push_back(std::move(intra));

@@ -5,13 +5,15 @@
 // reduce run a pipelined chain from the root (n-2+m phases of S/m for m chunks, the route's
 // latency paid on the chain's n-1 hops only). With
 // several channels, each ring takes its share of the data over a different stride, so a
-// full mesh spreads them over different links. Rings over several nodes visit each node's
+// full mesh spreads them over different links (past the strides coprime with n, over rings
+// of other link-disjoint orders: every port of a full mesh but one for even n). Rings over several nodes visit each node's
 // ranks in one run and leave every node through a different device (its NIC) per channel,
 // one channel at least per device of a node, as libraries build their rings rail by rail:
 // every NIC then carries a channel's share.
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "device_models/fabric/Algorithms.h"
 
@@ -34,13 +36,7 @@ class Ring final : public ICollectiveAlgorithm {
       return s;
     }
     std::vector<std::vector<uint32_t>> orders = multiNodeOrders(r, t);
-    if (orders.empty()) {
-      // Ranks within one node: channel c's ring is 0, s_c, 2 s_c, ... over the coprime strides.
-      for (uint32_t stride : ringStrides(n, r.channels)) {
-        orders.emplace_back(n);
-        for (uint32_t j = 0; j < n; ++j) orders.back()[j] = static_cast<uint32_t>(uint64_t{j} * stride % n);
-      }
-    }
+    if (orders.empty()) orders = ringOrders(r.ranks, r.channels, t);
     const double k = static_cast<double>(orders.size());
     Phase p;
     if (r.op == CollectiveOp::Broadcast || r.op == CollectiveOp::Reduce) {
@@ -106,7 +102,54 @@ class Ring final : public ICollectiveAlgorithm {
   }
 };
 
+// Walecki's construction: members 0..n-2 on a circle and member n-1 off it; each ring leaves
+// member n-1 for circle member i and zigzags i, i+1, i-1, i+2, ... around the circle back to
+// it. Taken both ways, each ring kept if none of its hops (each a direct link) is taken.
+std::vector<std::vector<uint32_t>> disjointRings(const std::vector<NodeId>& members, uint32_t channels,
+                                                 const Topology& t) {
+  const uint32_t n = static_cast<uint32_t>(members.size()), c = n - 1;
+  std::vector<std::vector<uint32_t>> rings;
+  if (n < 3) return rings;
+  std::set<std::pair<uint32_t, uint32_t>> taken;
+  for (uint32_t i = 0; i < c && rings.size() < channels; ++i) {
+    std::vector<uint32_t> ring{n - 1};
+    for (uint32_t d = 0; d < c; ++d) {
+      const uint32_t k = (d + 1) / 2 % c;
+      ring.push_back(d % 2 == 1 ? (i + k) % c : (i + c - k) % c);
+    }
+    for (bool reversed : {false, true}) {
+      if (rings.size() >= channels) break;
+      std::vector<uint32_t> o = ring;
+      if (reversed) std::reverse(o.begin() + 1, o.end());   // the other way round, from member n-1
+      bool free = true;
+      for (uint32_t j = 0; j < n && free; ++j) {
+        const uint32_t a = o[j], b = o[(j + 1) % n];
+        free = !taken.count({a, b}) && t.route(members[a], members[b]).size() == 1;
+      }
+      if (!free) continue;
+      for (uint32_t j = 0; j < n; ++j) taken.insert({o[j], o[(j + 1) % n]});
+      rings.push_back(std::move(o));
+    }
+  }
+  return rings;
+}
+
 }  // namespace
+
+std::vector<std::vector<uint32_t>> ringOrders(const std::vector<NodeId>& members, uint32_t channels,
+                                              const Topology& t) {
+  const uint32_t n = static_cast<uint32_t>(members.size());
+  const std::vector<uint32_t> strides = ringStrides(n, channels);
+  std::vector<std::vector<uint32_t>> orders;
+  if (channels > strides.size()) orders = disjointRings(members, channels, t);
+  if (orders.size() > strides.size()) return orders;
+  orders.clear();
+  for (uint32_t stride : strides) {
+    orders.emplace_back(n);
+    for (uint32_t j = 0; j < n; ++j) orders.back()[j] = static_cast<uint32_t>(uint64_t{j} * stride % n);
+  }
+  return orders;
+}
 
 std::vector<uint32_t> ringStrides(uint32_t n, uint32_t channels) {
   std::vector<uint32_t> out;

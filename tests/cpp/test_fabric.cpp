@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "device_models/fabric/Algorithms.h"
@@ -105,6 +106,34 @@ TEST(FabricAlgorithms, RingAloneMatchesItsClosedForm) {
   const Phase& p = sched.phases.at(0);
   EXPECT_EQ(p.repeat - p.fill, 2u * 7);
   EXPECT_EQ(p.pipeline_depth, 2u * 7);
+}
+
+TEST(FabricAlgorithms, RingChannelsPastTheStridesTakeLinkDisjointRingsOnAFullMesh) {
+  // 8 ranks have 4 coprime strides; a full mesh of 8 holds 6 link-disjoint rings (n - 2), so
+  // 6 or more channels run 6 rings over 6 of each device's 7 links.
+  const double S = 64e6;
+  Topology mesh = fullMesh(8, kLink);
+  auto r = request(CollectiveOp::AllReduce, S, mesh);
+  for (uint32_t channels : {5u, 6u, 7u}) {
+    r.channels = channels;
+    const uint32_t rings = std::min(channels, 6u);
+    EXPECT_NEAR(timeOf("ring", r, mesh), 2 * 7 * kA + (4 * 7 - 1) * (S / 8 / rings / kB), 1e-12) << channels;
+    const Schedule sched = algorithm("ring").schedule(r, mesh);
+    const Phase& p = sched.phases.at(0);
+    std::set<std::pair<uint32_t, uint32_t>> hops;
+    std::map<uint32_t, uint32_t> out_of;
+    for (const Transfer& x : p.transfers) {
+      EXPECT_TRUE(hops.insert({index(x.src), index(x.dst)}).second) << "a link carries two rings";
+      ++out_of[index(x.src)];
+    }
+    EXPECT_EQ(hops.size(), 8u * rings) << channels;
+    for (const auto& [device, links] : out_of) EXPECT_EQ(links, rings) << device;
+  }
+  // Off a full mesh the extra rings would share links: a switch star keeps the 4 strides.
+  Topology star = switchStar(8, kLink, kSw, false);
+  auto q = request(CollectiveOp::AllReduce, S, star);
+  q.channels = 6;
+  EXPECT_EQ(algorithm("ring").schedule(q, star).phases.at(0).transfers.size(), 8u * 4u);
 }
 
 TEST(FabricAlgorithms, RingAcrossNodesLeavesEachNodeByEveryNic) {

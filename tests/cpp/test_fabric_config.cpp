@@ -180,7 +180,7 @@ TEST(FabricConfig, ErrorsNameTheKeyPathAndValue) {
   // As the device's errors do, a bad value names the --set it came from, once.
   const std::string neg = errorOf({"fabric.link.bandwidth=-1 GB/s"});
   EXPECT_NE(neg.find("+ overrides: invalid fabric"), std::string::npos) << neg;
-  EXPECT_NE(neg.find("[override from override \"fabric.link.bandwidth=-1 GB/s\"]"), std::string::npos) << neg;
+  EXPECT_NE(neg.find("[override \"fabric.link.bandwidth=-1 GB/s\"]"), std::string::npos) << neg;
   const std::string channels = errorOf({"fabric.channels=-3"});
   EXPECT_EQ(channels.find("device.fabric.channels"), channels.rfind("device.fabric.channels")) << channels;
   const std::string oversub = errorOf({"fabric.oversubscription=-2"});

@@ -329,6 +329,11 @@ TEST(TraceFormat, EveryCorruptedByteIsDetected) {
   const std::string err = readError(path);
   EXPECT_NE(err.find("after the End record"), std::string::npos) << err;
   EXPECT_NE(verifyError(path).find("after the End record"), std::string::npos) << verifyError(path);
+  // ... also bytes that are no record at all (not "the file ends inside a record").
+  writeAll(path, bytes + std::string("\xff\xff\xff", 3));
+  EXPECT_NE(readError(path).find("corrupt: data after the End record (offset " + std::to_string(bytes.size())),
+            std::string::npos)
+      << readError(path);
   // The untouched file verifies, with the End record's count.
   trace::TraceReader whole(good), parsed(good);
   whole.verify();

@@ -203,7 +203,10 @@ int runSweep(const std::vector<std::string>& argv) {
                          "; give its values once, comma-separated");
     }
   }
-  const std::string prefix = a.get("out", "sweep");
+  std::string prefix = a.get("out", "sweep");
+  // "--out results.csv" means the prefix "results" (not results.csv.csv and results.csv.png).
+  for (const char* ext : {".csv", ".png"})
+    if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, ext) == 0) prefix.resize(prefix.size() - 4);
   if (prefix.empty() || prefix.back() == '/')
     throw UsageError("cardsim sweep: --out needs a file name prefix (PREFIX.csv, PREFIX.png), got '" + prefix + "'");
   long long jobs = a.integer("jobs", std::max(1u, std::thread::hardware_concurrency()));

@@ -420,8 +420,16 @@ bool TraceReader::nextRecord(Envelope* record, bool only_end) {
                      std::to_string(index_ - 1) + " with CRC-32 " + std::to_string(crc_before) +
                      " (some byte before it changed)");
   Envelope extra;
-  if (readRecord(&extra))
-    throw TraceError(path_ + ": corrupt: data after the End record (offset " + std::to_string(offset_) + ")");
+  const uint64_t end_at = offset_;
+  bool more = false;
+  try {
+    more = readRecord(&extra);
+  } catch (const TraceError&) {   // bytes that are no record at all: extra bytes all the same
+    more = true;
+  }
+  if (more)
+    throw TraceError(path_ + ": corrupt: data after the End record (offset " + std::to_string(end_at) +
+                     "; the file is complete up to there)");
   if (gz_ && !gz_end_)
     throw TraceError(path_ + ": truncated: the compressed file ends before its gzip trailer (compressed offset " +
                      std::to_string(raw_offset_) + ")");

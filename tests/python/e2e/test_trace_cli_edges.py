@@ -75,3 +75,12 @@ def test_a_failed_replay_keeps_no_replayed_trace(tmp_path):
     # the same directory then takes a replay that succeeds
     replay(GOLDEN / "memory_bound", "--keep", given)
     assert [p.name for p in given.iterdir()] == ["rank0.cstrace"]
+
+
+def test_sweep_out_may_name_the_csv(tmp_path):
+    res = cardsim("sweep", GOLDEN / "memory_bound", "--set", "memory.bandwidth=300 GB/s,600 GB/s",
+                  "--out", tmp_path / "res.csv", "--no-plot", "--jobs", "1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res.csv"]
+    rows = (tmp_path / "res.csv").read_text().splitlines()
+    assert len(rows) == 3 and rows[0].startswith("memory.bandwidth,total_us")
