@@ -1,5 +1,5 @@
-// Double binary tree: two in-order binary trees over the ranks, the second shifted by one
-// rank, each carrying half the data. all_reduce reduces up both trees and broadcasts down,
+// Double binary tree: two in-order binary trees over the ranks, the second the first's
+// mirror image (rank i in the place of rank n-1-i: other links), each carrying half the data. all_reduce reduces up both trees and broadcasts down,
 // pipelined in chunks: in steady state every tree edge moves a chunk each phase, in both
 // directions, for 2*depth + m - 1 phases; broadcast and reduce use one direction (depth +
 // m - 1 phases). Only the pipeline's hops wait out the links' latency (Phase): latency

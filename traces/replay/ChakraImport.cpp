@@ -253,6 +253,14 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     const chakra::Node& n = et_.nodes[i];
     Plan& p = plan[i];
     p.op = ops_[i];
+    // Durations the model can run (simulated time ends at 2^63 ps).
+    if (p.op == Op::kStep || p.op == Op::kHost) {
+      const double ps = durationPs(n);
+      if (!(ps >= 0 && ps < 1e18))
+        throw TraceError(where(n) + (p.op == Op::kHost ? ": a host node of " : ": a node of ") +
+                         std::to_string(ps * 1e-6) + " us is " +
+                         (p.op == Op::kHost ? "not a host time" : "not a duration (a node may take up to 10^18 ps, 11.6 days)"));
+    }
     if (p.op == Op::kHost) {
       // What the host waits for before going on: an event after it to synchronize on (a
       // blocking copy's call waited already; a device synchronized whole needs none).
@@ -303,14 +311,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       if (number(n, key, &v) && !(v >= 0 && v < 1e30))
         throw TraceError(where(n) + ": " + key + " " + std::to_string(v) + " is not a non-negative size");
     }
-    // Durations and collective sizes the model can run (simulated time ends at 2^63 ps).
-    if (p.op == Op::kStep || p.op == Op::kHost) {
-      const double ps = durationPs(n);
-      if (!(ps >= 0 && ps < 1e18))
-        throw TraceError(where(n) + (p.op == Op::kHost ? ": a host node of " : ": a node of ") +
-                         std::to_string(ps * 1e-6) + " us is " +
-                         (p.op == Op::kHost ? "not a host time" : "not a duration (a node may take up to 10^18 ps, 11.6 days)"));
-    }
+    // Collective sizes the fabric model can time.
     if ((p.op == Op::kCollective || p.op == Op::kSendRecv) && numberOr(n, "comm_size", 0) > sim::FabricModel::kMaxCollectiveBytes)
       throw TraceError(where(n) + ": comm_size " + std::to_string(static_cast<uint64_t>(numberOr(n, "comm_size", 0))) +
                        " bytes is over the fabric model's limit of 2^48 bytes (256 TiB)");
