@@ -59,13 +59,9 @@ def build(p, _C) -> types.ModuleType:
             return False
 
     def device_count() -> int:
-        # As torch.cuda.device_count(): never raises; a malformed visible-devices variable
-        # means no device (is_available() says False), with the reason as a warning.
-        try:
-            return _C._device_count()
-        except RuntimeError as e:
-            warnings.warn(f"{e}; no {name} device is visible", stacklevel=2)
-            return 0
+        # A bad configuration (preset, key, visible-devices variable) is an error naming it,
+        # not torch.cuda's silent 0: is_available() is the query that never raises.
+        return _C._device_count()
 
     def current_device() -> int:
         return _C._current_device()
