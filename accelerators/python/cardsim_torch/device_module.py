@@ -654,7 +654,7 @@ def build(p, _C) -> types.ModuleType:
     ns.update({k: _legacy(k, v) for k, v in legacy.items()})
     ns[f"_{name.upper()}DeviceProperties"] = _DeviceProperties
     from . import module_extras
-    mod._submodules = module_extras.extend(p, _C, mod, ns)
+    mod._submodules = module_extras.extend(p, _C, ns)
     for k, v in ns.items():
         setattr(mod, k, v)
     for cls in (Stream, ExternalStream, Event, StreamContext, device, device_of, graph, Graph):

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import types
-import warnings
 
 import torch
 
@@ -39,7 +37,7 @@ def _flatten(nested: dict, prefix: str = "") -> list:
     return items
 
 
-def extend(p, _C, mod: types.ModuleType, ns: dict) -> dict:
+def extend(p, _C, ns: dict) -> dict:
     """Adds the names below to the module namespace ``ns`` of personality ``p``; returns the
     submodules to register in sys.modules (by their full names)."""
     name = p.device
@@ -229,7 +227,3 @@ def extend(p, _C, mod: types.ModuleType, ns: dict) -> dict:
     ns["memory"].is_initialized = ns["is_initialized"]
     return {m.__name__: m for m in (amp, graphs, streams, random, ns["memory"])}
 
-
-def warn_bad_visible_devices(env: str, error: Exception) -> None:
-    warnings.warn(f"{error}; no device is visible (as CUDA reports a malformed CUDA_VISIBLE_DEVICES)",
-                  stacklevel=3)
