@@ -1,5 +1,6 @@
 // The algorithm registry (a table keyed by name) and the default choice.
 #include <algorithm>
+#include <cctype>
 #include <stdexcept>
 
 #include "device_models/fabric/Algorithms.h"
@@ -38,8 +39,11 @@ std::vector<std::string> algorithmNames() {
 }
 
 const ICollectiveAlgorithm& algorithm(const std::string& name) {
+  // Names are taken in any case ("Ring", CARDSIM_COLL_ALGO=TREE), as collective ops are.
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   for (const auto& a : instances())
-    if (name == a->name()) return *a;
+    if (lower == a->name()) return *a;
   std::string valid;
   for (const Entry& e : kAlgorithms) valid += std::string(valid.empty() ? "" : ", ") + e.name;
   throw std::invalid_argument("unknown collective algorithm '" + name + "' (valid: " + valid + ")");

@@ -361,3 +361,13 @@ def test_an_all_to_all_past_the_direct_algorithms_limit_is_refused_at_once():
               "--min-bytes", "1M", "--max-bytes", "1M", "--csv")
     assert res.returncode == 2, res.stderr
     assert "all_to_all over 8192 ranks is over its limit of 4096 ranks" in res.stderr, res.stderr
+
+
+def test_algorithm_names_in_any_case():
+    one = ["collbench", "--model-only", "--preset", "h100-sxm", "--min-bytes", "1M", "--max-bytes", "1M", "--csv"]
+    want = rows(run(*one, "--algo", "ring").stdout)
+    assert rows(run(*one, "--algo", "Ring").stdout) == want
+    assert rows(run(*one, env={"CARDSIM_COLL_ALGO": "RING"}).stdout) == want
+    assert want[0]["algo"] == "ring"
+    bad = run(*one, "--algo", "Rung")
+    assert bad.returncode == 2 and "unknown collective algorithm 'Rung'" in bad.stderr, bad.stderr
