@@ -474,21 +474,23 @@ struct PinnedAllocator final : public at::HostAllocator {
   }
   void reset_accumulated_stats() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto* s : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes})
-      s->reset_accumulated();
-    stats_.host_alloc_time.reset_accumulated();
-    stats_.host_free_time.reset_accumulated();
+    eachStat([](auto& s) { s.reset_accumulated(); });
     stats_.num_host_alloc = stats_.num_host_free = 0;
   }
   void reset_peak_stats() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto* s : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes})
-      s->reset_peak();
-    stats_.host_alloc_time.reset_peak();
-    stats_.host_free_time.reset_peak();
+    eachStat([](auto& s) { s.reset_peak(); });
   }
 
  private:
+  // `f` on every counter and duration of the statistics (both kinds reset alike).
+  template <class F>
+  void eachStat(F f) {
+    for (auto* s : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes}) f(*s);
+    f(stats_.host_alloc_time);
+    f(stats_.host_free_time);
+  }
+
   void free(void* p) {
     if (!p) return;
     uint64_t start = 0;
