@@ -100,6 +100,9 @@ void pipelineRing(Phase& p, uint32_t steps, double chunk_bytes, const Topology& 
   for (Transfer& x : p.transfers) x.bytes /= chunks;
   p.repeat = steps * chunks;
   p.pipeline_depth = steps;
+  // Not pipelined (no chunk size): the textbook ring, every rank sending its whole piece
+  // at each step at once, s steps and no fill.
+  if (!(chunk_bytes > 0)) return;
   // Each transfer's chunk time at its route's share of its slowest link.
   std::unordered_map<uint32_t, uint32_t> crossing;   // link -> transfers crossing it
   for (const Transfer& x : p.transfers)

@@ -106,7 +106,7 @@ uint32_t chunkCount(double bytes, double chunk_bytes);
 // links' bandwidth over the transfers crossing them), less the one repeat of it the phase
 // already counts, over the slowest hop's time: steps - 1 where every hop is alike. It is how a library's ring behaves
 // (NCCL's measured mid-size times: README, Fidelity); the textbook ring, every rank sending
-// at once, has no fill.
+// at once, has no fill: chunk_bytes 0 (not pipelined) gives it, s steps of whole pieces.
 void pipelineRing(Phase& p, uint32_t steps, double chunk_bytes, const Topology& t, uint32_t cycle);
 
 }  // namespace cardsim::fabric

@@ -80,16 +80,21 @@ TEST(FabricFlowSolver, MaxMinSharesTheBottleneckAndGivesTheRestAway) {
 }
 
 TEST(FabricAlgorithms, RingAloneMatchesItsClosedForm) {
-  // s steps of a piece P = S/n in q chunks (q = 1 without a chunk size): a pipeline of
-  // s q + s - 1 chunk phases, the first s waiting out the route's latency.
+  // Without a chunk size, the textbook ring (alpha-beta): s steps of a piece P = S/n, every
+  // rank sending at once. In q chunks: a pipeline of s q + s - 1 chunk phases, the first s
+  // waiting out the route's latency.
   const double S = 64e6;
   for (uint32_t n : {2u, 4u, 8u}) {
     Topology star = switchStar(n, kLink, kSw, false);
     const double lat = 2 * kA + kSw, piece = S / n / kB;
     const uint32_t s2 = 2 * (n - 1), s1 = n - 1;
-    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, star), star), s2 * lat + (2 * s2 - 1) * piece, 1e-12) << n;
-    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllGather, S, star), star), s1 * lat + (2 * s1 - 1) * piece, 1e-12) << n;
-    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::ReduceScatter, S, star), star), s1 * lat + (2 * s1 - 1) * piece, 1e-12) << n;
+    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, star), star), s2 * (lat + piece), 1e-12) << n;
+    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllGather, S, star), star), s1 * (lat + piece), 1e-12) << n;
+    EXPECT_NEAR(timeOf("ring", request(CollectiveOp::ReduceScatter, S, star), star), s1 * (lat + piece), 1e-12) << n;
+    // One chunk per step (a chunk size of at least the piece): pipelined, so the fill is paid.
+    auto one = request(CollectiveOp::AllReduce, S, star);
+    one.chunk_bytes = S;
+    EXPECT_NEAR(timeOf("ring", one, star), s2 * lat + (2 * s2 - 1) * piece, 1e-12) << n;
     // In 1 MB chunks: q = P / 1 MB of them per step; the fill is s - 1 chunks, not pieces.
     auto r = request(CollectiveOp::AllReduce, S, star);
     r.chunk_bytes = 1e6;
@@ -100,7 +105,7 @@ TEST(FabricAlgorithms, RingAloneMatchesItsClosedForm) {
   Topology mesh = fullMesh(8, kLink);
   auto r = request(CollectiveOp::AllReduce, S, mesh);
   r.channels = 4;   // strides 1, 3, 5, 7 of 8
-  EXPECT_NEAR(timeOf("ring", r, mesh), 2 * 7 * kA + (4 * 7 - 1) * (S / 8 / 4 / kB), 1e-12);
+  EXPECT_NEAR(timeOf("ring", r, mesh), 2 * 7 * (kA + S / 8 / 4 / kB), 1e-12);
   // Each link carries the steps' chunks, not the fill: 2(n-1) pieces (the link loads).
   const Schedule sched = algorithm("ring").schedule(r, mesh);
   const Phase& p = sched.phases.at(0);
@@ -117,7 +122,7 @@ TEST(FabricAlgorithms, RingChannelsPastTheStridesTakeLinkDisjointRingsOnAFullMes
   for (uint32_t channels : {5u, 6u, 7u}) {
     r.channels = channels;
     const uint32_t rings = std::min(channels, 6u);
-    EXPECT_NEAR(timeOf("ring", r, mesh), 2 * 7 * kA + (4 * 7 - 1) * (S / 8 / rings / kB), 1e-12) << channels;
+    EXPECT_NEAR(timeOf("ring", r, mesh), 2 * 7 * (kA + S / 8 / rings / kB), 1e-12) << channels;
     const Schedule sched = algorithm("ring").schedule(r, mesh);
     const Phase& p = sched.phases.at(0);
     std::set<std::pair<uint32_t, uint32_t>> hops;
@@ -152,8 +157,16 @@ TEST(FabricAlgorithms, RingAcrossNodesLeavesEachNodeByEveryNic) {
   const double hop_nic = S / (n * L) / 25e9, intra = S / (n * L) / (100e9 / 3);
   const double fill14 = (6 * intra + 2 * hop_nic) + (4 * intra + 2 * hop_nic) - hop_nic;   // a lap and 6 hops
   const double fill7 = (5 * intra + 2 * hop_nic) - hop_nic;
-  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, t), t), 2 * (n - 1) * (lat + hop_nic) + fill14, 1e-12);
-  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllGather, S, t), t), (n - 1) * (lat + hop_nic) + fill7, 1e-12);
+  auto piped = [&](CollectiveOp op) {   // one chunk per step, pipelined
+    CollectiveRequest r = request(op, S, t);
+    r.chunk_bytes = S;
+    return r;
+  };
+  EXPECT_NEAR(timeOf("ring", piped(CollectiveOp::AllReduce), t), 2 * (n - 1) * (lat + hop_nic) + fill14, 1e-12);
+  EXPECT_NEAR(timeOf("ring", piped(CollectiveOp::AllGather), t), (n - 1) * (lat + hop_nic) + fill7, 1e-12);
+  // Not pipelined: each step at its slowest hop, no fill.
+  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllReduce, S, t), t), 2 * (n - 1) * (lat + hop_nic), 1e-12);
+  EXPECT_NEAR(timeOf("ring", request(CollectiveOp::AllGather, S, t), t), (n - 1) * (lat + hop_nic), 1e-12);
   // Each channel's ring visits a node's ranks in one run: it crosses between nodes twice.
   const Schedule sched = algorithm("ring").schedule(request(CollectiveOp::AllReduce, S, t), t);
   std::set<uint32_t> exits;
@@ -330,11 +343,20 @@ TEST(FabricAlgorithms, HierarchicalAloneMatchesItsClosedForm) {
   // spine-leaf (2 us) leaf (0.5) leaf-nic (2 us) nic-dev (1 us); the NIC link (25 GB/s) bounds
   const double lat = 1e-6 + 2e-6 + kSw + 2e-6 + kSw + 2e-6 + kSw + 2e-6 + 1e-6;
   const double inter = 2 * (N - 1) * lat + (4 * (N - 1) - 1) * (S / (L * N) / 25e9);
-  EXPECT_NEAR(timeOf("hierarchical", request(CollectiveOp::AllReduce, S, t), t), 2 * intra + inter, 1e-12);
+  auto piped = [&](const Topology& on) {   // one chunk per step, pipelined
+    CollectiveRequest r = request(CollectiveOp::AllReduce, S, on);
+    r.chunk_bytes = S;
+    return r;
+  };
+  EXPECT_NEAR(timeOf("hierarchical", piped(t), t), 2 * intra + inter, 1e-12);
   // Oversubscribed 4:1, the four rings across nodes share a quarter of the NICs' bandwidth.
   Topology over = multiNode(N, switchStar(L, kLink, kSw, false), nic, kSw, 4.0);
   const double inter4 = 2 * (N - 1) * lat + (4 * (N - 1) - 1) * (S / (L * N) / (25e9 / 4));
-  EXPECT_NEAR(timeOf("hierarchical", request(CollectiveOp::AllReduce, S, over), over), 2 * intra + inter4, 1e-12);
+  EXPECT_NEAR(timeOf("hierarchical", piped(over), over), 2 * intra + inter4, 1e-12);
+  // Not pipelined: the textbook rings, no fill.
+  const double intra0 = (L - 1) * (2 * kA + kSw + S / L / kB);
+  const double inter0 = 2 * (N - 1) * (lat + S / (L * N) / 25e9);
+  EXPECT_NEAR(timeOf("hierarchical", request(CollectiveOp::AllReduce, S, t), t), 2 * intra0 + inter0, 1e-12);
 }
 
 TEST(FabricEngine, ConcurrentCollectivesShareLinksAsTheModelPredicts) {
@@ -345,7 +367,7 @@ TEST(FabricEngine, ConcurrentCollectivesShareLinksAsTheModelPredicts) {
   const double alone = engine.timeAlone(ring);
   // The same collective twice at once: every link carries two flows, each at half the rate.
   const auto both = engine.timeTogether({{ring, 0}, {ring, 0}});
-  const double shared = 2 * 3 * (2 * kA + kSw) + (4 * 3 - 1) * (2 * S / 4 / kB);
+  const double shared = 2 * 3 * (2 * kA + kSw + 2 * S / 4 / kB);
   EXPECT_NEAR(both[0], shared, 1e-9);
   EXPECT_NEAR(both[1], shared, 1e-9);
   EXPECT_GT(both[0], 1.9 * alone - 2 * 2 * 3 * (2 * kA + kSw));
@@ -392,7 +414,7 @@ TEST(FabricEngine, AThousandRanksAloneTakeOneSolve) {
   const auto t0 = std::chrono::steady_clock::now();
   const double t = timeOf("ring", request(CollectiveOp::AllReduce, S, star), star);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NEAR(t, 2 * (n - 1) * (2 * kA + kSw) + (4 * (n - 1) - 1) * (S / n / kB), 1e-9);
+  EXPECT_NEAR(t, 2 * (n - 1) * (2 * kA + kSw + S / n / kB), 1e-9);
   EXPECT_LT(wall, 30.0);   // a guard against an accidental per-step simulation, not a benchmark
 }
 

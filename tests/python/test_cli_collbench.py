@@ -67,6 +67,20 @@ def test_ring_all_reduce_on_a_switch_matches_the_closed_form_and_busbw():
         assert float(r["busbw_GBps"]) == pytest.approx(2 * 7 / 8 * s / t / 1e9, rel=1e-4)
 
 
+@pytest.mark.parametrize("op,steps", [("all_reduce", 14), ("all_gather", 7), ("reduce_scatter", 7)])
+def test_an_unpipelined_ring_is_the_textbook_alpha_beta_ring(op, steps):
+    # fabric.chunk=0B: every rank sends its whole piece S/8 at each step, all at once
+    res = run("collbench", "--model-only", *STAR, "--set", "fabric.chunk=0B", "--ranks", "8", "--op", op, "--algo",
+              "ring", "--min-bytes", "1M", "--max-bytes", "1G", "--factor", "32", "--csv")
+    assert res.returncode == 0, res.stderr
+    got = rows(res.stdout)
+    assert len(got) == 3
+    for r in got:
+        s = int(r["bytes"])
+        t = steps * (2e-6 + 0.5e-6 + s / 8 / 400e9)
+        assert float(r["time_us"]) == pytest.approx(t * 1e6, rel=1e-6, abs=1e-3), r
+
+
 def test_the_rule_picks_algorithms_by_size_and_the_environment_forces_one():
     res = run("collbench", "--model-only", *STAR, "--ranks", "8", "--min-bytes", "1K", "--max-bytes", "64M",
               "--factor", "256", "--csv")
