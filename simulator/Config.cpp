@@ -1,5 +1,6 @@
 #include "simulator/Config.h"
 
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <google/protobuf/descriptor.h>
@@ -253,9 +254,10 @@ class Extractor {
   std::vector<std::string> problems_;
 };
 
+// Preset names in any case (`H100-SXM`), as collective algorithm and op names are.
 const EmbeddedPreset* findEmbedded(const std::string& name) {
   for (size_t i = 0; i < kEmbeddedPresetCount; ++i)
-    if (name == kEmbeddedPresets[i].name) return &kEmbeddedPresets[i];
+    if (strcasecmp(name.c_str(), kEmbeddedPresets[i].name) == 0) return &kEmbeddedPresets[i];
   return nullptr;
 }
 

@@ -1044,6 +1044,14 @@ TEST(LoadDeviceParams, PresetFromPath) {
   EXPECT_EQ(d.memory.capacity_bytes, 81559ull << 20);
 }
 
+TEST(LoadDeviceParams, PresetNamesInAnyCase) {
+  SimOptions upper, lower;
+  upper.preset = "H100-SXM";
+  lower.preset = "h100-sxm";
+  EXPECT_EQ(loadDeviceParams(upper).memory.capacity_bytes, loadDeviceParams(lower).memory.capacity_bytes);
+  EXPECT_EQ(loadPreset("Br100").device().name(), loadPreset("br100").device().name());
+}
+
 TEST(LoadDeviceParams, UnknownPresetIsConfigError) {
   SimOptions o;
   o.preset = "nope";

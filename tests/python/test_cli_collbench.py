@@ -385,3 +385,5 @@ def test_algorithm_names_in_any_case():
     assert want[0]["algo"] == "ring"
     bad = run(*one, "--algo", "Rung")
     assert bad.returncode == 2 and "unknown collective algorithm 'Rung'" in bad.stderr, bad.stderr
+    # preset names too
+    assert rows(run(*[a if a != "h100-sxm" else "H100-SXM" for a in one], "--algo", "ring").stdout) == want

@@ -204,6 +204,8 @@ def _topology_of(top: dict, name: str) -> Topology:
 
 def load_preset(name_or_path: str, overrides_file: str | None = None) -> Preset:
     is_path = "/" in name_or_path or name_or_path.endswith(".textproto")
+    if not is_path:   # preset names in any case, as the simulator takes them
+        name_or_path = {n.lower(): n for n in preset_names()}.get(name_or_path.lower(), name_or_path)
     path = pathlib.Path(name_or_path) if is_path else PRESETS_DIR / f"{name_or_path}.textproto"
     if not is_path and not path.is_file():
         raise ToolError(f"unknown preset \"{name_or_path}\" (valid presets: "

@@ -274,6 +274,7 @@ def test_devices_and_preset_decide_what_is_shown(tool, tmp_path):
     rows = flagperf_rows(ok(tool("cnmon", env={"CARDSIM_PRESET": "mlu590", "CARDSIM_DEVICES": "2"})))
     assert [r[5] for r in rows] == ["81920", "81920"]
     assert "MLU590" in ok(tool("cnmon", "-l", env={"CARDSIM_PRESET": "mlu590"}))
+    assert "MLU590" in ok(tool("cnmon", "-l", env={"CARDSIM_PRESET": "MLU590"}))   # names in any case
     out = ok(tool("brsmi", "gpu", "--query-gpu=name,memory.total", "--format=csv,noheader",
                   env={"CARDSIM_PRESET": "br104", "CARDSIM_DEVICES": "2"}))
     assert out.splitlines() == ["BR104, 32768 MiB"] * 2
