@@ -140,8 +140,8 @@ int runCollbench(const std::vector<std::string>& argv) {
   std::vector<double> sizes;
   for (double bytes = lo; bytes <= hi * (1 + 1e-12); bytes = std::max(std::floor(bytes * factor), bytes + 1)) {
     if (sizes.size() == kMaxSizes)
-      throw UsageError("cardsim collbench: --factor " + a.get("factor") + " from " + std::to_string(lo) + " to " +
-                       std::to_string(hi) + " bytes makes more than " + std::to_string(kMaxSizes) +
+      throw UsageError("cardsim collbench: --factor " + a.get("factor") + " from " + std::to_string(static_cast<uint64_t>(lo)) +
+                       " to " + std::to_string(static_cast<uint64_t>(hi)) + " bytes makes more than " + std::to_string(kMaxSizes) +
                        " sizes; use a larger factor or a narrower range");
     sizes.push_back(bytes);
   }
