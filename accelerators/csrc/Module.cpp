@@ -12,6 +12,7 @@
 #include "cardsim/process.h"
 #include "DeviceRuntime.h"
 #include "HostExecution.h"
+#include "CostModel.h"
 #include "KernelLaunch.h"
 #include "MemoryHistory.h"
 #include "OptimizerOps.h"
@@ -518,6 +519,42 @@ PYBIND11_MODULE(_C, m) {
     const c10::DeviceIndex dev = resolve(d);
     c10::DeviceGuard guard(c10::Device(kDev, dev));
     throwIfFailed(shim::launchCollective(kernels::currentStream(dev), "stream_delay", seconds), "stream_delay");
+  });
+  // A kernel torch.compile's Inductor generated for the host (device memory is host-
+  // addressable; cardsim_torch/inductor.py): runs `fn` now, or at each replay of a graph
+  // being captured, and times it as elementwise work over its operands, `written[i]`
+  // saying whether it writes tensors[i].
+  m.def("_launch_compiled", [](const std::string& name, const std::vector<at::Tensor>& tensors,
+                               const std::vector<bool>& written, py::function fn) {
+    c10::DeviceIndex dev = accel::currentDevice();
+    shim::KernelCost cost;
+    cost.kernel_class = shim::KernelClass::Elementwise;
+    int64_t most = 0;
+    at::ScalarType widest = at::kFloat;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const at::Tensor& t = tensors[i];
+      if (!t.defined()) continue;
+      if (t.device().type() == kDev) dev = t.device().index();
+      (i < written.size() && written[i] ? cost.bytes_written : cost.bytes_read) += kernels::tensorBytes(t);
+      if (t.numel() > most) {
+        most = t.numel();
+        widest = t.scalar_type();
+      }
+    }
+    cost.flops = static_cast<double>(most);
+    cost.dtype = kernels::costDtype(widest, dev);
+    // Held by a replayable graph past this call: released with the GIL held.
+    std::shared_ptr<py::function> held(new py::function(std::move(fn)), [](py::function* f) {
+      py::gil_scoped_acquire gil;
+      delete f;
+    });
+    std::vector<const at::Tensor*> touched;
+    for (const at::Tensor& t : tensors) touched.push_back(&t);
+    c10::DeviceGuard guard(c10::Device(kDev, dev));
+    kernels::launch(dev, name.c_str(), cost, [held] {
+      py::gil_scoped_acquire gil;
+      (*held)();
+    }, touched);
   });
   // The job's fabric server: start one in this process (returns its port), join one.
   // (port, Unix-domain address for the ranks on its host, "" where there is none)

@@ -655,6 +655,8 @@ def build(p, _C) -> types.ModuleType:
     ns[f"_{name.upper()}DeviceProperties"] = _DeviceProperties
     from . import module_extras
     mod._submodules = module_extras.extend(p, _C, ns)
+    from . import inductor
+    inductor.attach(mod, name, _C)
     for k, v in ns.items():
         setattr(mod, k, v)
     for cls in (Stream, ExternalStream, Event, StreamContext, device, device_of, graph, Graph):

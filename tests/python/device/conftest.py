@@ -46,3 +46,23 @@ def _restore_device_and_streams(dm):
         dm.set_stream(dm.default_stream(i))
     dm.set_device(0)
     dm.synchronize()
+
+
+@pytest.fixture(scope="session")
+def launched(dm):
+    """launched(fn): runs fn and returns the kernels it launched on the card, from the
+    activity records: (name, duration in ps, flops, bytes read + written)."""
+    from cardsim_torch import _C
+
+    def kernels(fn):
+        dm.synchronize()
+        _C._set_activity_recording(True)
+        _C._drain_activities()
+        try:
+            fn()
+            dm.synchronize()
+            acts = _C._drain_activities()
+        finally:
+            _C._set_activity_recording(False)
+        return [(a[3], a[5] - a[4], a[6], a[7]) for a in acts if a[0] == "kernel"]
+    return kernels

@@ -4,7 +4,6 @@ and the data type its arithmetic is timed in. Observed through the activity reco
 import pytest
 import torch
 
-from cardsim_torch import _C
 
 N = 1 << 20  # elements: large enough that every kernel here is timed by its traffic or work
 
@@ -12,34 +11,20 @@ N = 1 << 20  # elements: large enough that every kernel here is timed by its tra
 PS = 1e-3  # ns: durations come as picoseconds / 1000, compare them to the picosecond
 
 
-def _kernels(dm, fn):
-    """Runs fn and returns the kernels it launched: (name, duration in ns, flops, bytes)."""
-    dm.synchronize()
-    _C._set_activity_recording(True)
-    _C._drain_activities()
-    try:
-        fn()
-        dm.synchronize()
-        acts = _C._drain_activities()
-    finally:
-        _C._set_activity_recording(False)
-    return [(a[3], a[5] - a[4], a[6], a[7]) for a in acts if a[0] == "kernel"]
-
-
-def _one(dm, fn, prefix):
-    ks = [k for k in _kernels(dm, fn) if k[0].startswith(prefix)]
+def _one(launched, fn, prefix):
+    ks = [k for k in launched(fn) if k[0].startswith(prefix)]
     assert len(ks) == 1, ks
     return ks[0]
 
 
 # ---- out= forms write their out argument, they do not read it --------------------------
 
-def test_out_form_reads_its_inputs_and_only_writes_its_output(card, dm):
+def test_out_form_reads_its_inputs_and_only_writes_its_output(card, dm, launched):
     a = torch.randn(N, device=card)
     b = torch.randn(N, device=card)
     c = torch.empty(N, device=card)
-    functional = _one(dm, lambda: torch.add(a, b), "aten::add")
-    out_form = _one(dm, lambda: torch.add(a, b, out=c), "aten::add.out")
+    functional = _one(launched, lambda: torch.add(a, b), "aten::add")
+    out_form = _one(launched, lambda: torch.add(a, b, out=c), "aten::add.out")
     nbytes = 4 * N
     assert functional[3] == 3 * nbytes            # a and b read, the result written
     assert out_form[3] == 3 * nbytes, out_form    # not 4: c is written, never read
@@ -47,33 +32,33 @@ def test_out_form_reads_its_inputs_and_only_writes_its_output(card, dm):
     assert out_form[1] == pytest.approx(functional[1], abs=PS)   # same traffic, same time
 
 
-def test_out_argument_that_is_also_an_input_is_still_read(card, dm):
+def test_out_argument_that_is_also_an_input_is_still_read(card, dm, launched):
     a = torch.randn(N, device=card)
     b = torch.randn(N, device=card)
-    k = _one(dm, lambda: torch.add(a, b, out=a), "aten::add.out")
+    k = _one(launched, lambda: torch.add(a, b, out=a), "aten::add.out")
     assert k[3] == 3 * 4 * N   # a read as self, b read, a written
 
 
-def test_in_place_form_reads_and_writes_its_target(card, dm):
+def test_in_place_form_reads_and_writes_its_target(card, dm, launched):
     a = torch.randn(N, device=card)
-    k = _one(dm, lambda: a.exp_(), "aten::exp_")
+    k = _one(launched, lambda: a.exp_(), "aten::exp_")
     assert k[3] == 2 * 4 * N
 
 
-def test_reduction_out_form_counts_neither_bytes_nor_work_for_its_output(card, dm):
+def test_reduction_out_form_counts_neither_bytes_nor_work_for_its_output(card, dm, launched):
     x = torch.randn(1024, 1024, device=card)
     o = torch.empty(1024, device=card)
-    functional = _one(dm, lambda: torch.sum(x, dim=0), "aten::sum")
-    out_form = _one(dm, lambda: torch.sum(x, dim=0, out=o), "aten::sum.IntList_out")
+    functional = _one(launched, lambda: torch.sum(x, dim=0), "aten::sum")
+    out_form = _one(launched, lambda: torch.sum(x, dim=0, out=o), "aten::sum.IntList_out")
     assert (out_form[2], out_form[3]) == (functional[2], functional[3])
     assert out_form[3] == 4 * (1024 * 1024 + 1024)
     assert out_form[1] == pytest.approx(functional[1], abs=PS)
 
 
-def test_two_output_out_form(card, dm):
+def test_two_output_out_form(card, dm, launched):
     x = torch.randn(1024, 1024, device=card)
     vals, idx = torch.empty(1024, device=card), torch.empty(1024, dtype=torch.long, device=card)
-    k = _one(dm, lambda: torch.max(x, dim=1, out=(vals, idx)), "aten::max.dim_max")
+    k = _one(launched, lambda: torch.max(x, dim=1, out=(vals, idx)), "aten::max.dim_max")
     assert k[3] == 4 * 1024 * 1024 + (4 + 8) * 1024   # x read; values and indices written
 
 
@@ -119,20 +104,20 @@ SCENARIOS = [
 ]
 
 
-def _matmul_ns(card, dm, dtype=torch.float32, m=M):
+def _matmul_ns(card, launched, dtype=torch.float32, m=M):
     a = torch.randn(m, m, device=card, dtype=dtype)
     b = torch.randn(m, m, device=card, dtype=dtype)
-    k = _one(dm, lambda: torch.mm(a, b), "aten::mm")
+    k = _one(launched, lambda: torch.mm(a, b), "aten::mm")
     assert k[2] == 2.0 * m ** 3
     return k[1]
 
 
 @pytest.mark.usefixtures("fp32_precision_restored")
-def test_fp32_matmul_is_timed_as_tf32_exactly_where_pytorch_uses_tf32(card, dm):
+def test_fp32_matmul_is_timed_as_tf32_exactly_where_pytorch_uses_tf32(card, dm, launched):
     props = dm.get_device_properties(0)
-    fp32_ns = _matmul_ns(card, dm)
+    fp32_ns = _matmul_ns(card, launched)
     torch.set_float32_matmul_precision("high")
-    tf32_ns = _matmul_ns(card, dm)
+    tf32_ns = _matmul_ns(card, launched)
     if props.peak_tf32_flops > 0:
         # Compute-bound both ways: at best the peaks' ratio faster (whole waves cost a little).
         ratio = props.peak_fp32_flops / props.peak_tf32_flops
@@ -143,16 +128,16 @@ def test_fp32_matmul_is_timed_as_tf32_exactly_where_pytorch_uses_tf32(card, dm):
         _reset_fp32_precision()
         setup()
         want = tf32_ns if uses_tf32 else fp32_ns
-        assert _matmul_ns(card, dm) == pytest.approx(want, abs=PS), name
+        assert _matmul_ns(card, launched) == pytest.approx(want, abs=PS), name
 
 
 @pytest.mark.usefixtures("fp32_precision_restored")
-def test_tf32_setting_leaves_other_dtypes_and_elementwise_work_alone(card, dm):
+def test_tf32_setting_leaves_other_dtypes_and_elementwise_work_alone(card, dm, launched):
     a = torch.randn(N, device=card)
     # A smaller bf16 product (the setting must leave any alone): a host without bf16
     # instructions (AVX2 only) takes about a minute for one of M x M.
-    half = _matmul_ns(card, dm, torch.bfloat16, m=M_BF16)
-    ew = _one(dm, lambda: torch.exp(a), "aten::exp")[1]
+    half = _matmul_ns(card, launched, torch.bfloat16, m=M_BF16)
+    ew = _one(launched, lambda: torch.exp(a), "aten::exp")[1]
     torch.set_float32_matmul_precision("high")
-    assert _matmul_ns(card, dm, torch.bfloat16, m=M_BF16) == pytest.approx(half, abs=PS)
-    assert _one(dm, lambda: torch.exp(a), "aten::exp")[1] == pytest.approx(ew, abs=PS)
+    assert _matmul_ns(card, launched, torch.bfloat16, m=M_BF16) == pytest.approx(half, abs=PS)
+    assert _one(launched, lambda: torch.exp(a), "aten::exp")[1] == pytest.approx(ew, abs=PS)

@@ -305,3 +305,26 @@ def test_convolutions_run_in_timing_mode_with_the_full_mode_times(py):
     assert timing["shape"] == full["shape"] == [8, 8 * 15 * 15]
     assert timing["grad_shape"] == full["grad_shape"] == [16, 3, 3, 3]
     assert timing["ms"] == full["ms"] > 0
+
+
+COMPILED = r"""
+import json, sys, importlib, torch
+card = sys.argv[1]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+f = torch.compile(lambda x, y: torch.nn.functional.silu(x) * y + 1)
+x, y = torch.randn(1 << 16).to(card), torch.randn(1 << 16).to(card)
+f(x, y)   # compiles
+s, e = dm.Event(enable_timing=True), dm.Event(enable_timing=True)
+s.record(); out = f(x, y); e.record(); e.synchronize()
+print("RESULT " + json.dumps(dict(ms=s.elapsed_time(e), total=out.sum().item())))
+"""
+
+
+def test_a_torch_compiled_function_runs_in_timing_mode_with_the_full_mode_time(py):
+    # Inductor's kernels run on the host in full mode and are skipped in timing mode
+    # (device memory is not there to touch); both queue the same cost.
+    full = _result(py(COMPILED, args=("supa",)))
+    timing = _result(py(COMPILED, args=("supa",), env={"CARDSIM_EXECUTION": "timing"}))
+    assert timing["ms"] == full["ms"] > 0
+    assert full["total"] != 0 and timing["total"] == 0.0
