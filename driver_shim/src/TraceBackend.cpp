@@ -181,6 +181,11 @@ trace::Header TraceBackend::header(const char* started_by) {
   return h;
 }
 
+// This process's file in a trace directory: rank<RANK>.<ext>.
+std::string TraceBackend::rankFile(const std::string& directory) {
+  return directory + "/rank" + std::to_string(envInt("RANK", 0)) + trace::kFileExtension;
+}
+
 Status TraceBackend::openLocked(const std::string& directory, const char* started_by,
                                 const std::string& compression, TraceObserver* observer) {
   trace::Compression how;
@@ -193,8 +198,7 @@ Status TraceBackend::openLocked(const std::string& directory, const char* starte
   const bool file = !directory.empty();   // else an observer only
   if (file)
     if (Status st = makeDirectories(directory); !st.ok()) return st;
-  const std::string path =
-      file ? directory + "/rank" + std::to_string(envInt("RANK", 0)) + trace::kFileExtension : std::string();
+  const std::string path = file ? rankFile(directory) : std::string();
   // A file of an earlier recording of this process is kept (another run's is replaced).
   if (file) {
     struct stat st {};
@@ -261,8 +265,11 @@ Status TraceBackend::start(const std::string& directory, const std::string& comp
 
 bool TraceBackend::active(std::string* path) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (path) *path = recorder_ ? recorder_->path() : std::string();
-  return recorder_ != nullptr;
+  // CARDSIM_TRACE records the process from its first call that does something on a card:
+  // before it, the file it will write.
+  const bool armed = !recorder_ && !armed_directory_.empty();
+  if (path) *path = recorder_ ? recorder_->path() : armed ? rankFile(armed_directory_) : std::string();
+  return recorder_ != nullptr || armed;
 }
 
 void TraceBackend::synchronizeUsedLocked() {

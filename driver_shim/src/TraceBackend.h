@@ -187,6 +187,7 @@ class TraceBackend final : public IBackend {
   template <typename Fill>
   void record(const Begin& b, const Status& st, const Target* target, bool opens, Fill&& fill);
   trace::Header header(const char* started_by);
+  static std::string rankFile(const std::string& directory);
   Status openLocked(const std::string& directory, const char* started_by, const std::string& compression = "",
                     TraceObserver* observer = nullptr);
   void drainLocked();

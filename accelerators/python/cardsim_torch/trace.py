@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import warnings
 
 __all__ = ["record_trace", "start_trace", "stop_trace", "trace_path"]
 
@@ -71,6 +72,8 @@ def stop_trace() -> None:
 
 def trace_path() -> str | None:
     """The file being recorded, or None."""
+    from . import _C
+    _C._device_count()      # as start_trace: the runtime starts with this personality's configuration
     buf = ctypes.create_string_buffer(4096)
     return os.fsdecode(buf.value) if _shim().cardsim_trace_active(buf, len(buf)) else None
 
@@ -79,7 +82,16 @@ def trace_path() -> str | None:
 def record_trace(directory, compress=None):
     """Records what the block does on the cards into ``<directory>/rank<N>.cstrace``;
     yields the file's path. ``compress``: None follows ``CARDSIM_TRACE_COMPRESS``; "gzip",
-    "gzip:1" .. "gzip:9" or True write a gzip stream; "none" or False a plain file."""
+    "gzip:1" .. "gzip:9" or True write a gzip stream; "none" or False a plain file.
+
+    Inside a recording already running (``CARDSIM_TRACE``, or an enclosing block), the block
+    is part of that one: it warns, yields that file's path and leaves it recording."""
+    running = trace_path()
+    if running is not None:
+        warnings.warn(f"cardsim trace: {running} is already being recorded; the block "
+                      f"{os.fspath(directory)!r} records into it", stacklevel=3)
+        yield running
+        return
     path = start_trace(directory, compress)
     try:
         yield path

@@ -54,7 +54,8 @@ Status traceStop();
 // program's (a replay making stand-ins for memory and streams from before a recording) are
 // left out of the trace with false.
 void traceThisThread(bool recorded);
-// Whether a trace is being recorded, and into which file (empty if none).
+// Whether a trace is being recorded, and into which file (empty if none); CARDSIM_TRACE
+// counts from the start, its file written from the first call that does something on a card.
 bool traceActive(std::string* path = nullptr);
 
 // Whether this process records (or is armed to record) a trace: one atomic read, for

@@ -5,6 +5,7 @@ Bad input (truncated, corrupt, foreign, newer-major, missing rank files) exits 2
 the file."""
 import json
 import os
+import pathlib
 import re
 import subprocess
 import zlib
@@ -472,3 +473,42 @@ def test_a_recording_neither_starts_nor_stops_inside_a_graph_capture(py, card, t
     rep = subprocess.run([str(CARDSIM), "replay", str(out)], capture_output=True, text=True, timeout=120)
     assert rep.returncode == 0, rep.stderr
     assert f"total_us: {recorded['recorded_total_us']:.3f}" in rep.stdout, (rep.stdout, recorded)
+
+
+INSIDE_PROG = r"""
+import json, sys, warnings, importlib, torch
+card, out = sys.argv[1], sys.argv[2]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+outer = dm.trace_path()
+x = torch.randn(256, 256).to(card)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with dm.record_trace(out) as path:
+        with dm.record_trace(out + "-nested") as nested:
+            y = x @ x
+        z = y + 1
+dm.synchronize()
+print("RESULT " + json.dumps(dict(outer=outer, path=path, nested=nested, after=dm.trace_path(),
+                                  warnings=[str(w.message) for w in caught])))
+"""
+
+
+def test_record_trace_inside_a_running_recording_records_into_it(py, tmp_path):
+    # A program that records its own steps, traced whole with CARDSIM_TRACE: its blocks
+    # join the process's recording (a warning each), which goes on after them.
+    env_dir, own = tmp_path / "whole", tmp_path / "own"
+    res = py(INSIDE_PROG, args=("mlu", str(own)), env={"CARDSIM_TRACE": str(env_dir)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(next(l for l in res.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    whole = str(env_dir / "rank0.cstrace")
+    assert got["outer"] == got["path"] == got["nested"] == got["after"] == whole
+    assert len(got["warnings"]) == 2 and all("already being recorded" in w for w in got["warnings"])
+    assert not own.exists() and not pathlib.Path(str(own) + "-nested").exists()
+    assert info_json(env_dir)["records"]["kernel_launch"] >= 2   # the matmul and the add
+    # Without the variable, the outer block records and the nested one joins it.
+    res = py(INSIDE_PROG, args=("mlu", str(own)))
+    got = json.loads(next(l for l in res.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    assert got["outer"] is None and got["after"] is None
+    assert got["path"] == got["nested"] == str(own / "rank0.cstrace") and len(got["warnings"]) == 1
+    assert info_json(own)["records"]["kernel_launch"] == 2
