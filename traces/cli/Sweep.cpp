@@ -137,13 +137,15 @@ std::string csvField(const std::string& s) {
   return q + "\"";
 }
 
-void progress(std::size_t done, std::size_t total) {
+void progress(std::size_t done, std::size_t total, std::size_t failed) {
+  const std::string failures = failed ? " (" + std::to_string(failed) + " failed)" : std::string();
   if (!::isatty(STDERR_FILENO)) {
-    std::fprintf(stderr, "cardsim sweep: %zu/%zu replays done\n", done, total);
+    std::fprintf(stderr, "cardsim sweep: %zu/%zu replays done%s\n", done, total, failures.c_str());
     return;
   }
   const int width = 30, fill = static_cast<int>(width * done / std::max<std::size_t>(total, 1));
-  std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu", fill, "##############################", width - fill, "", done, total);
+  std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu%s", fill, "##############################", width - fill, "", done, total,
+               failures.c_str());
   if (done == total) std::fputc('\n', stderr);
   std::fflush(stderr);
 }
@@ -268,9 +270,9 @@ int runSweep(const std::vector<std::string>& argv) {
   const std::string exe = selfExe();
   std::map<pid_t, std::size_t> running;
   std::vector<int> status(combos.size(), -1);
-  std::size_t next = 0, done = 0;
+  std::size_t next = 0, done = 0, failures = 0;
   std::fflush(nullptr);
-  progress(0, combos.size());
+  progress(0, combos.size(), 0);
   while (done < combos.size()) {
     while (next < combos.size() && static_cast<long long>(running.size()) < jobs) {
       std::vector<std::string> args = {exe, "replay", path, "--json", tmp + "/" + std::to_string(next) + ".json"};
@@ -293,8 +295,9 @@ int runSweep(const std::vector<std::string>& argv) {
     if (it == running.end()) continue;
     childEnded(pid);
     status[it->second] = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    failures += status[it->second] != 0;
     running.erase(it);
-    progress(++done, combos.size());
+    progress(++done, combos.size(), failures);
   }
 
   std::ostringstream csv;

@@ -521,6 +521,7 @@ void RankReplayer::replay(const trace::Envelope& e) {
       d.group = c.group();
       d.timeout_s = options_.collective_timeout_s;
       d.tag = c.tag();
+      d.dtype = c.dtype();   // carried on into the replay's own trace
       d.send_bytes.assign(c.send_bytes().begin(), c.send_bytes().end());
       d.recv_bytes.assign(c.recv_bytes().begin(), c.recv_bytes().end());
       // Replicated ranks time their transfers alone: the other side is not replayed.

@@ -555,6 +555,11 @@ def test_sweep_bad_input(tmp_path):
     res = cardsim("sweep", trace, "--set", "memory.bandwidth=1 TB/s,-5 GB/s,2 TB/s", "--out", tmp_path / "y")
     assert res.returncode == 2 and 'device.memory.bandwidth: "-5 GB/s" is negative' in res.stderr, res.stderr
     assert "replays done" not in res.stderr and not list(tmp_path.glob("y.*")), res.stderr
+    # a value the what-if cannot replay (time past the simulation's end): the progress counts it
+    res = cardsim("sweep", GOLDEN_DP_STEP.parent / "memory_bound", "--set", "memory.bandwidth=10 B/s,1 TB/s",
+                  "--out", tmp_path / "z", "--no-plot")
+    assert res.returncode == 2 and "2/2 replays done (1 failed)" in res.stderr, res.stderr
+    assert "1 of 2 replays failed; no output written" in res.stderr and not list(tmp_path.glob("z.*"))
 
 
 GOLDEN_DP_STEP = ROOT / "tests" / "data" / "golden" / "traces" / "dp_step"

@@ -306,6 +306,14 @@ def test_the_replays_own_trace_keeps_kernel_shapes(tmp_path):
     assert count(orig) > 0 and count(kept) == count(orig)
 
 
+def test_the_replays_own_trace_keeps_collective_dtypes(tmp_path):
+    res = cardsim("replay", GOLDEN / "dp_step", "--keep", tmp_path / "kept")
+    assert res.returncode == 0, res.stderr
+    dtypes = lambda path: [l.split("dtype:")[1].split()[0] for l in cardsim("info", path, "--records").stdout.splitlines()
+                           if "collective {" in l and "dtype:" in l]
+    assert dtypes(GOLDEN / "dp_step") and dtypes(tmp_path / "kept") == dtypes(GOLDEN / "dp_step")
+
+
 def test_cluster_utilization_counts_the_clusters_kernels_hold(tmp_path):
     # Small elementwise kernels are one tile each: they hold one of the MLU370's 8 clusters,
     # so the clusters are an eighth as busy as "some kernel runs"; a large matmul holds all.
