@@ -104,6 +104,20 @@ def _codegen_classes(device: str) -> dict:
 
     ir.is_cpu = is_cpu
     scheduler.BaseSchedulerNode.is_cpu = node_is_cpu
+    # ... and the backend generating its code is the CPU's (C++), not the GPUs' (Triton):
+    # dtype propagation and fp16 upcasting follow it.
+    from torch._inductor import utils as inductor_utils
+    from torch._inductor.codegen import common as codegen_common
+    from torch._inductor.virtualized import V
+    backend_of = inductor_utils.get_current_backend
+
+    def get_current_backend(device: str | None = None) -> str:
+        device = device or V.graph.get_current_device_or_throw().type
+        return backend_of("cpu" if device == device_type else device)
+
+    for module in (inductor_utils, codegen_common, scheduler):
+        if getattr(module, "get_current_backend", None) is backend_of:
+            module.get_current_backend = get_current_backend
     register_device_op_overrides(device, OpOverrides())
     register_interface_for_device(device, _interface(device, mod))
     return {"Scheduling": CppScheduling, "PythonWrapperCodegen": Wrapper, "CppWrapperCodegen": NoCppWrapper,

@@ -75,3 +75,29 @@ def test_cpp_wrapper_is_refused_by_name(card):
     with inductor_config.patch(cpp_wrapper=True):
         with pytest.raises(Exception, match="cpp_wrapper is not supported on the emulated"):
             torch.compile(lambda t: torch.sigmoid(t) * 3)(x)
+
+
+def test_half_precision_reductions_compile_as_on_the_cpu(card):
+    # fp16 sums inside fused backward kernels (DeepSpeed's SimpleModel in fp16): Inductor's
+    # C++ backend must take the device for its own (its dtype propagation is not Triton's)
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(10, 10)
+            self.loss = torch.nn.CrossEntropyLoss()
+
+        def forward(self, x, y):
+            return self.loss(self.linear(x), y)
+
+    torch.manual_seed(0)
+    model = Model().to(card).half()
+    x = torch.randn(1, 10, device=card, dtype=torch.float16)
+    y = torch.randn(1, 10, device=card, dtype=torch.float16)
+    ref = model(x, y)
+    ref.backward()
+    grad = model.linear.weight.grad.clone()
+    model.zero_grad()
+    loss = torch.compile(model)(x, y)
+    loss.backward()
+    torch.testing.assert_close(loss.float().cpu(), ref.float().cpu(), rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(model.linear.weight.grad.float().cpu(), grad.float().cpu(), rtol=2e-3, atol=2e-3)
