@@ -240,7 +240,16 @@ int runSweep(const std::vector<std::string>& argv) {
       for (const std::string& v : d.values) {
         so.overrides = fixed;
         so.overrides.push_back(d.key + "=" + v);
-        (void)checkWhatIf(so);   // ConfigError names the key and the value
+        try {
+          (void)checkWhatIf(so);   // ConfigError names the key and the value
+        } catch (const sim::ConfigError& e) {
+          if (a.has("preset")) throw;
+          // Checked on the recording's preset, as a replay of it takes it: said so.
+          std::string msg = e.what();
+          const std::string named = "preset " + so.preset;
+          if (msg.rfind(named, 0) == 0) msg.replace(0, named.size(), "the recording's preset " + so.preset);
+          throw sim::ConfigError(msg);
+        }
       }
     }
   }

@@ -554,6 +554,7 @@ def test_sweep_bad_input(tmp_path):
     # one bad value among good ones: refused by key and value before any replay runs
     res = cardsim("sweep", trace, "--set", "memory.bandwidth=1 TB/s,-5 GB/s,2 TB/s", "--out", tmp_path / "y")
     assert res.returncode == 2 and 'device.memory.bandwidth: "-5 GB/s" is negative' in res.stderr, res.stderr
+    assert "the recording's preset mlu370-x8" in res.stderr, res.stderr   # what the replays would take
     assert "replays done" not in res.stderr and not list(tmp_path.glob("y.*")), res.stderr
     # a value the what-if cannot replay (time past the simulation's end): the progress counts it
     res = cardsim("sweep", GOLDEN_DP_STEP.parent / "memory_bound", "--set", "memory.bandwidth=10 B/s,1 TB/s",
