@@ -133,9 +133,10 @@ class IBackend {
 
   // For the status board (StatusBoard.h): memory in use on `device` and its capacity and,
   // unless `busy_cluster_s` is null, its clusters' busy time so far (simulated seconds,
-  // summed over clusters). A backend without a device model does not support it.
+  // summed over clusters) and, unless `busy_memory_s` is null, its memory's (seconds some
+  // traffic moved). A backend without a device model does not support it.
   virtual Status deviceUsage(int /*device*/, uint64_t* /*used*/, uint64_t* /*total*/,
-                             double* /*busy_cluster_s*/) {
+                             double* /*busy_cluster_s*/, double* /*busy_memory_s*/ = nullptr) {
     return Status(Code::NotSupported, "deviceUsage: this backend has no device model");
   }
 };

@@ -207,13 +207,16 @@ Status SimBackend::drainActivities(std::vector<ActivityRecord>* out) {
   return Status::Ok();
 }
 
-Status SimBackend::deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) {
+Status SimBackend::deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s,
+                               double* busy_memory_s) {
   if (device < 0 || device >= devices_) return invalidDevice(device, devices_);
   *used = memory_.used(device);
   *total = memory_.capacity(device);
-  if (!busy_cluster_s) return Status::Ok();
+  if (!busy_cluster_s && !busy_memory_s) return Status::Ok();
   return guard([&] {
-    *busy_cluster_s = sim_.counters(dev(device)).cluster_busy_seconds;
+    const sim::DeviceCounters c = sim_.counters(dev(device));
+    if (busy_cluster_s) *busy_cluster_s = c.cluster_busy_seconds;
+    if (busy_memory_s) *busy_memory_s = c.memory_busy_seconds;
     return Status::Ok();
   });
 }

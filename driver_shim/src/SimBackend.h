@@ -281,7 +281,8 @@ class SimBackend final : public IBackend {
   bool measuresHostCalls() const override { return sim_.measuredHostFactor() > 0; }
   Status setActivityRecording(bool on) override;
   Status drainActivities(std::vector<ActivityRecord>* out) override;
-  Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override;
+  Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s,
+                     double* busy_memory_s = nullptr) override;
   Status timingNoteHostWrite(const void* ptr, std::size_t bytes) override;
   Status timingScrub(void* ptr, std::size_t bytes) override;
   Status fabricServe(const std::string& bind, uint16_t port, uint16_t* bound_port, std::string* local_address) override;

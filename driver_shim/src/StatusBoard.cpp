@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <algorithm>
 #include <iterator>
 #include <sstream>
 
@@ -234,20 +235,27 @@ StatusBoard::Sample StatusBoard::sample() {
   s.used.assign(static_cast<size_t>(devices_), 0);
   s.total.assign(static_cast<size_t>(devices_), 0);
   s.busy_cluster_s.assign(static_cast<size_t>(devices_), 0.0);
+  s.busy_memory_s.assign(static_cast<size_t>(devices_), 0.0);
   const std::vector<double> previous =
       history_.empty() ? s.busy_cluster_s : history_.back().busy_cluster_s;
+  const std::vector<double> previous_memory =
+      history_.empty() ? s.busy_memory_s : history_.back().busy_memory_s;
   auto take = [&] {
     (void)backend_->hostTimePs(&s.host_ps);
     for (int d = 0; d < devices_; ++d) {
       const size_t i = static_cast<size_t>(d);
       s.busy_cluster_s[i] = previous[i];
+      s.busy_memory_s[i] = previous_memory[i];
       if (!backend_->deviceUsage(d, &s.used[i], &s.total[i], nullptr).ok()) continue;
       // Only a device holding memory can have run kernels since: ask the model about it
       // (one round trip to the simulation thread); the others keep their last figure.
       if (s.used[i] > 0) {
         uint64_t u = 0, t = 0;
-        double busy = 0;
-        if (backend_->deviceUsage(d, &u, &t, &busy).ok()) s.busy_cluster_s[i] = busy;
+        double busy = 0, busy_memory = 0;
+        if (backend_->deviceUsage(d, &u, &t, &busy, &busy_memory).ok()) {
+          s.busy_cluster_s[i] = busy;
+          s.busy_memory_s[i] = busy_memory;
+        }
       }
     }
   };
@@ -270,16 +278,16 @@ std::string StatusBoard::render(const Sample& now, const Sample& old) const {
   std::string out = header_ + buf + ", \"devices\": [";
   for (int d = 0; d < devices_; ++d) {
     const size_t i = static_cast<size_t>(d);
-    double util = 0;
+    double util = 0, memory_util = 0;
     if (window_s > 0) {
-      util = (now.busy_cluster_s[i] - old.busy_cluster_s[i]) / (clusters_ * window_s);
-      util = util < 0 ? 0 : (util > 1 ? 1 : util);
+      util = std::clamp((now.busy_cluster_s[i] - old.busy_cluster_s[i]) / (clusters_ * window_s), 0.0, 1.0);
+      memory_util = std::clamp((now.busy_memory_s[i] - old.busy_memory_s[i]) / window_s, 0.0, 1.0);
     }
     std::snprintf(buf, sizeof buf,
                   "%s{\"index\": %d, \"used_bytes\": %llu, \"total_bytes\": %llu, "
-                  "\"utilization\": %.4f}",
+                  "\"utilization\": %.4f, \"memory_utilization\": %.4f}",
                   d ? ", " : "", d, static_cast<unsigned long long>(now.used[i]),
-                  static_cast<unsigned long long>(now.total[i]), util);
+                  static_cast<unsigned long long>(now.total[i]), util, memory_util);
     out += buf;
   }
   return out + "]}\n";

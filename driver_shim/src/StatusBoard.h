@@ -10,7 +10,7 @@
 //    "cmdline": "python3 train.py", "preset": "mlu370-x8", "card": "MLU370-X8",
 //    "vendor": "Cambricon", "simulated_s": 0.25, "utilization_window_s": 0.01,
 //    "devices": [{"index": 0, "used_bytes": 67108864, "total_bytes": 24509415424,
-//                 "utilization": 0.42}, ...]}
+//                 "utilization": 0.42, "memory_utilization": 0.61}, ...]}
 //
 // - one entry per physical device of the backend (before any visible-devices renumbering);
 // - used_bytes: device memory this process holds through the shim (what malloc accounts);
@@ -18,6 +18,9 @@
 //   over the recent window: from the sample about one second (wall time) ago to now;
 //   utilization_window_s is that window in simulated seconds (0 when the process did not
 //   advance simulated time: an idle process shows 0);
+// - memory_utilization: the fraction of that window some traffic moved through the
+//   device's memory (NVML's memory utilization: torch.<dev>.memory_usage, brsmi's
+//   utilization.memory);
 // - start_ticks: the process's start time (/proc/<pid>/stat field 22), so that readers can
 //   tell a reused pid; readers ignore files whose process is gone.
 //
@@ -73,6 +76,7 @@ class StatusBoard {
     uint64_t host_ps = 0;
     std::vector<uint64_t> used, total;
     std::vector<double> busy_cluster_s;
+    std::vector<double> busy_memory_s;
   };
   Sample sample();
   std::string render(const Sample& now, const Sample& old) const;

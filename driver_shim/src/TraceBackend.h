@@ -153,8 +153,9 @@ class TraceBackend final : public IBackend {
   }
   Status commGroup(bool start) override { return inner_->commGroup(start); }
 
-  Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override {
-    return inner_->deviceUsage(device, used, total, busy_cluster_s);
+  Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s,
+                     double* busy_memory_s = nullptr) override {
+    return inner_->deviceUsage(device, used, total, busy_cluster_s, busy_memory_s);
   }
   Status timingNoteHostWrite(const void* ptr, std::size_t bytes) override {
     return inner_->timingNoteHostWrite(ptr, bytes);

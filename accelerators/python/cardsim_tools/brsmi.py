@@ -26,6 +26,7 @@ FIELDS = {
     "memory.used": ("MiB", lambda c, n: C.mib(c.used_bytes)),
     "memory.free": ("MiB", lambda c, n: C.mib(c.total_bytes - c.used_bytes)),
     "utilization.gpu": ("%", lambda c, n: c.util_percent),
+    "utilization.memory": ("%", lambda c, n: c.memory_util_percent),
     "temperature.gpu": ("", lambda c, n: c.temperature_c),
     "power.draw": ("W", lambda c, n: f"{c.power_w:.2f}"),
     "power.limit": ("W", lambda c, n: f"{c.preset.power_cap_w:.2f}"),

@@ -312,7 +312,8 @@ class Card:
     uuid: str
     bus_id: str
     used_bytes: int = 0
-    utilization: float = 0.0           # 0..1
+    utilization: float = 0.0           # 0..1: some kernel ran (the clusters' busy share)
+    memory_utilization: float = 0.0    # 0..1: some traffic moved through the device memory
     processes: list[Process] = field(default_factory=list)
 
     @property
@@ -326,6 +327,10 @@ class Card:
     @property
     def util_percent(self) -> int:
         return int(round(100 * self.utilization))
+
+    @property
+    def memory_util_percent(self) -> int:
+        return int(round(100 * self.memory_utilization))
 
     @property
     def temperature_c(self) -> int:
@@ -389,6 +394,7 @@ def system(default_preset: str) -> list[Card]:
             used = int(dev.get("used_bytes", 0))
             card = cards[i]
             card.utilization = min(1.0, card.utilization + float(dev.get("utilization", 0.0)))
+            card.memory_utilization = min(1.0, card.memory_utilization + float(dev.get("memory_utilization", 0.0)))
             if used > 0:
                 card.used_bytes += used
                 card.processes.append(Process(int(status["pid"]), str(status.get("name", "?")),

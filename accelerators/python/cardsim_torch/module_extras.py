@@ -186,8 +186,9 @@ def extend(p, _C, ns: dict) -> dict:
         return _card_or_error(device).util_percent
 
     def memory_usage(device=None) -> int:
-        """Percent of the last sampling period the card's memory was busy: the same sample."""
-        return _card_or_error(device).util_percent
+        """Percent of the last sampling period during which the card's memory was read or
+        written (as torch.cuda.memory_usage gives NVML's), from the same sample."""
+        return _card_or_error(device).memory_util_percent
 
     def device_memory_used(device=None) -> int:
         return _card_or_error(device).used_bytes

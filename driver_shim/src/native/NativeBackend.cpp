@@ -608,7 +608,7 @@ Status NativeBackend::drainActivities(std::vector<ActivityRecord>* out) {
   return Status::Ok();
 }
 
-Status NativeBackend::deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy) {
+Status NativeBackend::deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy, double* busy_memory) {
   if (device < 0 || device >= devices_) return Status(Code::InvalidDevice, "deviceUsage: no device " + std::to_string(device));
   DeviceProperties p;
   if (Status st = rt_->deviceProperties(&p, device); !st.ok()) return st;
@@ -616,6 +616,7 @@ Status NativeBackend::deviceUsage(int device, uint64_t* used, uint64_t* total, d
   if (used) *used = used_bytes_[static_cast<size_t>(device)];
   if (total) *total = p.total_memory_bytes;
   if (busy) *busy = 0;   // no model of the clusters
+  if (busy_memory) *busy_memory = 0;   // nor of the memory
   return Status::Ok();
 }
 

@@ -120,7 +120,8 @@ class NativeBackend final : public IBackend {
   Status hostThreadClock(uint64_t* ps, bool* started) override;
   Status setActivityRecording(bool) override { return Status::Ok(); }
   Status drainActivities(std::vector<ActivityRecord>* out) override;
-  Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s) override;
+  Status deviceUsage(int device, uint64_t* used, uint64_t* total, double* busy_cluster_s,
+                     double* busy_memory_s = nullptr) override;
 
   Status commGetUniqueId(std::string* id) override;
   Status commInitRank(Comm* comm, int nranks, const std::string& id, int rank) override;

@@ -210,3 +210,26 @@ def test_peer_access_and_properties(dm, card):
     assert p0.uuid != p1.uuid and len(p0.uuid) == 36
     assert p1.pci_bus_id == p0.pci_bus_id + 1
     assert dm.clock_rate() == int(p0.clock_hz // 1_000_000)
+
+
+def test_utilization_and_memory_usage_tell_compute_from_traffic(dm, card):
+    # As NVML's: the share of the last sampling period (about a second of wall time) some
+    # kernel ran, and the share some traffic moved through the device memory. On-card
+    # copies (DMA) keep the memory busy and leave the clusters idle; large matmuls the other
+    # way round.
+    import time
+    x = torch.randn(1 << 22, device=card)
+    y = torch.empty_like(x)
+    a = torch.randn(2048, 2048, device=card)
+
+    def busy(work):
+        start = time.monotonic()
+        while time.monotonic() - start < 2.5:
+            work()
+            dm.synchronize()
+        return dm.utilization(), dm.memory_usage()
+
+    util, mem = busy(lambda: [y.copy_(x) for _ in range(20)])
+    assert util == 0 and mem >= 90, (util, mem)
+    util, mem = busy(lambda: [a @ a for _ in range(5)])
+    assert util >= 90 and mem < 50, (util, mem)

@@ -84,7 +84,7 @@ def process_pids(table):
 def own_status(status_dir, devices, preset="mlu370-x8", total=23374 * MIB, pid=None,
                start_ticks=None, name="trainer"):
     """Writes a status file as a running emulator process would, for this test process (or
-    `pid`); `devices` maps index -> (used bytes, utilization)."""
+    `pid`); `devices` maps index -> (used bytes, utilization[, memory utilization])."""
     pid = pid or os.getpid()
     if start_ticks is None:
         stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
@@ -94,7 +94,8 @@ def own_status(status_dir, devices, preset="mlu370-x8", total=23374 * MIB, pid=N
            "cmdline": f"python {name}.py", "preset": preset, "card": "?", "vendor": "?",
            "simulated_s": 1.0, "utilization_window_s": 0.5,
            "devices": [{"index": i, "used_bytes": devices.get(i, (0, 0))[0], "total_bytes": total,
-                        "utilization": devices.get(i, (0, 0))[1]} for i in range(n)]}
+                        "utilization": devices.get(i, (0, 0))[1],
+                        "memory_utilization": (devices.get(i, (0, 0)) + (0,))[2]} for i in range(n)]}
     (status_dir / f"{pid}.json").write_text(json.dumps(doc))
 
 
@@ -213,13 +214,15 @@ def test_brsmi_gpu_list_has_one_gpu_line_per_device(tool, devices):
 
 
 def test_brsmi_query_gpu_csv(tool, status_dir):
-    own_status(status_dir, {1: (100 * MIB, 0.25)}, preset="br100", total=65536 * MIB)
-    out = ok(tool("brsmi", "gpu", "--query-gpu=index,name,memory.used,memory.total,utilization.gpu,uuid",
-                  "--format=csv"))
+    own_status(status_dir, {1: (100 * MIB, 0.25, 0.6)}, preset="br100", total=65536 * MIB)
+    out = ok(tool("brsmi", "gpu", "--query-gpu=index,name,memory.used,memory.total,utilization.gpu,uuid,"
+                  "utilization.memory", "--format=csv"))
     lines = out.splitlines()
-    assert lines[0] == ("index, name, memory.used [MiB], memory.total [MiB], utilization.gpu [%], uuid")
+    assert lines[0] == ("index, name, memory.used [MiB], memory.total [MiB], utilization.gpu [%], uuid, "
+                        "utilization.memory [%]")
     assert len(lines) == 9
     assert lines[2].split(", ")[:5] == ["1", "BR100", "100 MiB", "65536 MiB", "25 %"]
+    assert lines[2].split(", ")[6] == "60 %" and lines[1].split(", ")[6] == "0 %"
     assert re.fullmatch(r"GPU-[0-9a-f-]{36}", lines[1].split(", ")[5])
 
     bare = ok(tool("brsmi", "gpu", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"))
