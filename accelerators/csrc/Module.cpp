@@ -521,39 +521,29 @@ PYBIND11_MODULE(_C, m) {
     throwIfFailed(shim::launchCollective(kernels::currentStream(dev), "stream_delay", seconds), "stream_delay");
   });
   // A kernel torch.compile's Inductor generated for the host (device memory is host-
-  // addressable; cardsim_torch/inductor.py): runs `fn` now, or at each replay of a graph
-  // being captured, and times it as elementwise work over its operands, `written[i]`
-  // saying whether it writes tensors[i].
-  m.def("_launch_compiled", [](const std::string& name, const std::vector<at::Tensor>& tensors,
-                               const std::vector<bool>& written, py::function fn) {
+  // addressable; cardsim_torch/inductor.py): runs kernel(*args) now, or at each replay of a
+  // graph being captured, and times it as elementwise work over its operands: `read` and
+  // `written`, the tensors among `args` it reads and writes.
+  m.def("_launch_compiled", [](const std::string& name, py::function kernel, py::tuple args,
+                               const std::vector<at::Tensor>& read, const std::vector<at::Tensor>& written) {
     c10::DeviceIndex dev = accel::currentDevice();
-    shim::KernelCost cost;
-    cost.kernel_class = shim::KernelClass::Elementwise;
-    int64_t most = 0;
-    at::ScalarType widest = at::kFloat;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const at::Tensor& t = tensors[i];
-      if (!t.defined()) continue;
-      if (t.device().type() == kDev) dev = t.device().index();
-      (i < written.size() && written[i] ? cost.bytes_written : cost.bytes_read) += kernels::tensorBytes(t);
-      if (t.numel() > most) {
-        most = t.numel();
-        widest = t.scalar_type();
-      }
-    }
-    cost.flops = static_cast<double>(most);
-    cost.dtype = kernels::costDtype(widest, dev);
-    // Held by a replayable graph past this call: released with the GIL held.
-    std::shared_ptr<py::function> held(new py::function(std::move(fn)), [](py::function* f) {
-      py::gil_scoped_acquire gil;
-      delete f;
-    });
     std::vector<const at::Tensor*> touched;
-    for (const at::Tensor& t : tensors) touched.push_back(&t);
+    for (const auto* group : {&read, &written})
+      for (const at::Tensor& t : *group) {
+        if (t.defined() && t.device().type() == kDev) dev = t.device().index();
+        touched.push_back(&t);
+      }
+    const shim::KernelCost cost = kernels::estimateCost(kernels::OpCost{kernels::CostKind::Elementwise}, read, written, dev);
+    // Held by a replayable graph past this call: released with the GIL held.
+    auto call = std::shared_ptr<std::pair<py::function, py::tuple>>(
+        new std::pair<py::function, py::tuple>(std::move(kernel), std::move(args)), [](auto* p) {
+          py::gil_scoped_acquire gil;
+          delete p;
+        });
     c10::DeviceGuard guard(c10::Device(kDev, dev));
-    kernels::launch(dev, name.c_str(), cost, [held] {
+    kernels::launch(dev, name.c_str(), cost, [call] {
       py::gil_scoped_acquire gil;
-      (*held)();
+      call->first(*call->second);
     }, touched);
   });
   // The job's fabric server: start one in this process (returns its port), join one.

@@ -656,7 +656,7 @@ def build(p, _C) -> types.ModuleType:
     from . import module_extras
     mod._submodules = module_extras.extend(p, _C, ns)
     from . import inductor
-    inductor.attach(mod, name, _C)
+    inductor.attach(mod, name)
     for k, v in ns.items():
         setattr(mod, k, v)
     for cls in (Stream, ExternalStream, Event, StreamContext, device, device_of, graph, Graph):

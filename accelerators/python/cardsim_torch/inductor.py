@@ -4,8 +4,8 @@ Inductor finds an out-of-tree device's code generators on its device module
 (``torch.mlu.Scheduling``, ``.PythonWrapperCodegen``, ``.CppWrapperCodegen``,
 ``.WrapperFxCodegen``); ``attach`` provides them lazily, so importing ``torch_mlu`` does not
 import Inductor. Device memory is host-addressable, so the kernels are Inductor's own C++
-kernels for the CPU, run on the device's memory: each call goes through ``launch``, which
-runs it at once (or, while a graph is captured, at each replay), skips it in timing mode,
+kernels for the CPU, run on the device's memory: each call goes through the extension's ``_launch_compiled``,
+which runs it at once (or, while a graph is captured, at each replay), skips it in timing mode,
 and queues its cost on the current stream as the device's other kernels do: elementwise
 work over the bytes of its operands (Inductor's fused kernels are memory-bound). Matrix
 products and other library calls Inductor leaves to ATen run as the device's operators.
@@ -15,15 +15,6 @@ from __future__ import annotations
 import types
 
 _CODEGEN_NAMES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
-_launch_compiled = None   # the extension's entry, set by attach()
-
-
-def launch(name: str, kernel, args: tuple, written: str) -> None:
-    """Runs one generated kernel as a device kernel. `written` has one letter per argument:
-    'w' for a buffer the kernel writes, 'r' for one it only reads, '-' for a scalar."""
-    tensors = [a for a, w in zip(args, written) if w != "-"]
-    flags = [w == "w" for w in written if w != "-"]
-    _launch_compiled(name, tensors, flags, lambda: kernel(*args))
 
 
 def _codegen_classes(device: str) -> dict:
@@ -39,7 +30,8 @@ def _codegen_classes(device: str) -> dict:
     device_type = device
 
     class Launches:
-        """Kernel calls of the device's C++ kernels through launch()."""
+        """Kernel calls of the device's C++ kernels through the extension's _launch_compiled,
+        with the buffers each reads (const pointers) and writes, sorted out here once."""
 
         def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True,
                                          arg_types=None, **kwargs):
@@ -48,12 +40,12 @@ def _codegen_classes(device: str) -> dict:
             if triton or dev.type != device_type:
                 return super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton,
                                                             arg_types=arg_types, **kwargs)
-            types_ = [str(t).strip() for t in (arg_types or [])]
-            written = "".join("-" if i >= len(types_) or not types_[i].endswith("*")
-                              else ("r" if types_[i].startswith("const ") else "w")
-                              for i in range(len(call_args)))
+            pointers = [(str(a), str(t).strip()) for a, t in zip(call_args, arg_types or []) if str(t).strip().endswith("*")]
+            read = "".join(f"{a}, " for a, t in pointers if t.startswith("const "))
+            written = "".join(f"{a}, " for a, t in pointers if not t.startswith("const "))
             args = "".join(f"{a}, " for a in call_args)
-            self.writeline(f"_cardsim_launch({kernel_name!r}, {kernel_name}, ({args}), {written!r}){self.ending}")
+            self.writeline(f"_cardsim_launch({kernel_name!r}, {kernel_name}, ({args}), [{read}], [{written}])"
+                           f"{self.ending}")
 
     class Subgraph(Launches, SubgraphPythonWrapperCodegen):
         pass
@@ -67,7 +59,7 @@ def _codegen_classes(device: str) -> dict:
 
         def write_header(self) -> None:
             super().write_header()
-            self.imports.writeline("from cardsim_torch.inductor import launch as _cardsim_launch")
+            self.imports.writeline("from cardsim_torch._C import _launch_compiled as _cardsim_launch")
 
     class NoCppWrapper(CppWrapperCpu):
         @staticmethod
@@ -132,6 +124,7 @@ def _interface(device: str, mod):
         current_device = staticmethod(mod.current_device)
         get_device_properties = staticmethod(mod.get_device_properties)
 
+    exchange = _exchange(mod)
     return type(f"{device.upper()}Interface", (DeviceInterface,), {
         "device": mod.device, "Event": mod.Event, "Stream": mod.Stream, "Worker": Worker,
         "current_device": staticmethod(mod.current_device), "set_device": staticmethod(mod.set_device),
@@ -140,7 +133,7 @@ def _interface(device: str, mod):
         "set_stream": staticmethod(mod.set_stream), "synchronize": staticmethod(mod.synchronize),
         "get_device_properties": staticmethod(mod.get_device_properties),
         "get_raw_stream": staticmethod(lambda index: 0),
-        "exchange_device": staticmethod(_exchange(mod)), "maybe_exchange_device": staticmethod(_exchange(mod)),
+        "exchange_device": staticmethod(exchange), "maybe_exchange_device": staticmethod(exchange),
         "memory_allocated": staticmethod(mod.memory_allocated),
         "is_bf16_supported": staticmethod(lambda including_emulation=False: mod.is_bf16_supported()),
         "get_compute_capability": staticmethod(lambda device=None: "cpu"),
@@ -157,10 +150,8 @@ def _exchange(mod):
     return exchange
 
 
-def attach(mod: types.ModuleType, device: str, _C) -> None:
+def attach(mod: types.ModuleType, device: str) -> None:
     """Gives the device module `mod` Inductor's code generators, made at first use."""
-    global _launch_compiled
-    _launch_compiled = _C._launch_compiled
     made: dict = {}
     previous = mod.__dict__.get("__getattr__")
 
