@@ -150,8 +150,31 @@ def _exchange(mod):
     return exchange
 
 
+def codegen_tag() -> str:
+    """What names this code generator in torch.compile's cache keys: a digest of this file,
+    where the generated code's calls into the extension are written. Inductor's caches (the
+    FX graph and AOT autograd caches, on disk across processes) key on torch's own sources
+    only; without this, a program compiled before a change of this file would load the old
+    generated code, whose calls the new extension may no longer take."""
+    import hashlib
+    with open(__file__, "rb") as f:
+        return "cardsim-inductor-" + hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def _salt_compile_caches() -> None:
+    # torch.compiler.config.cache_key_tag goes into every compile cache key; a tag the user
+    # set is kept in front of ours.
+    import torch.compiler.config as cconfig
+    tag = codegen_tag()
+    have = cconfig.cache_key_tag or ""
+    if tag not in have.split("|"):
+        cconfig.cache_key_tag = f"{have}|{tag}" if have else tag
+
+
 def attach(mod: types.ModuleType, device: str) -> None:
-    """Gives the device module `mod` Inductor's code generators, made at first use."""
+    """Gives the device module `mod` Inductor's code generators, made at first use, and
+    salts torch.compile's cache keys with this code generator (codegen_tag)."""
+    _salt_compile_caches()
     made: dict = {}
     previous = mod.__dict__.get("__getattr__")
 

@@ -108,3 +108,61 @@ def test_half_precision_reductions_compile_as_on_the_cpu(card):
     loss.backward()
     torch.testing.assert_close(loss.float().cpu(), ref.float().cpu(), rtol=2e-3, atol=2e-3)
     torch.testing.assert_close(model.linear.weight.grad.float().cpu(), grad.float().cpu(), rtol=2e-3, atol=2e-3)
+
+
+_CACHED_COMPILE = r'''
+import json, sys, torch, torch_{card}
+import torch.compiler.config as cconfig
+from torch._dynamo.utils import counters
+
+def f(x):
+    return torch.sigmoid(x) * 3 + 1
+
+x = torch.arange(64, dtype=torch.float32, device="{card}")
+seen = []
+for tag in sys.argv[1:]:
+    if tag != "-":
+        cconfig.cache_key_tag = tag   # as another build of cardsim's code generator would set it
+    torch._dynamo.reset()
+    counters.clear()
+    out = torch.compile(f)(x)
+    assert torch.equal(out.cpu(), f(x.cpu())), "compiled result differs"
+    seen.append([cconfig.cache_key_tag, counters["inductor"]["fxgraph_cache_hit"],
+                 counters["inductor"]["fxgraph_cache_miss"]])
+print(json.dumps(seen))
+'''
+
+
+def test_compile_caches_are_keyed_by_the_code_generator(card, tmp_path):
+    """Inductor's on-disk caches key on torch's sources only: cardsim's code generator names
+    itself in every key (torch.compiler.config.cache_key_tag), so generated code cached by
+    another version of it is not loaded, while the same version hits its own cache. A tag
+    the user set comes first."""
+    import hashlib
+    import json
+    import subprocess
+    import sys
+
+    import cardsim_torch.inductor as ind
+    with open(ind.__file__, "rb") as fh:
+        ours = "cardsim-inductor-" + hashlib.sha256(fh.read()).hexdigest()[:16]
+    assert ind.codegen_tag() == ours
+    assert torch.compiler.config.cache_key_tag.split("|")[-1] == ours
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"), TORCHINDUCTOR_FX_GRAPH_CACHE="1",
+               TORCH_COMPILE_CACHE_KEY_TAG="user-tag")
+    code = _CACHED_COMPILE.replace("{card}", card)
+
+    def run(*tags):
+        r = subprocess.run([sys.executable, "-c", code, *tags], capture_output=True, text=True, env=env,
+                           timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    first = run("-")
+    assert first == [[f"user-tag|{ours}", 0, 1]]
+    # the same code generator: cached; another one: compiled again
+    again, other = run("-", "user-tag|cardsim-inductor-0000000000000000")
+    assert again == [f"user-tag|{ours}", 1, 0]
+    assert other == ["user-tag|cardsim-inductor-0000000000000000", 0, 1]
