@@ -2,6 +2,7 @@
 // written straight into device memory), dropout on the device's generator, and
 // convolutions (ATen routes them to the "overrideable" operators on this backend).
 #include <ATen/ATen.h>
+#include <ATen/native/ConvUtils.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -236,6 +237,21 @@ int64_t convOutSize(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int6
 
 int64_t atOrLast(c10::IntArrayRef v, size_t i) { return v.empty() ? 0 : v[std::min(i, v.size() - 1)]; }
 
+// The memory format ATen's CPU convolution gives its results (and the gradients of its
+// backward) for these operands: the one of the backend it picks for the host views, which
+// carry the device tensors' strides. So a channels_last input or weight gives a
+// channels_last output, as on the CPU and on CUDA (cuDNN), instead of a contiguous one.
+at::MemoryFormat convResultFormat(const at::Tensor& in_h, const at::Tensor& w_h, const std::optional<at::Tensor>& b_h,
+                                  c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                  bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
+  if (w_h.dim() != 4 && w_h.dim() != 5) return at::MemoryFormat::Contiguous;
+  const auto backend = at::native::select_conv_backend(
+      in_h, w_h, b_h, c10::fromIntArrayRefSlow(stride), c10::fromIntArrayRefSlow(padding),
+      c10::fromIntArrayRefSlow(dilation), transposed, c10::fromIntArrayRefSlow(output_padding), c10::SymInt(groups),
+      std::nullopt);
+  return at::native::_determine_backend_memory_format(in_h, w_h, backend);
+}
+
 // Convolutions go through launch() with their results allocated first, so that they can be
 // captured into a graph (each replay recomputes them on the host views) and timed in timing mode.
 at::Tensor convolutionOverrideable(const at::Tensor& input, const at::Tensor& weight,
@@ -261,7 +277,10 @@ at::Tensor convolutionOverrideable(const at::Tensor& input, const at::Tensor& we
     shape.push_back(convOutSize(input.size(spatial0 + i), weight.size(2 + i), atOrLast(stride, i),
                                 atOrLast(padding, i), atOrLast(dilation, i),
                                 transposed ? atOrLast(output_padding, i) : 0, transposed));
-  at::Tensor out = at::empty(shape, input.options());
+  const at::MemoryFormat format = batched ? convResultFormat(in_h, w_h, b_h, stride, padding, dilation, transposed,
+                                                          output_padding, groups)
+                                         : at::MemoryFormat::Contiguous;
+  at::Tensor out = at::empty(shape, input.options().memory_format(format));
   at::Tensor out_h = cpuAlias(out);
   const std::vector<int64_t> st(stride.begin(), stride.end()), pad(padding.begin(), padding.end()),
       dil(dilation.begin(), dilation.end()), opad(output_padding.begin(), output_padding.end());
@@ -287,8 +306,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardOverrideable(
   call.op_name = "aten::convolution_backward_overrideable";
   at::Tensor g_h = call.toHost(grad_output), in_h = call.toHost(input), w_h = call.toHost(weight);
   const std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
-  at::Tensor dgi = output_mask[0] ? at::empty(input.sizes(), input.options()) : at::Tensor();
-  at::Tensor dgw = output_mask[1] ? at::empty(weight.sizes(), weight.options()) : at::Tensor();
+  const at::MemoryFormat format = input.dim() == weight.dim()
+      ? convResultFormat(in_h, w_h, std::nullopt, stride, padding, dilation, transposed, output_padding, groups)
+      : at::MemoryFormat::Contiguous;
+  at::Tensor dgi = output_mask[0] ? at::empty(input.sizes(), input.options().memory_format(format)) : at::Tensor();
+  at::Tensor dgw = output_mask[1] ? at::empty(weight.sizes(), weight.options().memory_format(format)) : at::Tensor();
   at::Tensor dgb = output_mask[2] ? at::empty(bias_sizes, grad_output.options()) : at::Tensor();
   at::Tensor gi_h = dgi.defined() ? cpuAlias(dgi) : at::Tensor();
   at::Tensor gw_h = dgw.defined() ? cpuAlias(dgw) : at::Tensor();

@@ -1062,6 +1062,39 @@ def test_convolution(card, dims):
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
 
 
+CL_CASES = [  # (conv, dims, input channels_last, weight channels_last, dtype, transposed)
+    (F.conv2d, 2, True, False, torch.float32, False),
+    (F.conv2d, 2, False, True, torch.float32, False),
+    (F.conv2d, 2, True, True, torch.float64, False),   # float64: the CPU's other backend
+    (F.conv2d, 2, False, False, torch.float32, False),
+    (F.conv3d, 3, True, False, torch.float32, False),
+    (F.conv_transpose2d, 2, True, False, torch.float32, True),
+]
+
+
+@pytest.mark.parametrize("conv,dims,x_cl,w_cl,dtype,transposed", CL_CASES,
+                         ids=[f"{c[0].__name__}-x{int(c[2])}w{int(c[3])}-{str(c[4])[6:]}" for c in CL_CASES])
+def test_convolution_keeps_channels_last_as_the_cpu(card, conv, dims, x_cl, w_cl, dtype, transposed):
+    # The results and gradients come in the memory format the CPU (and CUDA) gives them:
+    # channels_last when the input or the weight is, so layout-sensitive code takes the same path.
+    fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn((2, 4) + (6,) * dims, generator=g, dtype=dtype)
+    w = torch.randn((4, 6 if transposed else 4) + (3,) * dims, generator=g, dtype=dtype)
+    x = x.to(memory_format=fmt) if x_cl else x
+    w = w.to(memory_format=fmt) if w_cl else w
+    xd, wd = x.to(card).requires_grad_(), w.to(card).requires_grad_()
+    x.requires_grad_(), w.requires_grad_()
+    ref, out = conv(x, w, padding=1), conv(xd, wd, padding=1)
+    grad = torch.randn(ref.shape, generator=g, dtype=dtype)
+    ref.backward(grad)
+    out.backward(grad.to(card))
+    for name, a, b in (("output", out, ref), ("input grad", xd.grad, x.grad), ("weight grad", wd.grad, w.grad)):
+        assert a.stride() == b.stride(), (name, a.stride(), b.stride())
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-4, atol=1e-4)
+    assert out.is_contiguous(memory_format=fmt) == (x_cl or w_cl)
+
+
 def test_conjugate_view_to_host_does_not_crash(card):
     code = (f"import torch, torch_{card}\n"
             "x = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)\n"
