@@ -161,6 +161,26 @@ const std::vector<CostedOp>& costedTable() {
     family("_log_softmax_backward_data", {"", "out"}, norm(3));
     family("native_layer_norm", {""}, norm(8));
     family("native_layer_norm_backward", {""}, norm(12));
+    // Normalizations of convolutional networks. group_norm's composite form (the default of a
+    // backend without its own kernel) views its input as contiguous and fails on a
+    // channels_last one; the CPU kernel on the host views takes any layout, as CUDA's does.
+    family("native_batch_norm", {"", "out"}, norm(6));
+    family("native_batch_norm_backward", {"", "out"}, norm(10));
+    family("native_group_norm", {"", "out"}, norm(8));
+    family("native_group_norm_backward", {"", "out"}, norm(12));
+    family("var_mean", {"correction", "correction_out"}, red(3));
+    family("std_mean", {"correction", "correction_out"}, red(3));
+    // Pooling and resampling: a reduction over each window, elementwise over the outputs.
+    family("max_pool2d_with_indices", {"", "out"}, red(1));
+    family("max_pool2d_with_indices_backward", {"", "grad_input"}, red(1));
+    family("avg_pool2d", {"", "out"}, red(1));
+    family("avg_pool2d_backward", {"", "grad_input"}, red(1));
+    family("_adaptive_avg_pool2d", {"", "out"}, red(1));
+    family("_adaptive_avg_pool2d_backward", {"", "out"}, red(1));
+    family("upsample_nearest2d", {"", "out"}, ew(0));
+    family("upsample_nearest2d_backward", {"", "grad_input"}, red(1));
+    family("upsample_bilinear2d", {"", "out"}, ew(8));
+    family("upsample_bilinear2d_backward", {"", "grad_input"}, red(8));
     family("nll_loss_forward", {"", "output"}, norm(1));
     family("nll_loss_backward", {"", "grad_input"}, norm(1));
     family("mse_loss", {"", "out"}, red(3));
