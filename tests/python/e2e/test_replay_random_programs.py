@@ -4,7 +4,9 @@ and back, pinned and pageable, blocking and not; on the card; to the second card
 kernels (matmuls, elementwise, reductions, memsets), frees with record_stream, a captured
 graph and its replays, and stream and device synchronizes, each recorded into its own trace
 (record_trace, so every recording but the first starts with memory and streams from before
-it). Replayed on the recording's own configuration, every device command and every host
+it); and seeded random 2-rank jobs: every collective (blocking and async, waited on later),
+point to point, barriers, synchronizing reads, on two streams, between uneven compute.
+Replayed on the recording's own configuration, every device command and every host
 call lands at exactly its recorded time: the property the what-if studies stand on."""
 import json
 import os
@@ -105,6 +107,65 @@ for seed in seeds:
 '''
 
 
+JOBS = r'''
+import os, random, sys
+import torch, torch_mlu
+import torch.distributed as dist
+dist.init_process_group("cncl")
+rank, world = dist.get_rank(), dist.get_world_size()
+mlu = torch.mlu
+mlu.set_device(0)
+rng = random.Random(int(sys.argv[1]))      # the same program on every rank
+local = random.Random(int(sys.argv[1]) * 100 + rank)   # rank-specific work amounts
+side = mlu.Stream()
+x = torch.randn(1 << 16, device="mlu")
+pending = []
+for step in range(rng.randint(15, 40)):
+    op = rng.randrange(10)
+    s = side if rng.random() < 0.3 else mlu.current_stream()
+    n = rng.choice([1 << 8, 1 << 12, 1 << 16, 1 << 20])
+    with mlu.stream(s):
+        for _ in range(local.randint(0, 3)):   # uneven compute between the ranks
+            x = x * 1.0001 + 0.5
+        t = torch.ones(n, device="mlu")
+        async_op = rng.random() < 0.4
+        if op == 0:
+            w = dist.all_reduce(t, async_op=async_op)
+        elif op == 1:
+            out = torch.empty(n * world, device="mlu")
+            w = dist.all_gather_into_tensor(out, t, async_op=async_op)
+        elif op == 2:
+            out = torch.empty(n // world, device="mlu")
+            w = dist.reduce_scatter_tensor(out, t, async_op=async_op)
+        elif op == 3:
+            w = dist.broadcast(t, src=rng.randrange(world), async_op=async_op)
+        elif op == 4:
+            w = None
+            if rank == 0:
+                dist.send(t, 1)
+            else:
+                dist.recv(t, 0)
+        elif op == 5:
+            dist.barrier(); w = None
+        elif op == 6:
+            w = dist.all_to_all_single(torch.empty(n, device="mlu"), t, async_op=async_op)
+        elif op == 7:
+            mlu.synchronize(); w = None
+        elif op == 8:
+            h = t[:16].cpu(); w = None
+        else:
+            w = dist.reduce(t, dst=rng.randrange(world), async_op=async_op)
+        if async_op and w is not None:
+            pending.append(w)
+        if pending and rng.random() < 0.5:
+            pending.pop(0).wait()
+for w in pending:
+    w.wait()
+mlu.synchronize()
+dist.destroy_process_group()
+'''
+
+
 def _env(extra=None):
     e = {k: v for k, v in os.environ.items()
          if not k.startswith("CARDSIM_") and k not in ("MLU_VISIBLE_DEVICES", "DS_ACCELERATOR")}
@@ -167,3 +228,32 @@ def test_random_programs_replay_to_their_recorded_times(tmp_path, mode, seeds):
     for k in ("aten::mm", "aten::sin", "aten::zero_", "memcpy HtoD", "memcpy DtoH", "memcpy DtoD", "event wait",
               "memcpy peer"):
         assert any(k in x for x in kinds), (k, sorted(kinds))
+
+
+def test_random_two_rank_jobs_replay_to_their_recorded_times(tmp_path):
+    from conftest import free_port
+    script = tmp_path / "job.py"
+    script.write_text(JOBS)
+    for seed in (1, 2, 3):
+        recorded = tmp_path / f"p{seed}"
+        port = free_port()
+        procs = [subprocess.Popen([PYTHON, str(script), str(seed)], cwd=str(ROOT), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True,
+                                  env=_env(dict(CARDSIM_TRACE=str(recorded), CARDSIM_DEVICES="1", RANK=str(r),
+                                                WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                                                MASTER_PORT=str(port))))
+                 for r in range(2)]
+        for p in procs:
+            _, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err[-3000:]
+        kept = tmp_path / f"kept-{seed}"
+        report = tmp_path / f"replay-{seed}.json"
+        _cardsim("replay", recorded, "--keep", kept, "--json", report)
+        total = json.loads(_cardsim("info", recorded, "--json"))["recorded_total_us"]
+        assert json.loads(report.read_text())["total_us"] == pytest.approx(total, abs=1e-6), f"seed {seed}"
+        (want_cmds, want_calls), (got_cmds, got_calls) = _timeline(recorded), _timeline(kept)
+        collectives = {c[0].split(":")[0] for c in want_cmds if ":" in c[0]}
+        assert len(collectives) >= 3, f"seed {seed}: collectives {collectives}"
+        for w, g in zip(want_cmds, got_cmds):
+            assert w == g, f"seed {seed}: the first device command off its recorded time: recorded {w}, replayed {g}"
+        assert len(want_cmds) == len(got_cmds) and want_calls == got_calls, f"seed {seed}"
