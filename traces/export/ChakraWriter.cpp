@@ -377,6 +377,23 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
           for (int d : step.synchronized_devices) devices += (devices.empty() ? "" : ",") + std::to_string(d);
           attr(&n, "cardsim_synchronizes")->set_string_val(devices);
         }
+        if (!step.syncs.empty()) {
+          // The synchronizing calls before the node's time, in order (HostStep): "ps@dD" a
+          // device synchronize of device D, "ps@I+J" one that waited for nodes I and J.
+          std::string calls;
+          for (const HostStep::SyncCall& c : step.syncs) {
+            calls += (calls.empty() ? "" : ",") + std::to_string(c.duration_ps) + "@";
+            if (c.device >= 0) {
+              calls += "d" + std::to_string(c.device);
+              continue;
+            }
+            std::vector<uint64_t> ids;
+            for (std::size_t w : c.waits) ids.push_back(node_of[w]);
+            std::sort(ids.begin(), ids.end());
+            for (std::size_t k = 0; k < ids.size(); ++k) calls += (k ? "+" : "") + std::to_string(ids[k]);
+          }
+          attr(&n, "cardsim_sync_calls")->set_string_val(calls);
+        }
         appendDelimited(n, &out);
         ++s.nodes;
         ++s.host_nodes;

@@ -42,6 +42,7 @@ HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<
   std::set<std::size_t> pending;   // what synchronizations since the last step waited for
   std::set<std::size_t> waited;    // ... and since the start: waiting again costs only the call
   std::set<int> synchronized;      // ... and the devices they synchronized whole
+  std::vector<HostStep::SyncCall> syncs;   // ... and their calls (HostStep)
   for (std::size_t ci = 0; ci < calls.size(); ++ci) {
     const auto& c = calls[ci];
     if (c.rank != rank || c.record.status() != 0) continue;
@@ -88,10 +89,14 @@ HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<
         s.duration_ps = gap;
         s.waits.assign(pending.begin(), pending.end());
         s.synchronized_devices.assign(synchronized.begin(), synchronized.end());
+        s.syncs = std::exchange(syncs, {});
         pending.clear();
         synchronized.clear();
         chain.steps.push_back(std::move(s));
       }
+      if (mine.empty())   // a synchronization alone (a blocking copy's call is its own node's)
+        syncs.push_back({e.host_end_ps() - std::min(e.host_end_ps(), e.host_begin_ps()),
+                         whole_device ? e.device() : -1, waits});
       if (!chain.steps.empty())
         for (std::size_t i : mine) chain.issued_after[i] = chain.steps.size() - 1;
       pending.insert(waits.begin(), waits.end());

@@ -26,6 +26,15 @@ struct HostStep {
   std::vector<std::size_t> waits;     // commands the host waited for first (indices into commands())
   std::vector<int> synchronized_devices;   // devices whose every stream it waited for (a
                                            // device synchronize: its waits include theirs)
+  // The synchronizing calls it waited in (before begin_ps), in the order they were made: a
+  // replay makes them again, each costing what the model says (the call's own time when its
+  // work is done by then), and so must know where each began and what each waited for.
+  struct SyncCall {
+    uint64_t duration_ps = 0;
+    int device = -1;                  // a device synchronize's device (-1: it waited for `waits`)
+    std::vector<std::size_t> waits;   // commands it waited for first (indices into commands())
+  };
+  std::vector<SyncCall> syncs;
 };
 
 struct HostChain {

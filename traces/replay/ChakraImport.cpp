@@ -3,11 +3,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <regex>
 #include <map>
 #include <set>
 #include <sstream>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "simulator/FabricModel.h"
@@ -107,6 +109,13 @@ class RankConverter {
     bool program_wait = false;   // an event wait of the program: waits on its record node's event
     bool blocking = false;       // a copy or memset its call waited for (the host is past it)
     std::set<int> synchronizes;  // a host node's devices it synchronizes whole (cardsim_synchronizes)
+    // A host node's synchronizing calls before it, as recorded (cardsim_sync_calls; HostChain.h)
+    struct SyncCall {
+      uint64_t duration_ps = 0;
+      int device = -1;               // a device synchronize's device, else
+      std::vector<uint64_t> nodes;   // the nodes it waited for
+    };
+    std::vector<SyncCall> sync_calls;
     double recorded_event = -1;  // cardsim_event: the program's event of a record or wait (-1: not said)
     // Whether this program wait waits on record node q's event (the one of the same program
     // event; any record it depends on when the export did not say).
@@ -122,6 +131,8 @@ class RankConverter {
   Op opOf(const chakra::Node& n) const;
   // Devices a host node synchronizes whole (cardsim_synchronizes), checked.
   std::set<int> wholeDevices(const chakra::Node& n) const;
+  // A host node's synchronizing calls (cardsim_sync_calls), checked.
+  std::vector<Plan::SyncCall> syncCalls(const chakra::Node& n) const;
   trace::Envelope call(int device);
   uint32_t nameId(const std::string& text, trace::TraceWriter& w);
 
@@ -205,6 +216,44 @@ RankConverter::Op RankConverter::opOf(const chakra::Node& n) const {
   }
 }
 
+std::vector<RankConverter::Plan::SyncCall> RankConverter::syncCalls(const chakra::Node& n) const {
+  std::vector<Plan::SyncCall> calls;
+  const std::string all = text(n, "cardsim_sync_calls");
+  if (all.empty()) return calls;
+  const std::set<uint64_t> deps = depsOf(n);
+  auto bad = [&](const std::string& part, const std::string& why) {
+    return TraceError(where(n) + ": cardsim_sync_calls '" + all + "': '" + part + "' " + why);
+  };
+  std::istringstream in(all);
+  for (std::string part; std::getline(in, part, ',');) {
+    const std::size_t at = part.find('@');
+    if (at == std::string::npos || at == 0) throw bad(part, "is not TIME@dDEVICE or TIME@NODE+NODE...");
+    Plan::SyncCall c;
+    char* end = nullptr;
+    const double ps = std::strtod(part.substr(0, at).c_str(), &end);
+    if (*end != '\0' || !(ps >= 0 && ps < 1e18)) throw bad(part, "does not start with a host time in ps (below 10^18)");
+    c.duration_ps = static_cast<uint64_t>(ps);
+    std::string what = part.substr(at + 1);
+    if (!what.empty() && what[0] == 'd') {
+      const double d = std::strtod(what.c_str() + 1, &end);
+      if (what.size() < 2 || *end != '\0' || !(d >= 0 && d < kMaxDevices))
+        throw bad(part, "names no device (0.." + std::to_string(kMaxDevices - 1) + ")");
+      c.device = static_cast<int>(d);
+    } else {
+      std::istringstream ids(what);
+      for (std::string id; std::getline(ids, id, '+');) {
+        const double v = std::strtod(id.c_str(), &end);
+        if (id.empty() || *end != '\0' || !(v >= 0) || !deps.count(static_cast<uint64_t>(v)))
+          throw bad(part, "waits for '" + id + "', not a node this one depends on");
+        c.nodes.push_back(static_cast<uint64_t>(v));
+      }
+      if (c.nodes.empty()) throw bad(part, "waits for nothing");
+    }
+    calls.push_back(std::move(c));
+  }
+  return calls;
+}
+
 std::set<int> RankConverter::wholeDevices(const chakra::Node& n) const {
   bool bad = false;
   std::set<int> whole;
@@ -265,6 +314,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       // What the host waits for before going on: an event after it to synchronize on (a
       // blocking copy's call waited already; a device synchronized whole needs none).
       p.synchronizes = wholeDevices(n);
+      p.sync_calls = syncCalls(n);
       for (uint64_t d : depsOf(n)) {
         Plan& q = plan[index_.at(d)];
         if (q.op != Op::kHost && !q.blocking && !p.synchronizes.count(q.device) && !q.record_after) {
@@ -362,20 +412,43 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     const Plan& p = plan[i];
     if (p.op == Op::kHost) {
       // The host waits for the device work it depends on (cardsim's own: devices it
-      // synchronized whole, as it did), then spends the node's time.
-      for (int d : p.synchronizes) {
+      // synchronized whole, as it did), then spends the node's time. A cardsim export lists
+      // its synchronizing calls, each with its recorded time: they are made again in that
+      // order, each spanning its time (so that one whose work is done by then returns where
+      // the recorded one did, and a what-if's shorter wait shortens the host's); a call with
+      // nothing left to wait for here is host time.
+      std::set<int> device_synced;
+      auto deviceSync = [&](int d, uint64_t ps) {
         trace::Envelope e = call(d);
         e.mutable_api()->set_api(trace::ApiCall::DEVICE_SYNCHRONIZE);
+        e.set_host_end_ps(host_ps_ += ps);
         w.write(e);
-      }
-      for (uint64_t d : depsOf(n)) {
+        device_synced.insert(d);
+      };
+      auto eventSync = [&](uint64_t d, uint64_t ps) {
         const Plan& q = plan[index_.at(d)];
-        if (q.op == Op::kHost || q.blocking || p.synchronizes.count(q.device) || !waited.insert(d).second) continue;
+        if (q.op == Op::kHost || q.blocking || p.synchronizes.count(q.device) || !waited.insert(d).second) {
+          host_ps_ += ps;
+          return;
+        }
         trace::Envelope e = call(q.device);
         e.mutable_event()->set_op(trace::EventOp::SYNCHRONIZE);
         e.mutable_event()->set_event(q.event);
+        e.set_host_end_ps(host_ps_ += ps);
         w.write(e);
+      };
+      for (const Plan::SyncCall& c : p.sync_calls) {
+        if (c.device >= 0 && p.synchronizes.count(c.device)) {
+          deviceSync(c.device, c.duration_ps);
+          continue;
+        }
+        uint64_t ps = c.duration_ps;   // the call's time goes to the first it makes
+        for (uint64_t d : c.nodes) eventSync(d, std::exchange(ps, 0));
+        host_ps_ += ps;
       }
+      for (int d : p.synchronizes)
+        if (!device_synced.count(d)) deviceSync(d, 0);
+      for (uint64_t d : depsOf(n)) eventSync(d, 0);
       const double ps = durationPs(n);   // checked in the plan loop
       if (calls_ == 0 && ps > 0) {
         // The host's time before its first call reaching the device is the run's too (a

@@ -733,6 +733,17 @@ def test_bad_chakra_files_are_named(tmp_path):
         write_et(tmp_path / f"v{i}.0.et", [_enc_node(0, "k", COMP, attrs=attrs)])
         res = cardsim("replay", tmp_path / f"v{i}", "--preset", "h100-sxm")
         assert res.returncode == 2 and f"v{i}.0.et: node 0 ('k'): " in res.stderr and needle in res.stderr, res.stderr
+    # a host node's synchronizing calls (cardsim's own export) that do not parse, or wait for
+    # a node it does not depend on
+    for i, (calls, needle) in enumerate([("2000000@d", "names no device"), ("x@d0", "does not start with a host time"),
+                                         ("5@7", "waits for '7', not a node this one depends on"),
+                                         ("-3@d0", "does not start with a host time")]):
+        write_et(tmp_path / f"s{i}.0.et", [_enc_node(0, "k", COMP, duration=5),
+                                           _enc_node(1, "host", COMP, deps=[0], duration=1, cpu=True,
+                                                     attrs=[("cardsim_sync_calls", "string", calls)])])
+        res = cardsim("replay", tmp_path / f"s{i}", "--preset", "h100-sxm")
+        assert res.returncode == 2 and f"s{i}.0.et: node 1 ('host'): cardsim_sync_calls '{calls}'" in res.stderr \
+            and needle in res.stderr, res.stderr
     # one rank file of a job is one rank of it: alone it stands for the job's ranks, as a
     # .cstrace does
     foreign_job(tmp_path / "j", 10)
