@@ -336,6 +336,11 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
     metaAttr("preset", rank.header.preset());
     metaAttr("device_name", rank.header.device_name());
     metaAttr("source", rank.file);
+    // The run's settings a replay takes from its recording (the collectives' algorithm
+    // preference, ...): a replay of the files takes them from here.
+    for (const char* k : {"CARDSIM_COLL_ALGO", "CARDSIM_NODES", "CARDSIM_FABRIC_REVISE", "CARDSIM_COLL_START"})
+      if (auto it = rank.header.environment().find(k); it != rank.header.environment().end())
+        metaAttr((std::string("cardsim_env:") + k).c_str(), it->second);
     {
       auto* a = meta.add_attr();
       a->set_name("rank");

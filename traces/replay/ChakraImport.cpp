@@ -403,6 +403,15 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
   h.set_execution_mode("timing");
   h.set_backend("sim");
   h.set_started_by("chakra:" + source_);
+  // cardsim's own export: the recorded run's settings a replay takes from its recording
+  // (ChakraWriter), as a recording's header holds them.
+  for (const auto& a : et_.meta.attr()) {
+    static const std::string kEnv = "cardsim_env:";
+    if (a.name().compare(0, kEnv.size(), kEnv) != 0 || a.value_case() != chakra::AttributeProto::kStringVal) continue;
+    const std::string key = a.name().substr(kEnv.size());
+    if (key == "CARDSIM_COLL_ALGO" || key == "CARDSIM_NODES" || key == "CARDSIM_FABRIC_REVISE" || key == "CARDSIM_COLL_START")
+      (*h.mutable_environment())[key] = a.string_val();
+  }
   trace::TraceWriter w(out, h);
 
   std::set<std::pair<int, uint32_t>> created;

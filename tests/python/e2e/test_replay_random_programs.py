@@ -285,3 +285,35 @@ def test_random_programs_without_graphs_come_back_exactly_from_chakra(tmp_path):
         _cardsim("replay", prefix, "--json", report)
         total = json.loads(_cardsim("info", recorded, "--json"))["recorded_total_us"]
         assert json.loads(report.read_text())["total_us"] == pytest.approx(total, abs=1e-6), f"seed {seed}"
+
+
+def test_a_chakra_replay_keeps_the_recordings_algorithm_preference(tmp_path):
+    """A job run under CARDSIM_COLL_ALGO=tree (a preference, as NCCL_ALGO is): its Chakra files
+    carry the setting (GlobalMetadata cardsim_env:CARDSIM_COLL_ALGO), so a replay of them runs
+    the collectives the recording ran as trees as trees again, as a replay of the recording does."""
+    from conftest import free_port
+    script = tmp_path / "job.py"
+    script.write_text(JOBS)
+    recorded = tmp_path / "tree"
+    port = free_port()
+    procs = [subprocess.Popen([PYTHON, str(script), "25"], cwd=str(ROOT), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=_env(dict(CARDSIM_TRACE=str(recorded), CARDSIM_DEVICES="1", RANK=str(r),
+                                            WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                                            MASTER_PORT=str(port), CARDSIM_COLL_ALGO="tree")))
+             for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    prefix = tmp_path / "chakra" / "et"
+    prefix.parent.mkdir()
+    _cardsim("export", recorded, "--chakra", prefix)
+    kept = tmp_path / "kept"
+    _cardsim("replay", prefix, "--keep", kept)
+
+    def algorithms(path):
+        return sorted(c[0] for c in _timeline(path)[0] if ":" in c[0])
+
+    want = algorithms(recorded)
+    assert any(a.endswith(":tree") for a in want), want
+    assert algorithms(kept) == want
