@@ -204,6 +204,42 @@ def _timeline(path):
     return sorted(commands, key=lambda c: (c[2], c[3], c[0], c[1])), sorted(calls)
 
 
+def _replays_exactly(tmp_path, recorded, what):
+    """Replays `recorded` on its own configuration (keeping the replay's trace) and checks
+    that the replay's total, every device command and every host call are as recorded;
+    returns the recorded commands."""
+    kept = tmp_path / f"kept-{recorded.name}"
+    report = tmp_path / f"replay-{recorded.name}.json"
+    _cardsim("replay", recorded, "--keep", kept, "--json", report)
+    total = json.loads(_cardsim("info", recorded, "--json"))["recorded_total_us"]
+    assert json.loads(report.read_text())["total_us"] == pytest.approx(total, abs=1e-6), what
+    (want_cmds, want_calls), (got_cmds, got_calls) = _timeline(recorded), _timeline(kept)
+    for w, g in zip(want_cmds, got_cmds):
+        assert w == g, f"{what}: the first device command off its recorded time: recorded {w}, replayed {g}"
+    assert len(want_cmds) == len(got_cmds), what
+    assert want_calls == got_calls, f"{what}: host calls differ"
+    return want_cmds
+
+
+def _record_job(tmp_path, seed, name, **env):
+    """Runs the random 2-rank job of `seed` with CARDSIM_TRACE; returns the trace directory."""
+    from conftest import free_port
+    script = tmp_path / "job.py"
+    script.write_text(JOBS)
+    recorded = tmp_path / name
+    port = free_port()
+    procs = [subprocess.Popen([PYTHON, str(script), str(seed)], cwd=str(ROOT), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=_env(dict(CARDSIM_TRACE=str(recorded), CARDSIM_DEVICES="1", RANK=str(r),
+                                            WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                                            MASTER_PORT=str(port), **env)))
+             for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    return recorded
+
+
 @pytest.mark.parametrize("mode,seeds", [("full", range(1, 7)), ("timing", range(101, 107))])
 def test_random_programs_replay_to_their_recorded_times(tmp_path, mode, seeds):
     script = tmp_path / "programs.py"
@@ -214,18 +250,8 @@ def test_random_programs_replay_to_their_recorded_times(tmp_path, mode, seeds):
     assert res.returncode == 0, res.stderr[-3000:]
     kinds = set()
     for seed in seeds:
-        recorded = tmp_path / f"p{seed}"
-        kept = tmp_path / f"kept-{seed}"
-        report = tmp_path / f"replay-{seed}.json"
-        _cardsim("replay", recorded, "--keep", kept, "--json", report)
-        total = json.loads(_cardsim("info", recorded, "--json"))["recorded_total_us"]
-        assert json.loads(report.read_text())["total_us"] == pytest.approx(total, abs=1e-6), f"seed {seed}"
-        (want_cmds, want_calls), (got_cmds, got_calls) = _timeline(recorded), _timeline(kept)
+        want_cmds = _replays_exactly(tmp_path, tmp_path / f"p{seed}", f"seed {seed} ({mode})")
         assert len(want_cmds) > 10, f"seed {seed}: only {len(want_cmds)} device commands"
-        for w, g in zip(want_cmds, got_cmds):
-            assert w == g, f"seed {seed} ({mode}): the first device command off its recorded time: recorded {w}, replayed {g}"
-        assert len(want_cmds) == len(got_cmds), f"seed {seed}"
-        assert want_calls == got_calls, f"seed {seed} ({mode}): host calls differ"
         kinds |= {c[0] for c in want_cmds}
     # the mix exercised what it is meant to (aten::sin: the captured graph's replays)
     for k in ("aten::mm", "aten::sin", "aten::zero_", "memcpy HtoD", "memcpy DtoH", "memcpy DtoD", "event wait",
@@ -234,32 +260,10 @@ def test_random_programs_replay_to_their_recorded_times(tmp_path, mode, seeds):
 
 
 def test_random_two_rank_jobs_replay_to_their_recorded_times(tmp_path):
-    from conftest import free_port
-    script = tmp_path / "job.py"
-    script.write_text(JOBS)
     for seed in (1, 2, 3):
-        recorded = tmp_path / f"p{seed}"
-        port = free_port()
-        procs = [subprocess.Popen([PYTHON, str(script), str(seed)], cwd=str(ROOT), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True,
-                                  env=_env(dict(CARDSIM_TRACE=str(recorded), CARDSIM_DEVICES="1", RANK=str(r),
-                                                WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                                                MASTER_PORT=str(port))))
-                 for r in range(2)]
-        for p in procs:
-            _, err = p.communicate(timeout=300)
-            assert p.returncode == 0, err[-3000:]
-        kept = tmp_path / f"kept-{seed}"
-        report = tmp_path / f"replay-{seed}.json"
-        _cardsim("replay", recorded, "--keep", kept, "--json", report)
-        total = json.loads(_cardsim("info", recorded, "--json"))["recorded_total_us"]
-        assert json.loads(report.read_text())["total_us"] == pytest.approx(total, abs=1e-6), f"seed {seed}"
-        (want_cmds, want_calls), (got_cmds, got_calls) = _timeline(recorded), _timeline(kept)
+        want_cmds = _replays_exactly(tmp_path, _record_job(tmp_path, seed, f"p{seed}"), f"seed {seed}")
         collectives = {c[0].split(":")[0] for c in want_cmds if ":" in c[0]}
         assert len(collectives) >= 3, f"seed {seed}: collectives {collectives}"
-        for w, g in zip(want_cmds, got_cmds):
-            assert w == g, f"seed {seed}: the first device command off its recorded time: recorded {w}, replayed {g}"
-        assert len(want_cmds) == len(got_cmds) and want_calls == got_calls, f"seed {seed}"
 
 
 def test_random_programs_without_graphs_come_back_exactly_from_chakra(tmp_path):
@@ -291,20 +295,7 @@ def test_a_chakra_replay_keeps_the_recordings_algorithm_preference(tmp_path):
     """A job run under CARDSIM_COLL_ALGO=tree (a preference, as NCCL_ALGO is): its Chakra files
     carry the setting (GlobalMetadata cardsim_env:CARDSIM_COLL_ALGO), so a replay of them runs
     the collectives the recording ran as trees as trees again, as a replay of the recording does."""
-    from conftest import free_port
-    script = tmp_path / "job.py"
-    script.write_text(JOBS)
-    recorded = tmp_path / "tree"
-    port = free_port()
-    procs = [subprocess.Popen([PYTHON, str(script), "25"], cwd=str(ROOT), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              env=_env(dict(CARDSIM_TRACE=str(recorded), CARDSIM_DEVICES="1", RANK=str(r),
-                                            WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                                            MASTER_PORT=str(port), CARDSIM_COLL_ALGO="tree")))
-             for r in range(2)]
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
+    recorded = _record_job(tmp_path, 25, "tree", CARDSIM_COLL_ALGO="tree")
     prefix = tmp_path / "chakra" / "et"
     prefix.parent.mkdir()
     _cardsim("export", recorded, "--chakra", prefix)
