@@ -318,7 +318,7 @@ int runReplay(const std::vector<std::string>& argv) {
   // The recording's own preference stands unless the what-if names another algorithm.
   bool algorithm_set = false;
   for (const std::string& o : job.overrides) algorithm_set = algorithm_set || sim::overrideKey(o) == "fabric.algorithm";
-  for (const char* k : {"CARDSIM_COLL_ALGO", "CARDSIM_NODES", "CARDSIM_FABRIC_REVISE", "CARDSIM_COLL_START"}) {
+  for (const char* k : trace::kReplayedEnvironment) {
     auto it = h0.environment().find(k);
     if (it != h0.environment().end() && !(algorithm_set && std::string(k) == "CARDSIM_COLL_ALGO"))
       job.env[k] = it->second;

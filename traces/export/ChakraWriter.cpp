@@ -11,6 +11,7 @@
 #include "traces/export/proto/chakra_et.pb.h"
 #include "traces/lib/CapturedByGraph.h"
 #include "traces/lib/PeersLate.h"
+#include "traces/lib/TraceFormat.h"
 
 namespace cardsim::timeline {
 
@@ -338,7 +339,7 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
     metaAttr("source", rank.file);
     // The run's settings a replay takes from its recording (the collectives' algorithm
     // preference, ...): a replay of the files takes them from here.
-    for (const char* k : {"CARDSIM_COLL_ALGO", "CARDSIM_NODES", "CARDSIM_FABRIC_REVISE", "CARDSIM_COLL_START"})
+    for (const char* k : trace::kReplayedEnvironment)
       if (auto it = rank.header.environment().find(k); it != rank.header.environment().end())
         metaAttr((std::string("cardsim_env:") + k).c_str(), it->second);
     {

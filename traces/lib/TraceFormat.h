@@ -31,4 +31,9 @@ constexpr char kFileExtension[] = ".cstrace";
 // KiB): a larger length prefix means the file is corrupt, not that it needs that much memory.
 constexpr uint64_t kMaxRecordBytes = 64ull << 20;
 
+// The settings of a recorded run (Header.environment) that a replay of it takes over: the
+// collectives' algorithm preference, the node count, the fabric's rules of its version.
+constexpr const char* kReplayedEnvironment[] = {"CARDSIM_COLL_ALGO", "CARDSIM_NODES", "CARDSIM_FABRIC_REVISE",
+                                                "CARDSIM_COLL_START"};
+
 }  // namespace cardsim::trace

@@ -19,6 +19,7 @@
 #include "traces/lib/TraceWriter.h"
 #include "traces/replay/ChakraAttributes.h"
 #include "traces/replay/ChakraFiles.h"
+#include "traces/replay/ChakraHostNode.h"
 #include "traces/replay/ReplayReport.h"
 
 namespace cardsim::replay {
@@ -49,9 +50,6 @@ uint64_t standIn(int side, int device) {
 bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
-
-// Devices a converted rank may name (as CARDSIM_DEVICES allows).
-constexpr int kMaxDevices = 4096;
 
 // A send's or receive's two ends, a side that leaves out its own rank taking the file's
 // (ASTRA-sim's custom collectives: a send names only comm_dst, a receive only comm_src).
@@ -109,13 +107,7 @@ class RankConverter {
     bool program_wait = false;   // an event wait of the program: waits on its record node's event
     bool blocking = false;       // a copy or memset its call waited for (the host is past it)
     std::set<int> synchronizes;  // a host node's devices it synchronizes whole (cardsim_synchronizes)
-    // A host node's synchronizing calls before it, as recorded (cardsim_sync_calls; HostChain.h)
-    struct SyncCall {
-      uint64_t duration_ps = 0;
-      int device = -1;               // a device synchronize's device, else
-      std::vector<uint64_t> nodes;   // the nodes it waited for
-    };
-    std::vector<SyncCall> sync_calls;
+    std::vector<HostSyncCall> sync_calls;   // a host node's synchronizing calls (ChakraHostNode.h)
     double recorded_event = -1;  // cardsim_event: the program's event of a record or wait (-1: not said)
     // Whether this program wait waits on record node q's event (the one of the same program
     // event; any record it depends on when the export did not say).
@@ -129,10 +121,6 @@ class RankConverter {
   }
   std::vector<std::size_t> topologicalOrder();
   Op opOf(const chakra::Node& n) const;
-  // Devices a host node synchronizes whole (cardsim_synchronizes), checked.
-  std::set<int> wholeDevices(const chakra::Node& n) const;
-  // A host node's synchronizing calls (cardsim_sync_calls), checked.
-  std::vector<Plan::SyncCall> syncCalls(const chakra::Node& n) const;
   trace::Envelope call(int device);
   uint32_t nameId(const std::string& text, trace::TraceWriter& w);
 
@@ -216,56 +204,6 @@ RankConverter::Op RankConverter::opOf(const chakra::Node& n) const {
   }
 }
 
-std::vector<RankConverter::Plan::SyncCall> RankConverter::syncCalls(const chakra::Node& n) const {
-  std::vector<Plan::SyncCall> calls;
-  const std::string all = text(n, "cardsim_sync_calls");
-  if (all.empty()) return calls;
-  const std::set<uint64_t> deps = depsOf(n);
-  auto bad = [&](const std::string& part, const std::string& why) {
-    return TraceError(where(n) + ": cardsim_sync_calls '" + all + "': '" + part + "' " + why);
-  };
-  std::istringstream in(all);
-  for (std::string part; std::getline(in, part, ',');) {
-    const std::size_t at = part.find('@');
-    if (at == std::string::npos || at == 0) throw bad(part, "is not TIME@dDEVICE or TIME@NODE+NODE...");
-    Plan::SyncCall c;
-    char* end = nullptr;
-    const double ps = std::strtod(part.substr(0, at).c_str(), &end);
-    if (*end != '\0' || !(ps >= 0 && ps < 1e18)) throw bad(part, "does not start with a host time in ps (below 10^18)");
-    c.duration_ps = static_cast<uint64_t>(ps);
-    std::string what = part.substr(at + 1);
-    if (!what.empty() && what[0] == 'd') {
-      const double d = std::strtod(what.c_str() + 1, &end);
-      if (what.size() < 2 || *end != '\0' || !(d >= 0 && d < kMaxDevices))
-        throw bad(part, "names no device (0.." + std::to_string(kMaxDevices - 1) + ")");
-      c.device = static_cast<int>(d);
-    } else {
-      std::istringstream ids(what);
-      for (std::string id; std::getline(ids, id, '+');) {
-        const double v = std::strtod(id.c_str(), &end);
-        if (id.empty() || *end != '\0' || !(v >= 0) || !deps.count(static_cast<uint64_t>(v)))
-          throw bad(part, "waits for '" + id + "', not a node this one depends on");
-        c.nodes.push_back(static_cast<uint64_t>(v));
-      }
-      if (c.nodes.empty()) throw bad(part, "waits for nothing");
-    }
-    calls.push_back(std::move(c));
-  }
-  return calls;
-}
-
-std::set<int> RankConverter::wholeDevices(const chakra::Node& n) const {
-  bool bad = false;
-  std::set<int> whole;
-  for (double d : byteList(n, "cardsim_synchronizes", &bad)) {
-    if (bad || !(d >= 0 && d < kMaxDevices))
-      throw TraceError(where(n) + ": cardsim_synchronizes '" + text(n, "cardsim_synchronizes") +
-                       "' is not a list of devices (0.." + std::to_string(kMaxDevices - 1) + ")");
-    whole.insert(static_cast<int>(d));
-  }
-  return whole;
-}
-
 trace::Envelope RankConverter::call(int device) {
   trace::Envelope e;
   e.set_call(++calls_);
@@ -313,8 +251,8 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     if (p.op == Op::kHost) {
       // What the host waits for before going on: an event after it to synchronize on (a
       // blocking copy's call waited already; a device synchronized whole needs none).
-      p.synchronizes = wholeDevices(n);
-      p.sync_calls = syncCalls(n);
+      p.synchronizes = wholeDevices(n, where(n));
+      p.sync_calls = syncCalls(n, depsOf(n), where(n));
       for (uint64_t d : depsOf(n)) {
         Plan& q = plan[index_.at(d)];
         if (q.op != Op::kHost && !q.blocking && !p.synchronizes.count(q.device) && !q.record_after) {
@@ -405,13 +343,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
   h.set_started_by("chakra:" + source_);
   // cardsim's own export: the recorded run's settings a replay takes from its recording
   // (ChakraWriter), as a recording's header holds them.
-  for (const auto& a : et_.meta.attr()) {
-    static const std::string kEnv = "cardsim_env:";
-    if (a.name().compare(0, kEnv.size(), kEnv) != 0 || a.value_case() != chakra::AttributeProto::kStringVal) continue;
-    const std::string key = a.name().substr(kEnv.size());
-    if (key == "CARDSIM_COLL_ALGO" || key == "CARDSIM_NODES" || key == "CARDSIM_FABRIC_REVISE" || key == "CARDSIM_COLL_START")
-      (*h.mutable_environment())[key] = a.string_val();
-  }
+  recordedEnvironment(et_.meta, &h);
   trace::TraceWriter w(out, h);
 
   std::set<std::pair<int, uint32_t>> created;
@@ -446,7 +378,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         e.set_host_end_ps(host_ps_ += ps);
         w.write(e);
       };
-      for (const Plan::SyncCall& c : p.sync_calls) {
+      for (const HostSyncCall& c : p.sync_calls) {
         if (c.device >= 0 && p.synchronizes.count(c.device)) {
           deviceSync(c.device, c.duration_ps);
           continue;
