@@ -14,6 +14,7 @@
 #include "CostModel.h"
 #include "DeviceGenerator.h"
 #include "KernelLaunch.h"
+#include "ResultMemory.h"
 
 namespace cardsim::kernels {
 namespace {
@@ -30,6 +31,9 @@ struct OpEntry {
   // as CUDA's kernels do. kIfBoolIndex: indexing, only with a boolean mask among its indices;
   // kUnlessSized: unless the caller gave the output size (repeat_interleave).
   enum class HostRead { kNever, kAlways, kIfBoolIndex, kUnlessSized } host_read = HostRead::kNever;
+  // One result, a new tensor: it may be made in a lent device block (ResultMemory.h). Not
+  // with several results, which could be handed each other's blocks while still unconverted.
+  bool one_new_result = false;
 };
 
 std::mutex g_fallback_mutex;
@@ -70,6 +74,8 @@ const OpEntry& entryFor(const c10::OperatorHandle& op) {
       if (a.type()->isSubtypeOf(*gen_type)) e->generator_args.push_back(i);
       if (a.alias_info() && a.alias_info()->isWrite()) e->written_args.push_back(i);
     }
+    e->one_new_result = schema.returns().size() == 1 && !schema.returns()[0].alias_info() &&
+                        schema.returns()[0].type()->kind() == c10::TypeKind::TensorType;
     slot = std::move(e);
   }
   local[key] = slot.get();
@@ -344,7 +350,10 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
 
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  {
+    DeviceResultScope results(entry.one_new_result);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
 
   call.syncWrittenArguments();
   const size_t nret = schema.returns().size();

@@ -75,7 +75,9 @@ struct HostCall {
     at::Tensor src = r.is_non_overlapping_and_dense() ? r : r.contiguous();
     at::Tensor d = at::empty_strided(src.sizes(), src.strides(),
                                      src.options().device(c10::DeviceType::PrivateUse1, device));
-    if (src.numel() > 0) std::memcpy(d.data_ptr(), src.data_ptr(), src.nbytes());
+    // A result made in a lent block (ResultMemory.h) is usually in place already; else the
+    // block it was lent may be the one taken, at another offset: memmove.
+    if (src.numel() > 0 && d.data_ptr() != src.data_ptr()) std::memmove(d.data_ptr(), src.data_ptr(), src.nbytes());
     return d;
   }
 

@@ -7,11 +7,13 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "DeviceRuntime.h"
 #include "KernelLaunch.h"
 #include "MemoryHistory.h"
+#include "ResultMemory.h"
 
 namespace cardsim::accel {
 
@@ -49,6 +51,26 @@ struct DeviceState {
 
 std::recursive_mutex g_mutex;
 DeviceState g_devices[kMaxDevices];
+// Cached blocks lent to a thread's CPU kernel (ResultMemory.h): other threads skip them.
+std::unordered_map<void*, std::thread::id> g_lent;
+
+// Lent to another thread (or, `any_thread`, to any).
+bool lent(const Block* b, bool any_thread) {
+  if (g_lent.empty()) return false;
+  auto it = g_lent.find(b->ptr);
+  return it != g_lent.end() && (any_thread || it->second != std::this_thread::get_id());
+}
+
+// The cached block allocate() would choose now for `size` (rounded) bytes on `stream`;
+// `lending`: a block for another of the kernel's allocations, none already lent.
+std::multimap<size_t, Block*>::iterator bestFit(DeviceState& d, size_t size, c10::StreamId stream,
+                                                bool lending = false) {
+  // Best fit on the same stream, wasting at most an eighth (or 1 MiB) of the block.
+  const size_t limit = size + std::max(size / 8, kSmall);
+  for (auto it = d.cached.lower_bound(size); it != d.cached.end() && it->first <= limit; ++it)
+    if (it->second->stream == stream && !lent(it->second, lending)) return it;
+  return d.cached.end();
+}
 
 size_t roundUp(size_t n) { return (n + kRound - 1) / kRound * kRound; }
 
@@ -119,7 +141,12 @@ void collectPending(DeviceState& d, bool wait) {
 // Returns every cached block of the device to the shim.
 void releaseCached(DeviceState& d) {
   RelaxedCaptureMode relaxed;
+  std::multimap<size_t, Block*> kept;   // lent to a kernel that writes them now
   for (auto& [size, b] : d.cached) {
+    if (lent(b, /*any_thread=*/true)) {
+      kept.emplace(size, b);
+      continue;
+    }
     memoryHistory().record("segment_free", b->device, b->ptr, b->size, b->stream, memoryHistory().gather());
     (void)shim::free(b->ptr);
     forPools(b->size, [&](size_t k) {
@@ -130,7 +157,7 @@ void releaseCached(DeviceState& d) {
     d.blocks.erase(b->ptr);
     delete b;
   }
-  d.cached.clear();
+  d.cached.swap(kept);
 }
 
 // Returns a block to its device's cache (or to the pending list while other streams use it).
@@ -202,14 +229,11 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
   DeviceState& d = g_devices[device];
   collectPending(d, false);
   Block* b = nullptr;
-  // Best fit on the same stream, wasting at most an eighth (or 1 MiB) of the block.
-  const size_t limit = size + std::max(size / 8, kSmall);
-  for (auto it = d.cached.lower_bound(size); it != d.cached.end() && it->first <= limit; ++it)
-    if (it->second->stream == stream) {
-      b = it->second;
-      d.cached.erase(it);
-      break;
-    }
+  if (auto it = bestFit(d, size, stream); it != d.cached.end()) {
+    b = it->second;
+    d.cached.erase(it);
+    g_lent.erase(b->ptr);   // this thread's own lent block: its data is the result's
+  }
   if (!b) {
     RelaxedCaptureMode relaxed;
     void* ptr = nullptr;
@@ -431,6 +455,33 @@ CachingAllocator& deviceAllocator() {
   static CachingAllocator a;
   return a;
 }
+
+namespace {
+
+// ResultMemory.h's lender: the choice allocate() would make, without its side effects (no
+// pending frees collected: their event queries cost simulated host time).
+void* lendCached(size_t bytes) {
+  const c10::DeviceIndex device = currentDevice();
+  const c10::StreamId stream = accel::currentStream(device).id();
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  DeviceState& d = g_devices[device];
+  auto it = bestFit(d, roundUp(bytes), stream, /*lending=*/true);
+  if (it == d.cached.end()) return nullptr;
+  g_lent.emplace(it->second->ptr, std::this_thread::get_id());
+  return it->second->ptr;
+}
+
+void giveBackLent(void* block) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  g_lent.erase(block);
+}
+
+const bool g_lender_registered = [] {
+  kernels::setCachedBlockLender({&lendCached, &giveBackLent});
+  return true;
+}();
+
+}  // namespace
 
 namespace {
 
