@@ -14,7 +14,10 @@ thread_local bool t_active = false;
 CachedBlockLender g_lender;
 
 // Device blocks lent as CPU memory and not yet freed by the CPU side, by address (a count:
-// a block may be lent again once the device tensor that took it is freed).
+// a block may be lent again once the device tensor that took it is freed). Not the device
+// allocator's list of lent blocks, which drops a block once a device tensor takes it: this
+// one tells raw_deallocate's pointers of ours from the CPU allocator's until the CPU side
+// frees them, without the device allocator's lock on every raw free of the process.
 std::mutex g_mutex;
 std::unordered_map<void*, int> g_lent;
 std::atomic<size_t> g_lent_count{0};

@@ -232,7 +232,7 @@ at::DataPtr CachingAllocator::allocate(size_t bytes) {
   if (auto it = bestFit(d, size, stream); it != d.cached.end()) {
     b = it->second;
     d.cached.erase(it);
-    g_lent.erase(b->ptr);   // this thread's own lent block: its data is the result's
+    if (!g_lent.empty()) g_lent.erase(b->ptr);   // this thread's own lent block: its data is the result's
   }
   if (!b) {
     RelaxedCaptureMode relaxed;
@@ -480,10 +480,6 @@ const bool g_lender_registered = [] {
   kernels::setCachedBlockLender({&lendCached, &giveBackLent});
   return true;
 }();
-
-}  // namespace
-
-namespace {
 
 // Simulated host microseconds since `start_ps` (the host cost the runtime charged a call).
 int64_t hostMicrosSince(uint64_t start_ps) {
