@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 
@@ -66,6 +67,29 @@ std::vector<at::Tensor> withoutOutArguments(const std::vector<at::Tensor>& input
   return read;
 }
 
+// Q K^T and P V of a fused attention kernel: 2 (E + Ev) per unmasked (query, key) pair of
+// each batch and head. A causal mask (top-left aligned, as PyTorch's is_causal) leaves query
+// i the keys 0..i. The score matrix never reaches memory: bytes are the operands' alone.
+double attentionFlops(const std::vector<at::Tensor>& inputs, int query_arg, bool causal) {
+  const size_t q = static_cast<size_t>(query_arg);
+  if (q + 2 >= inputs.size()) return 0;
+  const at::Tensor &query = inputs[q], &key = inputs[q + 1], &value = inputs[q + 2];
+  if (!query.defined() || !key.defined() || !value.defined() || query.dim() < 2 || key.dim() < 2 ||
+      value.dim() < 1 || query.numel() == 0)
+    return 0;
+  const double l = static_cast<double>(query.size(-2)), s = static_cast<double>(key.size(-2));
+  const double e = static_cast<double>(query.size(-1)), ev = static_cast<double>(value.size(-1));
+  const double batch_heads = static_cast<double>(query.numel()) / (l * e);
+  // Rows below the diagonal see i + 1 keys until the keys run out: sum of min(i + 1, s).
+  double pairs = l * s;
+  if (causal) {
+    const double full = std::max(0.0, l - s);   // rows that see every key
+    const double partial = std::min(l, s);      // rows 0..partial-1 see 1..partial keys
+    pairs = partial * (partial + 1) / 2 + full * s;
+  }
+  return 2.0 * batch_heads * pairs * (e + ev);
+}
+
 // Per device: does the card have TF32 units? Read once from its properties.
 constexpr int kMaxDevices = 64;
 std::array<std::atomic<int>, kMaxDevices> g_has_tf32{};  // 0 unknown, 1 yes, 2 no
@@ -94,14 +118,16 @@ bool matmulUsesTf32(c10::DeviceIndex device) {
 }
 
 shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& all_inputs,
-                              const std::vector<at::Tensor>& outputs, c10::DeviceIndex device) {
+                              const std::vector<at::Tensor>& outputs, c10::DeviceIndex device,
+                              bool causal) {
   shim::KernelCost c;
   std::vector<at::Tensor> read;
   if (op.out_form) read = withoutOutArguments(all_inputs, outputs);
   const std::vector<at::Tensor>& inputs = op.out_form ? read : all_inputs;
   const at::ScalarType t = computeType(inputs, outputs);
   c.dtype = costDtype(t, device);
-  if (op.kind == CostKind::Gemm && t == at::kFloat && matmulUsesTf32(device))
+  if ((op.kind == CostKind::Gemm || op.kind == CostKind::Attention) && t == at::kFloat &&
+      matmulUsesTf32(device))
     c.dtype = shim::DataType::TFloat32;
   c.bytes_read = bytes(inputs);
   c.bytes_written = bytes(outputs);
@@ -141,6 +167,10 @@ shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& a
       flops = 0;
       break;
     }
+    case CostKind::Attention:
+      c.kernel_class = shim::KernelClass::Gemm;
+      flops = attentionFlops(inputs, op.gemm_lhs_arg, causal) * op.flops_per_element;
+      break;
   }
   c.flops = flops * flopScale(t, device);
   noteOperandShapes(inputs, outputs);

@@ -17,12 +17,14 @@ enum class CostKind : uint8_t {
   Normalization,  // softmax / norms: flops = input elements x factor, reduction class
   Gemm,           // flops = 2 x output elements x K (+ output elements with a bias)
   Gather,         // embedding / index_select: reads what it writes plus the indices
+  Attention,      // fused (flash) attention: the two products over the unmasked score pairs
 };
 
 struct OpCost {
   CostKind kind = CostKind::Generic;
   double flops_per_element = 1.0;
-  int gemm_lhs_arg = 0;     // Gemm: the argument whose last dimension is K
+  int gemm_lhs_arg = 0;     // Gemm: the argument whose last dimension is K;
+                            // Attention: the query's (key and value follow it)
   bool gemm_bias = false;   // Gemm: an added matrix (addmm, baddbmm)
   bool out_form = false;    // an out= overload: its out arguments are written, not read
 };
@@ -31,9 +33,11 @@ struct OpCost {
 // `outputs` the results. An in-place target is read and written; the out arguments of an
 // out= form (`op.out_form`: the last occurrence among the inputs of each result) only
 // written. An fp32 GEMM is timed as TF32 where PyTorch would use TF32 on CUDA
-// (`matmulUsesTf32`).
+// (`matmulUsesTf32`). `causal`: an attention kernel's is_causal argument (the masked
+// half of the score pairs is skipped, as fused kernels do).
 shim::KernelCost estimateCost(const OpCost& op, const std::vector<at::Tensor>& inputs,
-                              const std::vector<at::Tensor>& outputs, c10::DeviceIndex device);
+                              const std::vector<at::Tensor>& outputs, c10::DeviceIndex device,
+                              bool causal = false);
 
 // The operand shapes (inputs, then outputs) of the kernel about to be launched on this
 // thread, for a trace being recorded (nothing happens otherwise). estimateCost calls it.

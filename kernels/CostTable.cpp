@@ -31,6 +31,7 @@ OpCost red(double f = 1) { return {Kind::Reduction, f, 0, false}; }
 OpCost norm(double f) { return {Kind::Normalization, f, 0, false}; }
 OpCost gemm(int lhs, bool bias) { return {Kind::Gemm, 1, lhs, bias}; }
 OpCost gather() { return {Kind::Gather, 0, 0, false}; }
+OpCost attention(int query_arg, double pass_factor) { return {Kind::Attention, pass_factor, query_arg, false}; }
 
 // The operators with a cost model of their own (the hot set of training and inference).
 // Functional forms, in-place forms and out= forms each have their own registration.
@@ -192,6 +193,11 @@ const std::vector<CostedOp>& costedTable() {
     family("baddbmm", {"", "out"}, gemm(1, true));
     family("baddbmm_", {""}, gemm(1, true));
     family("_addmm_activation", {"", "out"}, gemm(1, true));
+    // Fused attention (scaled_dot_product_attention where the card's choice is flash, see
+    // AttentionChoice.cpp). The backward recomputes the scores and makes dV, dP, dQ and dK:
+    // five products to the forward's two, 2.5x its flops (FlashAttention-2's count).
+    family("_scaled_dot_product_flash_attention_for_cpu", {""}, attention(0, 1.0));
+    family("_scaled_dot_product_flash_attention_for_cpu_backward", {""}, attention(1, 2.5));
     // Gathers and scatters.
     family("index_select", {"", "out"}, gather());
     family("gather", {"", "out"}, gather());

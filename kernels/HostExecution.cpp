@@ -34,6 +34,7 @@ struct OpEntry {
   // One result, a new tensor: it may be made in a lent device block (ResultMemory.h). Not
   // with several results, which could be handed each other's blocks while still unconverted.
   bool one_new_result = false;
+  int causal_arg = -1;   // position of a bool is_causal argument (attention), else -1
 };
 
 std::mutex g_fallback_mutex;
@@ -73,6 +74,7 @@ const OpEntry& entryFor(const c10::OperatorHandle& op) {
       const auto& a = schema.arguments()[i];
       if (a.type()->isSubtypeOf(*gen_type)) e->generator_args.push_back(i);
       if (a.alias_info() && a.alias_info()->isWrite()) e->written_args.push_back(i);
+      if (a.name() == "is_causal" && a.type()->kind() == c10::TypeKind::BoolType) e->causal_arg = static_cast<int>(i);
     }
     e->one_new_result = schema.returns().size() == 1 && !schema.returns()[0].alias_info() &&
                         schema.returns()[0].type()->kind() == c10::TypeKind::TensorType;
@@ -213,7 +215,7 @@ bool captureOnHost(const c10::OperatorHandle& op, const OpEntry& entry, HostCall
   if (outputs.empty())
     for (const auto& [dev, a] : call.aliases)
       if (call.written.count(dev.unsafeGetTensorImpl())) outputs.push_back(dev);
-  shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device);
+  shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device, call.causal);
   if (!record) {
     throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
     return true;
@@ -290,6 +292,10 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   HostCall call;
   call.op_name = entry.name.c_str();
   call.cpu_operands_allowed = entry.cpu_operands_allowed;
+  if (entry.causal_arg >= 0) {
+    const c10::IValue& v = (*stack)[base + static_cast<size_t>(entry.causal_arg)];
+    call.causal = v.isBool() && v.toBool();
+  }
   const bool read_back = readsBack(op, entry, *stack, base);
   const void* read_data = nullptr;   // device bytes the read-back copies (the first operand's)
   size_t read_bytes = 0;
@@ -386,7 +392,7 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (const auto& [dev, a] : call.aliases)
       if (call.written.count(dev.unsafeGetTensorImpl())) note(dev);
   }
-  shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device);
+  shim::KernelCost cost = estimateCost(entry.cost, call.tensor_args, outputs, call.device, call.causal);
   throwIfFailed(shim::launchKernel(stream, entry.name, cost, nullptr), entry.name.c_str());
   if (read_back) readBack(stream, read_data, read_bytes, entry.name.c_str());
 }

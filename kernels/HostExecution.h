@@ -29,6 +29,7 @@ struct HostCall {
   c10::DeviceIndex device = -1;
   bool writing = false;                                     // converting a written argument
   bool cpu_operands_allowed = false;                        // indexing takes CPU index tensors
+  bool causal = false;                                      // the op's is_causal argument (attention's cost)
   const char* op_name = "";
   // One CPU storage per device storage, so ATen sees arguments that share memory as aliases.
   std::unordered_map<const c10::StorageImpl*, c10::Storage> host_storage;

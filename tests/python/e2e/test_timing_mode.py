@@ -328,3 +328,28 @@ def test_a_torch_compiled_function_runs_in_timing_mode_with_the_full_mode_time(p
     timing = _result(py(COMPILED, args=("supa",), env={"CARDSIM_EXECUTION": "timing"}))
     assert timing["ms"] == full["ms"] > 0
     assert full["total"] != 0 and timing["total"] == 0.0
+
+
+ATTENTION = r"""
+import json, sys, importlib, torch, torch.nn.functional as F
+card = sys.argv[1]
+importlib.import_module("torch_" + card)
+dm = getattr(torch, card)
+q, k, v = (torch.randn(2, 4, 128, 32).to(card).requires_grad_() for _ in range(3))
+s, e = dm.Event(enable_timing=True), dm.Event(enable_timing=True)
+s.record()
+out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+out.sum().backward()
+e.record(); e.synchronize()
+print("RESULT " + json.dumps(dict(ms=s.elapsed_time(e), shape=list(q.grad.shape), stride=list(q.grad.stride()),
+                                  total=out.sum().item())))
+"""
+
+
+def test_fused_attention_runs_in_timing_mode_with_the_full_mode_time(py):
+    # Its result shapes come from the meta kernel, in timing mode, and the layouts must agree.
+    full = _result(py(ATTENTION, args=("mlu",)))
+    timing = _result(py(ATTENTION, args=("mlu",), env={"CARDSIM_EXECUTION": "timing"}))
+    assert (timing["shape"], timing["stride"]) == (full["shape"], full["stride"]) == ([2, 4, 128, 32], [16384, 4096, 32, 1])
+    assert timing["ms"] == full["ms"] > 0
+    assert full["total"] != 0 and timing["total"] == 0.0
