@@ -400,6 +400,17 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
           }
           attr(&n, "cardsim_sync_calls")->set_string_val(calls);
         }
+        if (!step.marker_waits.empty()) {
+          // The runtime's own event waits in the node's time (HostStep): "ps@D:S>N", stream S
+          // of device D waited for node N (">N" left out where no node of the export is it).
+          std::string waits;
+          for (const HostStep::MarkerWait& m : step.marker_waits) {
+            waits += (waits.empty() ? "" : ",") + std::to_string(m.duration_ps) + "@" + std::to_string(m.device) +
+                     ":" + std::to_string(m.stream);
+            if (m.node != RunTimeline::kNone && node_of.count(m.node)) waits += ">" + std::to_string(node_of.at(m.node));
+          }
+          attr(&n, "cardsim_marker_waits")->set_string_val(waits);
+        }
         appendDelimited(n, &out);
         ++s.nodes;
         ++s.host_nodes;

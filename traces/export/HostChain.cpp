@@ -21,6 +21,18 @@ bool synchronizes(const trace::Envelope& c) {
   }
 }
 
+// An event wait of the runtime's own (its command a runtime marker, RunTimeline).
+bool runtimeWait(const RunTimeline& run, const trace::Envelope& e,
+                 const std::map<std::size_t, std::vector<std::size_t>>& issued, std::size_t call) {
+  if (e.record_case() != trace::Envelope::kEvent || e.event().op() != trace::EventOp::WAIT) return false;
+  auto it = issued.find(call);
+  if (it == issued.end()) return false;
+  for (std::size_t i : it->second)
+    if (run.commands()[i].runtime_marker && run.commands()[i].command.kind() == trace::DeviceCommand::EVENT_WAIT)
+      return true;
+  return false;
+}
+
 }  // namespace
 
 HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<std::size_t>& nodes) {
@@ -43,6 +55,7 @@ HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<
   std::set<std::size_t> waited;    // ... and since the start: waiting again costs only the call
   std::set<int> synchronized;      // ... and the devices they synchronized whole
   std::vector<HostStep::SyncCall> syncs;   // ... and their calls (HostStep)
+  std::vector<HostStep::MarkerWait> markers;   // the runtime's own waits since the last joint
   for (std::size_t ci = 0; ci < calls.size(); ++ci) {
     const auto& c = calls[ci];
     if (c.rank != rank || c.record.status() != 0) continue;
@@ -79,6 +92,11 @@ HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<
                 waits.end());
     // Any other call is no joint: its time is the next step's (what it put on the device
     // still counts, below).
+    if (mine.empty() && waits.empty() && runtimeWait(run, e, issued, ci)) {
+      auto it = recorded.find(e.event().event());
+      markers.push_back({e.host_end_ps() - std::min(e.host_end_ps(), e.host_begin_ps()), e.device(),
+                         e.event().stream(), it == recorded.end() ? RunTimeline::kNone : it->second});
+    }
     if (!mine.empty() || !waits.empty()) {
       const uint64_t gap = e.host_begin_ps() > prev_end ? e.host_begin_ps() - prev_end : 0;
       // Synchronizations back to back are one wait; a call reaching the device after one
@@ -90,10 +108,12 @@ HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<
         s.waits.assign(pending.begin(), pending.end());
         s.synchronized_devices.assign(synchronized.begin(), synchronized.end());
         s.syncs = std::exchange(syncs, {});
+        s.marker_waits = std::exchange(markers, {});
         pending.clear();
         synchronized.clear();
         chain.steps.push_back(std::move(s));
       }
+      markers.clear();   // in no step's time (none since the last joint's return)
       if (mine.empty())   // a synchronization alone (a blocking copy's call is its own node's)
         syncs.push_back({e.host_end_ps() - std::min(e.host_end_ps(), e.host_begin_ps()),
                          whole_device ? e.device() : -1, waits});

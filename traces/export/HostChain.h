@@ -35,6 +35,17 @@ struct HostStep {
     std::vector<std::size_t> waits;   // commands it waited for first (indices into commands())
   };
   std::vector<SyncCall> syncs;
+  // The runtime's own event waits in its time (a Work's wait(): a wait on an event the runtime
+  // recorded for itself), in order. They are no nodes (the node after each on its stream
+  // depends on what it waited for); listed, a replay makes its own wait there, in their time,
+  // rather than before that node (where its call's host time would count a second time).
+  struct MarkerWait {
+    uint64_t duration_ps = 0;
+    int device = 0;
+    uint32_t stream = 0;              // the stream that waited
+    std::size_t node = RunTimeline::kNone;   // the node it waited for (its event stands behind)
+  };
+  std::vector<MarkerWait> marker_waits;
 };
 
 struct HostChain {

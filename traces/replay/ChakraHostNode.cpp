@@ -61,6 +61,55 @@ std::vector<HostSyncCall> syncCalls(const chakra::Node& n, const std::set<uint64
   return calls;
 }
 
+std::vector<HostMarkerWait> markerWaits(const chakra::Node& n, double duration_ps,
+                                        const std::function<bool(uint64_t)>& has_node, const std::string& where) {
+  std::vector<HostMarkerWait> waits;
+  const std::string all = text(n, "cardsim_marker_waits");
+  if (all.empty()) return waits;
+  auto bad = [&](const std::string& part, const std::string& why) {
+    return TraceError(where + ": cardsim_marker_waits '" + all + "': '" + part + "' " + why);
+  };
+  // A whole non-negative number below `limit`, or -1.
+  auto whole = [](const std::string& t, double limit) -> double {
+    char* end = nullptr;
+    const double v = std::strtod(t.c_str(), &end);
+    if (t.empty() || *end != '\0' || !(v >= 0 && v < limit) || v != static_cast<double>(static_cast<uint64_t>(v)))
+      return -1;
+    return v;
+  };
+  double total = 0;
+  std::istringstream in(all);
+  for (std::string part; std::getline(in, part, ',');) {
+    const std::size_t at = part.find('@'), colon = part.find(':', at == std::string::npos ? 0 : at);
+    if (at == std::string::npos || at == 0 || colon == std::string::npos)
+      throw bad(part, "is not TIME@DEVICE:STREAM or TIME@DEVICE:STREAM>NODE");
+    const std::size_t gt = part.find('>', colon);
+    HostMarkerWait m;
+    const double ps = whole(part.substr(0, at), 1e18);
+    if (ps < 0) throw bad(part, "does not start with a host time in ps (below 10^18)");
+    const double device = whole(part.substr(at + 1, colon - at - 1), kMaxDevices);
+    if (device < 0) throw bad(part, "names no device (0.." + std::to_string(kMaxDevices - 1) + ")");
+    const double stream = whole(part.substr(colon + 1, gt == std::string::npos ? std::string::npos : gt - colon - 1),
+                                4294967296.0);
+    if (stream < 0) throw bad(part, "names no stream (an id from 0 to 2^32-1)");
+    if (gt != std::string::npos) {
+      const double node = whole(part.substr(gt + 1), 1e19);
+      if (node < 0 || !has_node(static_cast<uint64_t>(node)))
+        throw bad(part, "waits for '" + part.substr(gt + 1) + "', not a node of this file");
+      m.node = static_cast<int64_t>(node);
+    }
+    m.duration_ps = static_cast<uint64_t>(ps);
+    m.device = static_cast<int>(device);
+    m.stream = static_cast<int64_t>(stream);
+    total += ps;
+    waits.push_back(m);
+  }
+  if (total > duration_ps)
+    throw TraceError(where + ": cardsim_marker_waits '" + all + "' take " + std::to_string(total * 1e-6) +
+                     " us, more than the node's " + std::to_string(duration_ps * 1e-6) + " us");
+  return waits;
+}
+
 void recordedEnvironment(const chakra::GlobalMetadata& meta, trace::Header* h) {
   static const std::string kPrefix = "cardsim_env:";
   for (const auto& a : meta.attr()) {

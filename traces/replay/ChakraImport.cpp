@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <regex>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -108,6 +109,7 @@ class RankConverter {
     bool blocking = false;       // a copy or memset its call waited for (the host is past it)
     std::set<int> synchronizes;  // a host node's devices it synchronizes whole (cardsim_synchronizes)
     std::vector<HostSyncCall> sync_calls;   // a host node's synchronizing calls (ChakraHostNode.h)
+    std::vector<HostMarkerWait> marker_waits;   // ... and the runtime's own waits in its time
     double recorded_event = -1;  // cardsim_event: the program's event of a record or wait (-1: not said)
     // Whether this program wait waits on record node q's event (the one of the same program
     // event; any record it depends on when the export did not say).
@@ -253,6 +255,15 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       // blocking copy's call waited already; a device synchronized whole needs none).
       p.synchronizes = wholeDevices(n, where(n));
       p.sync_calls = syncCalls(n, depsOf(n), where(n));
+      p.marker_waits = markerWaits(n, durationPs(n), [&](uint64_t id) { return index_.count(id) > 0; }, where(n));
+      for (const HostMarkerWait& m : p.marker_waits) {   // its wait is made again where it was
+        if (m.node < 0) continue;
+        Plan& q = plan[index_.at(static_cast<uint64_t>(m.node))];
+        if (q.op != Op::kHost && q.op != Op::kNone && !q.record_after) {
+          q.record_after = true;
+          q.event = next_event++;
+        }
+      }
       for (uint64_t d : depsOf(n)) {
         Plan& q = plan[index_.at(d)];
         if (q.op != Op::kHost && !q.blocking && !p.synchronizes.count(q.device) && !q.record_after) {
@@ -348,6 +359,16 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
 
   std::set<std::pair<int, uint32_t>> created;
   std::set<uint64_t> waited;   // nodes the host has synchronized with
+  std::set<uint64_t> written;   // device nodes issued so far
+  // (device, stream, node): the stream waits for the node already (a runtime wait made again)
+  std::set<std::tuple<int, uint32_t, uint64_t>> stream_waits;
+  auto createStream = [&](int device, uint32_t stream) {
+    if (stream == 0 || !created.insert({device, stream}).second) return;
+    trace::Envelope e = call(device);
+    e.mutable_stream()->set_op(trace::StreamOp::CREATE);
+    e.mutable_stream()->set_stream(stream);
+    w.write(e);
+  };
   for (std::size_t i : order) {
     const chakra::Node& n = et_.nodes[i];
     const Plan& p = plan[i];
@@ -399,20 +420,36 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         e.mutable_api()->set_arg(0);
         w.write(e);
       }
-      host_ps_ += static_cast<uint64_t>(ps);
+      // The runtime's own waits in the node's time (cardsim_marker_waits) are made again
+      // first, each where its node's event is there to wait for: the replay charges the call
+      // its cost, in place of the recorded one's. (Elsewhere the node after it on its stream
+      // gets its wait, as any node depending across streams, and the time stays host time.)
+      uint64_t rest = static_cast<uint64_t>(ps);
+      for (const HostMarkerWait& m : p.marker_waits) {
+        if (m.node < 0 || !written.count(static_cast<uint64_t>(m.node))) continue;
+        const Plan& q = plan[index_.at(static_cast<uint64_t>(m.node))];
+        auto st = m.stream == 0 ? std::optional<uint32_t>(0) : std::optional<uint32_t>();
+        if (auto it = cardsim_streams.find({m.device, m.stream}); it != cardsim_streams.end()) st = it->second;
+        if (!q.record_after || !st) continue;
+        createStream(m.device, *st);
+        trace::Envelope e = call(m.device);
+        e.mutable_event()->set_op(trace::EventOp::WAIT);
+        e.mutable_event()->set_event(q.event);
+        e.mutable_event()->set_stream(*st);
+        w.write(e);
+        stream_waits.insert({m.device, *st, static_cast<uint64_t>(m.node)});
+        rest -= std::min(rest, m.duration_ps);
+      }
+      host_ps_ += rest;
       continue;
     }
-    if (p.stream != 0 && created.insert({p.device, p.stream}).second) {
-      trace::Envelope e = call(p.device);
-      e.mutable_stream()->set_op(trace::StreamOp::CREATE);
-      e.mutable_stream()->set_stream(p.stream);
-      w.write(e);
-    }
+    createStream(p.device, p.stream);
     for (uint64_t d : depsOf(n)) {
       const Plan& q = plan[index_.at(d)];
       if (q.op == Op::kHost) continue;   // issued after the host's time: the call's order has it
       const bool program = p.waitsOn(q);
       if (!program && q.stream == p.stream && q.device == p.device) continue;   // stream order has it
+      if (!program && stream_waits.count({p.device, p.stream, d})) continue;   // waited already
       trace::Envelope e = call(p.device);
       e.mutable_event()->set_op(trace::EventOp::WAIT);
       e.mutable_event()->set_event(program ? q.program_event : q.event);
@@ -577,6 +614,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
     // The replay's own ordering, not the workload's: a record that costs the host nothing,
     // which an export leaves out again (keeping the dependency it carries).
     if (p.record_after) recordAfter(p.event, trace::kEventFlagRuntimeMarker | trace::kEventFlagDisableTiming);
+    written.insert(n.id());
   }
   // The run ends when every device is done (a rank given no work made no call: it ran nothing).
   for (int d : used) {

@@ -744,6 +744,19 @@ def test_bad_chakra_files_are_named(tmp_path):
         res = cardsim("replay", tmp_path / f"s{i}", "--preset", "h100-sxm")
         assert res.returncode == 2 and f"s{i}.0.et: node 1 ('host'): cardsim_sync_calls '{calls}'" in res.stderr \
             and needle in res.stderr, res.stderr
+    # the runtime's own waits in a host node's time (cardsim's own export) that do not parse,
+    # wait for no node of the file, or take more than the node's time (1 us here)
+    for i, (waits, needle) in enumerate([("1000@0", "is not TIME@DEVICE:STREAM"),
+                                         ("x@0:1", "does not start with a host time"),
+                                         ("1000@-1:1", "names no device"), ("1000@0:1.5", "names no stream"),
+                                         ("1000@0:1>9", "waits for '9', not a node of this file"),
+                                         ("2000000@0:1>0", "more than the node's")]):
+        write_et(tmp_path / f"m{i}.0.et", [_enc_node(0, "k", COMP, duration=5),
+                                           _enc_node(1, "host", COMP, deps=[0], duration=1, cpu=True,
+                                                     attrs=[("cardsim_marker_waits", "string", waits)])])
+        res = cardsim("replay", tmp_path / f"m{i}", "--preset", "h100-sxm")
+        assert res.returncode == 2 and f"m{i}.0.et: node 1 ('host'): cardsim_marker_waits '{waits}'" in res.stderr \
+            and needle in res.stderr, res.stderr
     # one rank file of a job is one rank of it: alone it stands for the job's ranks, as a
     # .cstrace does
     foreign_job(tmp_path / "j", 10)

@@ -291,6 +291,23 @@ def test_random_programs_without_graphs_come_back_exactly_from_chakra(tmp_path):
         assert json.loads(report.read_text())["total_us"] == pytest.approx(total, abs=1e-6), f"seed {seed}"
 
 
+def test_random_two_rank_jobs_come_back_exactly_from_chakra(tmp_path):
+    """Two-rank jobs through Chakra: a Work's wait() is an event wait of the runtime's own,
+    no node of the export; the host step it fell in lists it (cardsim_marker_waits), and the
+    replay makes its wait there, in its recorded time, not again before the node after it
+    (seeds 6 and 8 took 1 us too long that way)."""
+    for seed in (6, 8):
+        recorded = _record_job(tmp_path, seed, f"p{seed}")
+        prefix = tmp_path / f"chakra-{seed}" / "et"
+        prefix.parent.mkdir()
+        _cardsim("export", recorded, "--chakra", prefix)
+        assert any(b"cardsim_marker_waits" in f.read_bytes() for f in prefix.parent.glob("et.*.et")), seed
+        report = tmp_path / f"chakra-{seed}.json"
+        _cardsim("replay", prefix, "--json", report)
+        total = json.loads(_cardsim("info", recorded, "--json"))["recorded_total_us"]
+        assert json.loads(report.read_text())["total_us"] == pytest.approx(total, abs=1e-6), f"seed {seed}"
+
+
 def test_a_chakra_replay_keeps_the_recordings_algorithm_preference(tmp_path):
     """A job run under CARDSIM_COLL_ALGO=tree (a preference, as NCCL_ALGO is): its Chakra files
     carry the setting (GlobalMetadata cardsim_env:CARDSIM_COLL_ALGO), so a replay of them runs
