@@ -274,7 +274,14 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
     }
     // The host's time between its calls: CPU nodes of their own, numbered past the commands
     // (node `host + h` is step h), chained one after another (HostChain.h).
-    const HostChain chain = hostChain(run_, r, order);
+    // A launch's kernels that a replay issues as a graph's nodes (what their captured launch
+    // said, KernelCost.graph_node): no launch cost of their own, so the launch's is host time.
+    std::set<std::size_t> graph_kernels;
+    for (const auto& [cmd, launch] : captured)
+      if (commands[cmd].command.kind() == trace::DeviceCommand::KERNEL &&
+          calls[launch].record.record_case() == trace::Envelope::kKernel)
+        graph_kernels.insert(cmd);
+    const HostChain chain = hostChain(run_, r, order, graph_kernels);
     const std::size_t host = commands.size();
     for (std::size_t h = 0; h < chain.steps.size(); ++h) {
       std::set<std::size_t>& mine = deps[host + h];

@@ -35,7 +35,8 @@ bool runtimeWait(const RunTimeline& run, const trace::Envelope& e,
 
 }  // namespace
 
-HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<std::size_t>& nodes) {
+HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<std::size_t>& nodes,
+                    const std::set<std::size_t>& graph_kernels) {
   const auto& calls = run.calls();
   const auto& commands = run.commands();
   std::set<std::size_t> is_node(nodes.begin(), nodes.end());
@@ -98,7 +99,20 @@ HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<
                          e.event().stream(), it == recorded.end() ? RunTimeline::kNone : it->second});
     }
     if (!mine.empty() || !waits.empty()) {
-      const uint64_t gap = e.host_begin_ps() > prev_end ? e.host_begin_ps() - prev_end : 0;
+      // A graph launch's own time up to its first command (the launch's host cost) is the
+      // step's where a replay of the export issues the graph's kernels one by one, each as a
+      // graph's node costs, and would lose it (any other call's cost the replay charges again).
+      // The rest of its time (a nanosecond per node dispatched) goes to the next step: the
+      // replay issues the nodes at once.
+      uint64_t at = e.host_begin_ps(), end = e.host_end_ps();
+      if (e.record_case() == trace::Envelope::kGraph && e.graph().op() == trace::GraphOp::LAUNCH && !mine.empty() &&
+          std::all_of(mine.begin(), mine.end(), [&](std::size_t i) { return graph_kernels.count(i) > 0; })) {
+        uint64_t first = UINT64_MAX;
+        for (std::size_t i : issued[ci]) first = std::min(first, commands[i].command.ready_ps());
+        if (first != UINT64_MAX && first > at) at = std::min(first, std::max(e.host_end_ps(), at));
+        end = at;
+      }
+      const uint64_t gap = at > prev_end ? at - prev_end : 0;
       // Synchronizations back to back are one wait; a call reaching the device after one
       // starts a step (of no time, if need be) that waits first.
       if (gap > 0 || (!pending.empty() && !mine.empty())) {
@@ -122,7 +136,7 @@ HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<
       pending.insert(waits.begin(), waits.end());
       waited.insert(waits.begin(), waits.end());
       if (whole_device) synchronized.insert(e.device());
-      prev_end = std::max(prev_end, e.host_end_ps());
+      prev_end = std::max(prev_end, end);
     }
     if (auto it = issued.find(ci); it != issued.end())
       for (std::size_t i : it->second) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -59,6 +60,10 @@ struct HostChain {
 // markers), in completion order; waits name only those. A joint's calls are taken in the
 // order they returned (the order a replay makes them); host time after the last call that
 // reaches the device is left out (a run ends when its device work does).
-HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<std::size_t>& nodes);
+// `graph_kernels`: the kernels of graph launches that a replay of the export issues as a
+// graph's nodes, each without a launch's host cost; a launch of those alone has its own time
+// up to its first kernel in the step before it (a replay would lose it otherwise).
+HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<std::size_t>& nodes,
+                    const std::set<std::size_t>& graph_kernels = {});
 
 }  // namespace cardsim::timeline
