@@ -733,29 +733,25 @@ def test_bad_chakra_files_are_named(tmp_path):
         write_et(tmp_path / f"v{i}.0.et", [_enc_node(0, "k", COMP, attrs=attrs)])
         res = cardsim("replay", tmp_path / f"v{i}", "--preset", "h100-sxm")
         assert res.returncode == 2 and f"v{i}.0.et: node 0 ('k'): " in res.stderr and needle in res.stderr, res.stderr
-    # a host node's synchronizing calls (cardsim's own export) that do not parse, or wait for
-    # a node it does not depend on
-    for i, (calls, needle) in enumerate([("2000000@d", "names no device"), ("x@d0", "does not start with a host time"),
-                                         ("5@7", "waits for '7', not a node this one depends on"),
-                                         ("-3@d0", "does not start with a host time")]):
+    # a host node's attributes of cardsim's own export that do not parse: its synchronizing
+    # calls (or waiting for a node it does not depend on), the runtime's own waits in its
+    # time (or waiting for no node of the file, or taking more than its 1 us)
+    for i, (name, value, needle) in enumerate([
+            ("cardsim_sync_calls", "2000000@d", "names no device"),
+            ("cardsim_sync_calls", "x@d0", "does not start with a host time"),
+            ("cardsim_sync_calls", "5@7", "waits for '7', not a node this one depends on"),
+            ("cardsim_sync_calls", "-3@d0", "does not start with a host time"),
+            ("cardsim_marker_waits", "1000@0", "is not TIME@DEVICE:STREAM"),
+            ("cardsim_marker_waits", "x@0:1", "does not start with a host time"),
+            ("cardsim_marker_waits", "1000@-1:1", "names no device"),
+            ("cardsim_marker_waits", "1000@0:1.5", "names no stream"),
+            ("cardsim_marker_waits", "1000@0:1>9", "waits for '9', not a node of this file"),
+            ("cardsim_marker_waits", "2000000@0:1>0", "more than the node's")]):
         write_et(tmp_path / f"s{i}.0.et", [_enc_node(0, "k", COMP, duration=5),
                                            _enc_node(1, "host", COMP, deps=[0], duration=1, cpu=True,
-                                                     attrs=[("cardsim_sync_calls", "string", calls)])])
+                                                     attrs=[(name, "string", value)])])
         res = cardsim("replay", tmp_path / f"s{i}", "--preset", "h100-sxm")
-        assert res.returncode == 2 and f"s{i}.0.et: node 1 ('host'): cardsim_sync_calls '{calls}'" in res.stderr \
-            and needle in res.stderr, res.stderr
-    # the runtime's own waits in a host node's time (cardsim's own export) that do not parse,
-    # wait for no node of the file, or take more than the node's time (1 us here)
-    for i, (waits, needle) in enumerate([("1000@0", "is not TIME@DEVICE:STREAM"),
-                                         ("x@0:1", "does not start with a host time"),
-                                         ("1000@-1:1", "names no device"), ("1000@0:1.5", "names no stream"),
-                                         ("1000@0:1>9", "waits for '9', not a node of this file"),
-                                         ("2000000@0:1>0", "more than the node's")]):
-        write_et(tmp_path / f"m{i}.0.et", [_enc_node(0, "k", COMP, duration=5),
-                                           _enc_node(1, "host", COMP, deps=[0], duration=1, cpu=True,
-                                                     attrs=[("cardsim_marker_waits", "string", waits)])])
-        res = cardsim("replay", tmp_path / f"m{i}", "--preset", "h100-sxm")
-        assert res.returncode == 2 and f"m{i}.0.et: node 1 ('host'): cardsim_marker_waits '{waits}'" in res.stderr \
+        assert res.returncode == 2 and f"s{i}.0.et: node 1 ('host'): {name} '{value}'" in res.stderr \
             and needle in res.stderr, res.stderr
     # one rank file of a job is one rank of it: alone it stands for the job's ranks, as a
     # .cstrace does
