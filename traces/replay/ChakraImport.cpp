@@ -258,8 +258,9 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       p.marker_waits = markerWaits(n, durationPs(n), [&](uint64_t id) { return index_.count(id) > 0; }, where(n));
       for (const HostMarkerWait& m : p.marker_waits) {   // its wait is made again where it was
         if (m.node < 0) continue;
-        Plan& q = plan[index_.at(static_cast<uint64_t>(m.node))];
-        if (q.op != Op::kHost && q.op != Op::kNone && !q.record_after) {
+        const std::size_t j = index_.at(static_cast<uint64_t>(m.node));
+        Plan& q = plan[j];   // (its plan may come later: its op is known already)
+        if (ops_[j] != Op::kHost && ops_[j] != Op::kNone && !q.record_after) {
           q.record_after = true;
           q.event = next_event++;
         }
