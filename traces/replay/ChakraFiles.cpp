@@ -1,5 +1,6 @@
 #include "traces/replay/ChakraFiles.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <fstream>
@@ -116,6 +117,28 @@ std::map<std::string, std::vector<int>> readGroups(const std::string& path) {
     if (!another('}')) break;
   }
   return out;
+}
+
+std::vector<int> groupMembers(const std::map<std::string, std::vector<int>>& groups, const std::string& pg,
+                              int rank, int world, const std::string& where, const std::string& groups_source) {
+  std::vector<int> ranks;
+  if (pg.empty()) {
+    for (int r = 0; r < world; ++r) ranks.push_back(r);
+    return ranks;
+  }
+  auto g = groups.find(pg);
+  if (g == groups.end())
+    throw trace::TraceError(where + ": process group '" + pg + "' is not in the groups file (" + groups_source +
+                            " needs its PREFIX.comm_groups.json)");
+  ranks = g->second;
+  for (int r : ranks)
+    if (r < 0 || r >= world)
+      throw trace::TraceError(where + ": process group '" + pg + "' of the groups file names rank " +
+                              std::to_string(r) + ", outside the job's " + std::to_string(world) + " ranks");
+  if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end())
+    throw trace::TraceError(where + ": rank " + std::to_string(rank) + " runs a collective of process group '" + pg +
+                            "', which the groups file does not make it a member of");
+  return ranks;
 }
 
 }  // namespace cardsim::replay

@@ -22,4 +22,10 @@ EtFile readEt(const std::string& path);
 // {"1": [0, 1], "2": [2, 3]}: the groups by name; none if the file is not there.
 std::map<std::string, std::vector<int>> readGroups(const std::string& path);
 
+// The members of process group `pg` ("": every rank of the job) for a collective of rank
+// `rank` of `world`: a group the file `groups_source` lacks, a member outside the job, or a
+// group without `rank` is a TraceError starting with `where` (the node).
+std::vector<int> groupMembers(const std::map<std::string, std::vector<int>>& groups, const std::string& pg,
+                              int rank, int world, const std::string& where, const std::string& groups_source);
+
 }  // namespace cardsim::replay

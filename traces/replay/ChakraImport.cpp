@@ -537,23 +537,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
                                   " has no collective on the fabric (all_reduce, reduce, all_gather, broadcast, "
                                   "all_to_all, reduce_scatter, barrier)");
         const std::string pg = text(n, "pg_name");
-        std::vector<int> ranks;
-        if (pg.empty()) {
-          for (int r = 0; r < world_; ++r) ranks.push_back(r);
-        } else {
-          auto g = groups_.find(pg);
-          if (g == groups_.end())
-            throw TraceError(where(n) + ": process group '" + pg + "' is not in the groups file (" + source_ +
-                             " needs its PREFIX.comm_groups.json)");
-          ranks = g->second;
-          for (int r : ranks)
-            if (r < 0 || r >= world_)
-              throw TraceError(where(n) + ": process group '" + pg + "' of the groups file names rank " +
-                               std::to_string(r) + ", outside the job's " + std::to_string(world_) + " ranks");
-          if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end())
-            throw TraceError(where(n) + ": rank " + std::to_string(rank_) + " runs a collective of process group '" +
-                             pg + "', which the groups file does not make it a member of");
-        }
+        const std::vector<int> ranks = groupMembers(groups_, pg, rank_, world_, where(n), source_);
         trace::Envelope e = call(p.device);
         trace::Collective* c = e.mutable_collective();
         c->set_op(op);

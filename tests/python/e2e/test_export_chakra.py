@@ -720,6 +720,14 @@ def test_bad_chakra_files_are_named(tmp_path):
                                                                    ("pg_name", "string", "9")])])
     res = cardsim("replay", tmp_path / "p", "--preset", "h100-sxm")
     assert res.returncode == 2 and "process group '9' is not in the groups file" in res.stderr, res.stderr
+    for pg, members, needle in (("5", [0, 7], "process group '5' of the groups file names rank 7, outside the job's 1 ranks"),
+                                ("6", [], "rank 0 runs a collective of process group '6', which the groups file does not")):
+        write_et(tmp_path / f"g{pg}.0.et", [_enc_node(0, "ar", COLL, attrs=[("comm_type", "int64", ALL_REDUCE),
+                                                                           ("comm_size", "int64", 1024),
+                                                                           ("pg_name", "string", pg)])])
+        (tmp_path / f"g{pg}.comm_groups.json").write_text(json.dumps({pg: members}))
+        res = cardsim("replay", tmp_path / f"g{pg}", "--preset", "h100-sxm")
+        assert res.returncode == 2 and needle in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and "terminate" not in res.stderr
     write_et(tmp_path / "t.0.et", [_enc_node(0, "odd", 99, duration=5)])
     res = cardsim("replay", tmp_path / "t", "--preset", "h100-sxm")
