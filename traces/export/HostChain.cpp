@@ -108,7 +108,7 @@ HostChain hostChain(const RunTimeline& run, std::size_t rank, const std::vector<
       if (e.record_case() == trace::Envelope::kGraph && e.graph().op() == trace::GraphOp::LAUNCH && !mine.empty() &&
           std::all_of(mine.begin(), mine.end(), [&](std::size_t i) { return graph_kernels.count(i) > 0; })) {
         uint64_t first = UINT64_MAX;
-        for (std::size_t i : issued[ci]) first = std::min(first, commands[i].command.ready_ps());
+        for (std::size_t i : issued.at(ci)) first = std::min(first, commands[i].command.ready_ps());
         if (first != UINT64_MAX && first > at) at = std::min(first, std::max(e.host_end_ps(), at));
         end = at;
       }
