@@ -24,6 +24,12 @@ _job_broken = False
 _exit_status = 0
 
 
+def flush_limit_s() -> float:
+    """How long a group's end waits for its sent bytes to reach the peers (socket_flush):
+    within the exit's own limit, and only briefly once the job is broken."""
+    return (_EXIT_SHUTDOWN_BROKEN_S if _job_broken else _EXIT_SHUTDOWN_S) / 2
+
+
 def broken(err: Exception) -> Exception:
     """Notes that a collective failed (the exit then waits briefly); returns `err`."""
     global _job_broken

@@ -38,6 +38,8 @@ from torch.distributed import ReduceOp
 from . import gloo_hold as _gloo_hold
 from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
+from .dist_exit import flush_limit_s as _flush_limit_s
+from .socket_flush import wait_tcp_sent as _wait_tcp_sent
 from .dist_work import AllWorks as _AllWorks, CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork
 from .dist_work import LaterWork as _LaterWork
 from . import in_flight as _in_flight
@@ -184,6 +186,8 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         except Exception:
             pass
         self._sends.drain()
+        # What Gloo called sent may still sit in the kernel; its close would drop it.
+        _wait_tcp_sent(_flush_limit_s())
         return super().shutdown()
 
     def getBackendName(self) -> str:

@@ -188,6 +188,9 @@ elif scenario == "p2p_events":
         e.synchronize()
         times[name] = b.elapsed_time(e) * 1e3
     out["us"] = times
+    # Sends are buffered: the last one may still be Gloo's to hand over when its caller is
+    # done, and the os._exit below skips the group's end that would wait for it.
+    dist.barrier()
 elif scenario == "preferred_algo":
     # Under CARDSIM_COLL_ALGO every kind of call still runs; each is timed by the preferred
     # algorithm where it does that kind, else by the tuner's choice.

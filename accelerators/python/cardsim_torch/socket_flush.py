@@ -1,0 +1,63 @@
+"""Waits until the bytes this process wrote to its TCP connections have reached the peers.
+
+Gloo calls a send complete once its bytes are in the kernel's send queue, and closes its
+connections with SO_LINGER 0 when a group is destroyed: what the kernel had not delivered
+yet is dropped, and the peer's receive fails with "Connection reset by peer". A rank that
+sends and then ends (its group destroyed at exit) would make its peer's matching receive
+fail at random. With the vendor's library a completed send has been delivered, so a group's
+end first waits (bounded) until every TCP send queue of the process is empty: each byte
+acknowledged by the peer's kernel, which hands it to the peer even after the reset.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import stat
+import struct
+import termios
+import time
+
+# SIOCOUTQ (the same number as TIOCOUTQ): bytes written to a TCP socket not yet acknowledged.
+_SIOCOUTQ = termios.TIOCOUTQ
+
+
+def _tcp_fds() -> list[int]:
+    fds = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:   # no procfs: nothing can be waited for
+        return fds
+    for name in names:
+        fd = int(name)
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            with socket.socket(fileno=os.dup(fd)) as s:
+                if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM:
+                    fds.append(fd)
+        except OSError:   # closed meanwhile (the listing's own fd among them)
+            continue
+    return fds
+
+
+def unsent_bytes(fd: int) -> int:
+    """Bytes written to TCP socket `fd` that its peer has not acknowledged (0 if unknown)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, _SIOCOUTQ, b"\0" * 4))[0]
+    except OSError:
+        return 0
+
+
+def wait_tcp_sent(timeout_s: float) -> bool:
+    """Waits up to timeout_s until no TCP socket of the process holds unacknowledged bytes;
+    True when none does."""
+    deadline = time.monotonic() + timeout_s
+    fds = _tcp_fds()
+    while True:
+        fds = [fd for fd in fds if unsent_bytes(fd) > 0]
+        if not fds:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
