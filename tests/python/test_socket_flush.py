@@ -48,6 +48,29 @@ def test_bytes_the_peer_has_not_taken_are_waited_for_until_it_reads_them():
         server.close()
 
 
+def test_only_the_sockets_named_are_waited_for():
+    """A group waits for its own Gloo connections, never for the program's other ones."""
+    ours, peer = _connected_pair()
+    other, other_peer = _connected_pair()
+    try:
+        other.setblocking(False)
+        try:   # the program's connection keeps unacknowledged bytes (its peer reads nothing)
+            while True:
+                other.send(b"y" * 65536)
+        except BlockingIOError:
+            pass
+        assert socket_flush.unsent_bytes(other.fileno()) > 0
+        inodes = {ino for ino, fd in socket_flush.tcp_sockets().items() if fd in (ours.fileno(), peer.fileno())}
+        assert len(inodes) == 2
+        t0 = time.monotonic()
+        assert socket_flush.wait_tcp_sent(10, inodes)
+        assert time.monotonic() - t0 < 5
+        assert not socket_flush.wait_tcp_sent(0.1)   # all of them: the other one holds bytes
+    finally:
+        for s in (ours, peer, other, other_peer):
+            s.close()
+
+
 def test_idle_connections_cost_no_wait():
     client, server = _connected_pair()
     try:

@@ -39,7 +39,7 @@ from . import gloo_hold as _gloo_hold
 from .dist_host import Host as _Host, TimingGloo as _TimingGloo
 from .dist_exit import broken as _broken, register_exit_handler as _register_exit_handler
 from .dist_exit import flush_limit_s as _flush_limit_s
-from .socket_flush import wait_tcp_sent as _wait_tcp_sent
+from .socket_flush import tcp_sockets as _tcp_sockets, wait_tcp_sent as _wait_tcp_sent
 from .dist_work import AllWorks as _AllWorks, CollectiveEnd as _CollectiveEnd, DoneWork as _DoneWork
 from .dist_work import LaterWork as _LaterWork
 from . import in_flight as _in_flight
@@ -159,7 +159,9 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
         self._timing = execution_mode() == "timing"
         self._used_device = None   # the first device a collective of the group ran on (barrier's)
         self._ended = None         # where the last collective ended on its card (_CollectiveEnd)
+        before = _tcp_sockets()
         gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{backend_name}/gloo", store), rank, size, timeout)
+        self._gloo_sockets = set(_tcp_sockets()) - set(before)   # its connections (socket_flush)
         # Every tensor given to Gloo is held until its worker let go (gloo_hold).
         self._timing_gloo = _TimingGloo(gloo) if self._timing else None
         self._gloo = _gloo_hold.HeldGloo(self._timing_gloo or gloo)
@@ -187,7 +189,7 @@ class CardsimProcessGroup(PointToPoint, AllToAll, dist.ProcessGroup):
             pass
         self._sends.drain()
         # What Gloo called sent may still sit in the kernel; its close would drop it.
-        _wait_tcp_sent(_flush_limit_s())
+        _wait_tcp_sent(_flush_limit_s(), getattr(self, "_gloo_sockets", set()))
         return super().shutdown()
 
     def getBackendName(self) -> str:

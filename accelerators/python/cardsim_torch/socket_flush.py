@@ -5,8 +5,10 @@ connections with SO_LINGER 0 when a group is destroyed: what the kernel had not 
 yet is dropped, and the peer's receive fails with "Connection reset by peer". A rank that
 sends and then ends (its group destroyed at exit) would make its peer's matching receive
 fail at random. With the vendor's library a completed send has been delivered, so a group's
-end first waits (bounded) until every TCP send queue of the process is empty: each byte
-acknowledged by the peer's kernel, which hands it to the peer even after the reset.
+end first waits (bounded) until its Gloo connections' send queues are empty: each byte
+acknowledged by the peer's kernel, which hands it to the peer even after the reset. The
+connections are told apart by their sockets' inodes (those a group's Gloo opened: tcp_sockets()
+before and after), so the program's own connections never delay it.
 """
 from __future__ import annotations
 
@@ -22,23 +24,25 @@ import time
 _SIOCOUTQ = termios.TIOCOUTQ
 
 
-def _tcp_fds() -> list[int]:
-    fds = []
+def tcp_sockets() -> dict[int, int]:
+    """The process's open TCP sockets: {inode: fd}."""
+    out = {}
     try:
         names = os.listdir("/proc/self/fd")
     except OSError:   # no procfs: nothing can be waited for
-        return fds
+        return out
     for name in names:
         fd = int(name)
         try:
-            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISSOCK(st.st_mode):
                 continue
             with socket.socket(fileno=os.dup(fd)) as s:
                 if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM:
-                    fds.append(fd)
+                    out[st.st_ino] = fd
         except OSError:   # closed meanwhile (the listing's own fd among them)
             continue
-    return fds
+    return out
 
 
 def unsent_bytes(fd: int) -> int:
@@ -49,11 +53,11 @@ def unsent_bytes(fd: int) -> int:
         return 0
 
 
-def wait_tcp_sent(timeout_s: float) -> bool:
-    """Waits up to timeout_s until no TCP socket of the process holds unacknowledged bytes;
-    True when none does."""
+def wait_tcp_sent(timeout_s: float, sockets=None) -> bool:
+    """Waits up to timeout_s until none of the TCP sockets with inodes in `sockets` (every TCP
+    socket of the process when None) holds unacknowledged bytes; True when none does."""
     deadline = time.monotonic() + timeout_s
-    fds = _tcp_fds()
+    fds = [fd for ino, fd in tcp_sockets().items() if sockets is None or ino in sockets]
     while True:
         fds = [fd for fd in fds if unsent_bytes(fd) > 0]
         if not fds:
