@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "traces/export/HostChain.h"
 #include "traces/export/OutputFile.h"
@@ -332,6 +333,35 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
       order = std::move(numbered);
     }
 
+    // A receive posted where its batch of point-to-point calls began (its runtime marker, no
+    // node): the node its stream ran first after that point, where that is not the receive.
+    std::map<std::size_t, uint64_t> posted_before;
+    {
+      std::map<uint32_t, std::size_t> marker;                                // event -> its latest record
+      std::map<std::pair<int, uint32_t>, std::vector<std::size_t>> open;      // stream -> markers awaiting a node
+      std::map<std::size_t, std::size_t> after;                              // marker -> the node after it
+      for (std::size_t i : submitted) {
+        const RunTimeline::Command& c = commands[i];
+        const std::pair<int, uint32_t> stream{c.command.device(), c.command.stream()};
+        if (c.runtime_marker) {
+          if (c.command.kind() == trace::DeviceCommand::EVENT_RECORD && c.event != 0) {
+            marker[c.event] = i;
+            open[stream].push_back(i);
+          }
+          continue;
+        }
+        for (std::size_t m : std::exchange(open[stream], {})) after[m] = i;
+        if (c.command.kind() != trace::DeviceCommand::COLLECTIVE || c.call == RunTimeline::kNone) continue;
+        const trace::Collective& coll = calls[c.call].record.collective();
+        if (coll.p2p() != trace::Collective::RECV || coll.posted_event() == 0) continue;
+        auto m = marker.find(coll.posted_event());
+        if (m == marker.end()) continue;
+        auto b = after.find(m->second);
+        if (b != after.end() && b->second != i && node_of.count(b->second))
+          posted_before[i] = node_of.at(b->second);
+      }
+    }
+
     std::string out;
     chakra::GlobalMetadata meta;
     meta.set_version(kChakraVersion);
@@ -445,6 +475,8 @@ ChakraWriter::Summary ChakraWriter::write(const std::string& prefix) const {
             attr(&n, "comm_tag")->set_int32_val(static_cast<int32_t>(c.group_seq));
             attr(&n, "comm_size")->set_int64_val(static_cast<int64_t>(coll->bytes()));
             if (peers_late[c.call] > 0) attr(&n, "cardsim_peers_late_ps")->set_uint64_val(peers_late[c.call]);
+            if (auto b = posted_before.find(order[idx]); b != posted_before.end())
+              attr(&n, "cardsim_posted_before")->set_int64_val(static_cast<int64_t>(b->second));
             ++s.point_to_point_nodes;
           } else if (coll && commType(coll->op(), &type)) {
             n.set_type(chakra::COMM_COLL_NODE);

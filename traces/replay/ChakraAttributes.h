@@ -67,4 +67,16 @@ inline std::vector<double> byteList(const chakra::Node& n, const std::string& na
   return out;
 }
 
+// A send's or receive's two ends, a side that leaves out its own rank taking the file's
+// (ASTRA-sim's custom collectives: a send names only comm_dst, a receive only comm_src).
+// False unless they are two different ranks.
+inline bool pointToPointEnds(const chakra::Node& n, int rank, int* src, int* dst) {
+  const bool send = n.type() == chakra::COMM_SEND_NODE;
+  const double s = numberOr(n, "comm_src", send ? rank : -1), d = numberOr(n, "comm_dst", send ? -1 : rank);
+  const bool valid = s >= 0 && s < (1 << 24) && d >= 0 && d < (1 << 24);
+  *src = valid ? static_cast<int>(s) : -1;
+  *dst = valid ? static_cast<int>(d) : -1;
+  return *src >= 0 && *dst >= 0 && *src != *dst;
+}
+
 }  // namespace cardsim::replay::chakra_attr

@@ -6,7 +6,10 @@
 #include <fstream>
 #include <iterator>
 
+#include "simulator/FabricModel.h"
 #include "traces/lib/TraceError.h"
+#include "traces/proto/trace.pb.h"
+#include "traces/replay/ChakraAttributes.h"
 
 namespace cardsim::replay {
 
@@ -139,6 +142,29 @@ std::vector<int> groupMembers(const std::map<std::string, std::vector<int>>& gro
     throw trace::TraceError(where + ": rank " + std::to_string(rank) + " runs a collective of process group '" + pg +
                             "', which the groups file does not make it a member of");
   return ranks;
+}
+
+void checkNodeNumbers(const chakra::Node& n, const std::string& where, bool communicates, int max_devices) {
+  using chakra_attr::number;
+  using chakra_attr::numberOr;
+  for (const char* key : {"num_ops", "tensor_size", "comm_size", "cardsim_bytes_read", "cardsim_bytes_written",
+                          "cardsim_duration_ps", "cardsim_tiles"}) {
+    double v = 0;
+    if (number(n, key, &v) && !(v >= 0 && v < 1e30))
+      throw TraceError(where + ": " + key + " " + std::to_string(v) + " is not a non-negative size");
+  }
+  if (communicates && numberOr(n, "comm_size", 0) > sim::FabricModel::kMaxCollectiveBytes)
+    throw TraceError(where + ": comm_size " + std::to_string(static_cast<uint64_t>(numberOr(n, "comm_size", 0))) +
+                     " bytes is over the fabric model's limit of 2^48 bytes (256 TiB)");
+  double e = 0;
+  if (number(n, "cardsim_kernel_class", &e) && !(e >= 0 && e < 64 && trace::KernelClass_IsValid(static_cast<int>(e))))
+    throw TraceError(where + ": cardsim_kernel_class " + std::to_string(e) +
+                     " is not a kernel class of the cardsim trace format");
+  if (number(n, "cardsim_dtype", &e) && !(e >= 0 && e < 64 && trace::DataType_IsValid(static_cast<int>(e))))
+    throw TraceError(where + ": cardsim_dtype " + std::to_string(e) + " is not a data type of the cardsim trace format");
+  for (const char* key : {"cardsim_src_device", "cardsim_dst_device"})
+    if (number(n, key, &e) && !(e >= -1 && e < max_devices))
+      throw TraceError(where + ": " + key + " " + std::to_string(e) + " is not a device");
 }
 
 }  // namespace cardsim::replay

@@ -28,4 +28,9 @@ std::map<std::string, std::vector<int>> readGroups(const std::string& path);
 std::vector<int> groupMembers(const std::map<std::string, std::vector<int>>& groups, const std::string& pg,
                               int rank, int world, const std::string& where, const std::string& groups_source);
 
+// A node's numbers in range: sizes and work non-negative, a collective's size one the fabric
+// model can time (`communicates`), cardsim's enums known, devices below `max_devices`; else a
+// TraceError starting with `where` (the node).
+void checkNodeNumbers(const ChakraProtoMsg::Node& n, const std::string& where, bool communicates, int max_devices);
+
 }  // namespace cardsim::replay

@@ -33,6 +33,7 @@ using chakra_attr::byteList;
 using chakra_attr::number;
 using chakra_attr::durationPs;
 using chakra_attr::peersLatePs;
+using chakra_attr::pointToPointEnds;
 using chakra_attr::numberOr;
 using chakra_attr::text;
 using trace::TraceError;
@@ -50,18 +51,6 @@ uint64_t standIn(int side, int device) {
 
 bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// A send's or receive's two ends, a side that leaves out its own rank taking the file's
-// (ASTRA-sim's custom collectives: a send names only comm_dst, a receive only comm_src).
-// False unless they are two different ranks.
-bool pointToPointEnds(const chakra::Node& n, int rank, int* src, int* dst) {
-  const bool send = n.type() == chakra::COMM_SEND_NODE;
-  const double s = numberOr(n, "comm_src", send ? rank : -1), d = numberOr(n, "comm_dst", send ? -1 : rank);
-  const bool valid = s >= 0 && s < (1 << 24) && d >= 0 && d < (1 << 24);
-  *src = valid ? static_cast<int>(s) : -1;
-  *dst = valid ? static_cast<int>(d) : -1;
-  return *src >= 0 && *dst >= 0 && *src != *dst;
 }
 
 const char* collectiveOp(int64_t type) {
@@ -111,6 +100,8 @@ class RankConverter {
     std::vector<HostSyncCall> sync_calls;   // a host node's synchronizing calls (ChakraHostNode.h)
     std::vector<HostMarkerWait> marker_waits;   // ... and the runtime's own waits in its time
     double recorded_event = -1;  // cardsim_event: the program's event of a record or wait (-1: not said)
+    uint32_t posting_marker = 0;   // a receive's posting marker, recorded before this node on its stream
+    uint32_t posted_event = 0;     // a receive's: where it was posted (cardsim_posted_before)
     // Whether this program wait waits on record node q's event (the one of the same program
     // event; any record it depends on when the export did not say).
     bool waitsOn(const Plan& q) const {
@@ -235,6 +226,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
   std::vector<Plan> plan(et_.nodes.size());
   std::map<std::pair<int, int64_t>, uint32_t> cardsim_streams;   // (device, recorded stream) -> id
   std::map<std::pair<int, uint32_t>, std::size_t> tail;          // (device, stream) -> its last node
+  std::set<std::size_t> planned;                                  // device nodes planned so far
   uint32_t next_stream = 1, next_event = 1;
   int devices = 1;
   std::set<int> used;   // devices the nodes run on
@@ -304,29 +296,20 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       }
       if (!placed) p.stream = tail.empty() ? 0 : next_stream++;
     }
-    // Sizes and work are non-negative numbers; cardsim's enums in range.
-    for (const char* key : {"num_ops", "tensor_size", "comm_size", "cardsim_bytes_read", "cardsim_bytes_written",
-                            "cardsim_duration_ps", "cardsim_tiles"}) {
-      double v = 0;
-      if (number(n, key, &v) && !(v >= 0 && v < 1e30))
-        throw TraceError(where(n) + ": " + key + " " + std::to_string(v) + " is not a non-negative size");
-    }
-    // Collective sizes the fabric model can time.
-    if ((p.op == Op::kCollective || p.op == Op::kSendRecv) && numberOr(n, "comm_size", 0) > sim::FabricModel::kMaxCollectiveBytes)
-      throw TraceError(where(n) + ": comm_size " + std::to_string(static_cast<uint64_t>(numberOr(n, "comm_size", 0))) +
-                       " bytes is over the fabric model's limit of 2^48 bytes (256 TiB)");
-    double e = 0;
-    if (number(n, "cardsim_kernel_class", &e) && !(e >= 0 && e < 64 && trace::KernelClass_IsValid(static_cast<int>(e))))
-      throw TraceError(where(n) + ": cardsim_kernel_class " + std::to_string(e) +
-                       " is not a kernel class of the cardsim trace format");
-    if (number(n, "cardsim_dtype", &e) && !(e >= 0 && e < 64 && trace::DataType_IsValid(static_cast<int>(e))))
-      throw TraceError(where(n) + ": cardsim_dtype " + std::to_string(e) +
-                       " is not a data type of the cardsim trace format");
-    for (const char* key : {"cardsim_src_device", "cardsim_dst_device"})
-      if (number(n, key, &e) && !(e >= -1 && e < kMaxDevices))
-        throw TraceError(where(n) + ": " + key + " " + std::to_string(e) + " is not a device");
+    checkNodeNumbers(n, where(n), p.op == Op::kCollective || p.op == Op::kSendRecv, kMaxDevices);
     devices = std::max(devices, p.device + 1);
     used.insert(p.device);
+    double before = 0;   // a receive posted where its batch began: before that node, on its stream
+    if (p.op == Op::kSendRecv && n.type() == chakra::COMM_RECV_NODE && number(n, "cardsim_posted_before", &before)) {
+      auto b = before >= 0 ? index_.find(static_cast<uint64_t>(before)) : index_.end();
+      if (b == index_.end() || !planned.count(b->second) || plan[b->second].op == Op::kHost ||
+          plan[b->second].device != p.device || plan[b->second].stream != p.stream)
+        throw TraceError(where(n) + ": cardsim_posted_before " + std::to_string(static_cast<long long>(before)) +
+                         " names no node before the receive on its stream");
+      Plan& q = plan[b->second];
+      if (q.posting_marker == 0) q.posting_marker = next_event++;
+      p.posted_event = q.posting_marker;
+    }
     const std::string kind = text(n, "cardsim_kind");
     if (kind == "EVENT_RECORD") p.program_event = next_event++;
     p.program_wait = kind == "EVENT_WAIT";
@@ -341,6 +324,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       }
     }
     tail[{p.device, p.stream}] = i;
+    planned.insert(i);
   }
 
   trace::Header h;
@@ -454,6 +438,18 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
       trace::Envelope e = call(p.device);
       e.mutable_event()->set_op(trace::EventOp::WAIT);
       e.mutable_event()->set_event(program ? q.program_event : q.event);
+      e.mutable_event()->set_stream(p.stream);
+      w.write(e);
+    }
+    if (p.posting_marker != 0) {   // where a later receive of its batch was posted (costs the host nothing)
+      trace::Envelope create = call(p.device);
+      create.mutable_event()->set_op(trace::EventOp::CREATE);
+      create.mutable_event()->set_event(p.posting_marker);
+      create.mutable_event()->set_flags(trace::kEventFlagRuntimeMarker | trace::kEventFlagDisableTiming);
+      w.write(create);
+      trace::Envelope e = call(p.device);
+      e.mutable_event()->set_op(trace::EventOp::RECORD);
+      e.mutable_event()->set_event(p.posting_marker);
       e.mutable_event()->set_stream(p.stream);
       w.write(e);
     }
@@ -576,6 +572,7 @@ void RankConverter::write(const std::string& out, const std::string& preset) {
         // send has begun and the bytes have crossed), matched by tag.
         c->set_p2p(n.type() == chakra::COMM_SEND_NODE ? trace::Collective::SEND : trace::Collective::RECV);
         c->set_tag(static_cast<int32_t>(numberOr(n, "comm_tag", 0)));
+        c->set_posted_event(p.posted_event);
         c->set_stream(p.stream);
         c->set_peers_late_ps(peersLatePs(n));
         w.write(e);
