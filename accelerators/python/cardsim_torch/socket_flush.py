@@ -40,7 +40,7 @@ def tcp_sockets() -> dict[int, int]:
             with socket.socket(fileno=os.dup(fd)) as s:
                 if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM:
                     out[st.st_ino] = fd
-        except OSError:   # closed meanwhile (the listing's own fd among them)
+        except (OSError, ValueError):   # closed meanwhile (the listing's own fd among them), or no socket Python knows
             continue
     return out
 
