@@ -37,11 +37,17 @@ def tcp_sockets() -> dict[int, int]:
             st = os.fstat(fd)
             if not stat.S_ISSOCK(st.st_mode):
                 continue
-            with socket.socket(fileno=os.dup(fd)) as s:
-                if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM:
-                    out[st.st_ino] = fd
-        except (OSError, ValueError):   # closed meanwhile (the listing's own fd among them), or no socket Python knows
+            dup = os.dup(fd)
+        except OSError:   # closed meanwhile (the listing's own fd among them)
             continue
+        try:
+            s = socket.socket(fileno=dup)
+        except (OSError, ValueError):   # a socket Python cannot wrap: not Gloo's
+            os.close(dup)
+            continue
+        with s:
+            if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM:
+                out[st.st_ino] = fd
     return out
 
 
