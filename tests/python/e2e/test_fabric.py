@@ -257,10 +257,13 @@ elif scenario in ("kill_mid_transfer", "hang_mid_transfer"):
             out["error"] = f"{type(e).__name__}: {e}"
             break
     out["wall_s"] = time.monotonic() - t0
+    # Each survivor stays a moment after its failure, and the stopped rank is killed only
+    # then: a rank that left at once would be what the other survivor's pending collective
+    # fails on ("rank 1 left the job"), not the lost rank; the server rank 0 hosts stays up
+    # meanwhile.
+    time.sleep(2)
     if rank == 0 and os.path.exists(pidfile):
         os.kill(int(open(pidfile).read()), signal.SIGKILL)
-    if rank == 0:
-        time.sleep(1)   # the server rank 0 hosts stays up while the other survivor asks it
 elif scenario == "refused_by_one":
     # Rank 1 gives all_gather_into_tensor an output of the wrong size, which Gloo refuses on
     # rank 1 alone before any byte moves: reported all the same (as refused, with Gloo's
