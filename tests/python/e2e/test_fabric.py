@@ -858,7 +858,10 @@ def test_a_rank_lost_while_bytes_move_fails_the_others_naming_the_group_and_it(t
         if scenario == "kill_mid_transfer":
             assert f"rank {world - 1} left the job" in e, e
         else:   # stopped mid-transfer (Gloo's timeout), or between two (the server's)
-            assert "a member stopped answering" in e or f"waiting for rank(s) [{world - 1}]" in e, e
+            # (a survivor that gave up a collective earlier never starts the next one the
+            # other reports: the server then waits for both of them, the stopped one among them)
+            assert "a member stopped answering" in e or \
+                re.search(rf"waiting for rank\(s\) \[([0-9]+, )*{world - 1}\]", e), e
         assert res[r]["wall_s"] < 40, res[r]
 
 
