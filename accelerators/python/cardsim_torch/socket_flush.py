@@ -1,8 +1,9 @@
 """Waits until the bytes this process wrote to its TCP connections have reached the peers.
 
-Gloo calls a send complete once its bytes are in the kernel's send queue, and closes its
-connections with SO_LINGER 0 when a group is destroyed: what the kernel had not delivered
-yet is dropped, and the peer's receive fails with "Connection reset by peer". A rank that
+Gloo calls a send complete once its bytes are in the kernel's send queue. When a group is
+destroyed its connections close; a close that finds unread bytes (or bytes arriving after
+it) resets the connection, and what the kernel had not delivered yet is dropped: the peer's
+receive fails with "Connection reset by peer". A rank that
 sends and then ends (its group destroyed at exit) would make its peer's matching receive
 fail at random. With the vendor's library a completed send has been delivered, so a group's
 end first waits (bounded) until its Gloo connections' send queues are empty: each byte
